@@ -1,0 +1,770 @@
+#include "config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <initializer_list>
+#include <memory>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "errors.h"
+
+namespace tprobe {
+namespace {
+
+using nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+// msprobe's Const.STEP_RANK_MINIMUM_VALUE / STEP_RANK_MAXIMUM_VALUE, and the list length cap.
+constexpr int64_t rank_step_max = 1'000'000;
+constexpr size_t rank_step_max_elements = 1'000'000;
+// FileCheckConst: DIRECTORY_LENGTH and FILE_NAME_LENGTH.
+constexpr size_t path_max_length = 4096;
+constexpr size_t path_component_max_length = 255;
+
+const std::vector<std::string> task_names{"tensor",         "statistics", "overflow_check", "free_benchmark",
+                                          "run_ut",         "grad_probe", "structure",      "exception_dump"};
+const std::vector<std::string> level_names{"L0", "L1", "L2", "mix", "debug"};
+const std::vector<std::string> common_keys{"task",      "dump_path",         "rank",       "step",
+                                           "level",     "enable_dataloader", "async_dump", "precision"};
+const std::vector<std::string> data_mode_names{"all", "forward", "backward", "input", "output"};
+
+// The keys msprobe documents for the section of each task (§2.4-§2.10).
+const std::vector<std::string> &section_keys(const std::string &task) {
+  static const std::vector<std::string> statistics{"scope",     "list",         "tensor_list",
+                                                   "data_mode", "summary_mode", "device"};
+  static const std::vector<std::string> tensor{"scope", "list", "data_mode", "summary_mode", "file_format"};
+  static const std::vector<std::string> overflow_check{"overflow_nums", "check_mode"};
+  static const std::vector<std::string> free_benchmark{"scope",       "list",       "fuzz_device", "pert_mode",
+                                                       "handler_type", "fuzz_level", "fuzz_stage",  "if_preheat",
+                                                       "preheat_step", "max_sample"};
+  static const std::vector<std::string> run_ut{"white_list", "black_list", "error_data_path"};
+  static const std::vector<std::string> grad_probe{"grad_level", "param_list", "bounds"};
+  static const std::vector<std::string> none;
+  if (task == "statistics") return statistics;
+  if (task == "tensor") return tensor;
+  if (task == "overflow_check") return overflow_check;
+  if (task == "free_benchmark") return free_benchmark;
+  if (task == "run_ut") return run_ut;
+  if (task == "grad_probe") return grad_probe;
+  return none;  // structure, exception_dump
+}
+
+bool contains(const std::vector<std::string> &values, std::string_view value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+// A user string for a one-line message: quoted, with control bytes escaped.
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// A JSON value for a message, shortened: its text as written.
+std::string describe(const ordered_json &v) {
+  std::string text = v.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  for (char &c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+std::string kind(const ordered_json &v) {
+  switch (v.type()) {
+    case ordered_json::value_t::null: return "null";
+    case ordered_json::value_t::boolean: return "a bool";
+    case ordered_json::value_t::string: return "a string";
+    case ordered_json::value_t::number_integer:
+    case ordered_json::value_t::number_unsigned: return "an int";
+    case ordered_json::value_t::number_float: return "a float";
+    case ordered_json::value_t::array: return "a list";
+    case ordered_json::value_t::object: return "an object";
+    default: return v.type_name();
+  }
+}
+
+std::string join(const std::vector<std::string> &values) {
+  return fmt::format("{}", fmt::join(values, ", "));
+}
+
+// `where` is what the message names: `config.json: field "rank"` or `TPROBE_LEVEL`.
+[[noreturn]] void fail(const std::string &where, const std::string &detail) {
+  throw usage_error(where + ": " + detail);
+}
+
+std::string field_where(const std::string &source, const std::string &field) {
+  return fmt::format("{}: field \"{}\"", source, field);
+}
+
+// The value of `key`, or nullptr when it is absent or null (msprobe's json.get() gives None for
+// both, and None means "use the default").
+const ordered_json *get(const ordered_json &object, const std::string &key) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::string expect_string(const ordered_json &v, const std::string &where) {
+  if (!v.is_string()) fail(where, "expected a string, got " + kind(v));
+  return v.get<std::string>();
+}
+
+bool expect_bool(const ordered_json &v, const std::string &where) {
+  if (!v.is_boolean()) fail(where, "expected a bool, got " + kind(v));
+  return v.get<bool>();
+}
+
+// An int in the int64 range; bools and floats are not ints (msprobe: isinstance(x, int) and not bool).
+int64_t expect_int(const ordered_json &v, const std::string &where) {
+  if (v.is_number_unsigned()) {
+    auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) fail(where, fmt::format("{} is out of the int64 range", u));
+    return static_cast<int64_t>(u);
+  }
+  if (!v.is_number_integer()) fail(where, "expected an int, got " + kind(v));
+  return v.get<int64_t>();
+}
+
+std::vector<std::string> expect_string_list(const ordered_json &v, const std::string &where) {
+  if (!v.is_array()) fail(where, "expected a list of strings, got " + kind(v));
+  std::vector<std::string> out;
+  out.reserve(v.size());
+  for (const auto &element : v) {
+    if (!element.is_string()) fail(where, fmt::format("element {} is {}, expected a string", describe(element), kind(element)));
+    out.push_back(element.get<std::string>());
+  }
+  return out;
+}
+
+void check_one_of(const std::string &value, const std::vector<std::string> &allowed, const std::string &where) {
+  if (!contains(allowed, value)) fail(where, fmt::format("{} is not one of {}", quote(value), join(allowed)));
+}
+
+std::string expect_one_of(const ordered_json &v, const std::vector<std::string> &allowed, const std::string &where) {
+  std::string value = expect_string(v, where);
+  check_one_of(value, allowed, where);
+  return value;
+}
+
+void check_keys(const ordered_json &object, const std::vector<std::string> &allowed, const std::string &source,
+                const std::string &section) {
+  for (const auto &[key, value] : object.items()) {
+    if (contains(allowed, key)) continue;
+    if (section.empty()) {
+      fail(field_where(source, key), "unknown key; allowed top-level keys: " + join(allowed));
+    }
+    fail(field_where(source, section + "." + key),
+         fmt::format("unknown key; allowed keys in \"{}\": {}", section, allowed.empty() ? "none" : join(allowed)));
+  }
+}
+
+// msprobe's path rule (FileCheckConst.FILE_PATTERN ^[a-zA-Z0-9_./-]+$, length caps), applied to
+// the absolute path as msprobe applies it to the realpath: a cwd like /home/abc++ fails too.
+std::string absolute_dump_path(const std::string &path, const std::string &where) {
+  if (path.empty()) fail(where, "the dump_path not found (a non-empty path is required)");
+  std::error_code ec;
+  fs::path absolute = fs::absolute(path, ec);
+  if (ec) throw system_error_from_errno("resolve", path, ec.value());
+  std::string normal = absolute.lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  if (normal.size() > path_max_length) {
+    fail(where, fmt::format("absolute path is {} characters long, at most {} allowed", normal.size(), path_max_length));
+  }
+  static const std::string_view allowed_chars =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-";
+  if (size_t bad = normal.find_first_not_of(allowed_chars); bad != std::string::npos) {
+    fail(where, fmt::format("absolute path {} contains {}; only letters, digits and _ . / - are allowed",
+                            quote(normal), quote(normal.substr(bad, 1))));
+  }
+  size_t start = 0;
+  while (start < normal.size()) {
+    size_t end = normal.find('/', start);
+    if (end == std::string::npos) end = normal.size();
+    if (end - start > path_component_max_length) {
+      fail(where, fmt::format("path component {} is {} characters long, at most {} allowed",
+                              quote(normal.substr(start, 40) + "..."), end - start, path_component_max_length));
+    }
+    start = end + 1;
+  }
+  return normal;
+}
+
+// A decimal number, digits only (msprobe's int() also takes " +3"; configs never rely on that).
+std::optional<int64_t> parse_bound(std::string_view text, bool &overflow) {
+  overflow = false;
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  int64_t value = 0;
+  auto [ptr, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (err == std::errc::result_out_of_range) {
+    overflow = true;
+    return std::nullopt;
+  }
+  if (err != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// --- task sections ---------------------------------------------------------------------------
+
+void check_data_mode(const std::vector<std::string> &modes, const std::string &where) {
+  if (modes.size() > 4) fail(where, fmt::format("has {} elements, at most 4 allowed", modes.size()));
+  for (const auto &mode : modes) {
+    if (!contains(data_mode_names, mode)) {
+      fail(where, fmt::format("element {} is not one of {}", quote(mode), join(data_mode_names)));
+    }
+  }
+  if (contains(modes, "all") && modes.size() != 1) fail(where, "\"all\" cannot be combined with other modes");
+}
+
+std::vector<std::string> parse_scope(const ordered_json &v, const std::string &where) {
+  auto scope = expect_string_list(v, where);
+  if (!scope.empty() && scope.size() != 2) {
+    fail(where, fmt::format("must be empty or exactly 2 entry names (start, end), got {}", scope.size()));
+  }
+  return scope;
+}
+
+// statistics and tensor (§2.4, §2.5).
+void parse_dump_section(const ordered_json &section, const std::string &source, capture_config &cfg) {
+  auto where = [&](const char *key) { return field_where(source, cfg.task + "." + key); };
+  if (auto *v = get(section, "scope")) cfg.scope = parse_scope(*v, where("scope"));
+  if (auto *v = get(section, "list")) cfg.list = expect_string_list(*v, where("list"));
+  if (auto *v = get(section, "tensor_list")) cfg.tensor_list = expect_string_list(*v, where("tensor_list"));
+  if (auto *v = get(section, "data_mode")) {
+    cfg.data_mode = expect_string_list(*v, where("data_mode"));
+    check_data_mode(cfg.data_mode, where("data_mode"));
+  }
+  if (auto *v = get(section, "summary_mode")) {
+    cfg.summary_mode = expect_one_of(*v, {"statistics", "md5"}, where("summary_mode"));
+  }
+  if (auto *v = get(section, "file_format")) {
+    cfg.file_format = expect_one_of(*v, {"npy", "bin"}, where("file_format"));
+  }
+  // MindSpore static graph only; validated so that a typo still fails, otherwise unused.
+  if (auto *v = get(section, "device")) (void)expect_one_of(*v, {"device", "host"}, where("device"));
+}
+
+void parse_overflow_check_section(const ordered_json &section, const std::string &source, capture_config &cfg) {
+  if (auto *v = get(section, "overflow_nums")) {
+    const std::string where = field_where(source, "overflow_check.overflow_nums");
+    cfg.overflow_nums = expect_int(*v, where);
+    if (cfg.overflow_nums != -1 && cfg.overflow_nums <= 0) {
+      fail(where, fmt::format("{} is invalid: -1 (never stop) or a count > 0 is required", cfg.overflow_nums));
+    }
+  }
+  if (auto *v = get(section, "check_mode")) {
+    (void)expect_one_of(*v, {"all", "aicore", "atomic"}, field_where(source, "overflow_check.check_mode"));
+  }
+}
+
+int64_t expect_positive(const ordered_json &v, const std::string &where) {
+  int64_t n = expect_int(v, where);
+  if (n <= 0) fail(where, fmt::format("{} is invalid: must be > 0", n));
+  return n;
+}
+
+// Validated so that msprobe configs for this task are checked; the capture does not run it.
+void parse_free_benchmark_section(const ordered_json &section, const std::string &source, capture_config &cfg) {
+  auto where = [&](const char *key) { return field_where(source, std::string("free_benchmark.") + key); };
+  if (auto *v = get(section, "scope")) cfg.scope = parse_scope(*v, where("scope"));
+  if (auto *v = get(section, "list")) cfg.list = expect_string_list(*v, where("list"));
+  std::string fuzz_device = "npu", pert_mode = "improve_precision", handler_type = "check", fuzz_stage = "forward";
+  bool if_preheat = false;
+  if (auto *v = get(section, "fuzz_device")) fuzz_device = expect_one_of(*v, {"npu", "cpu"}, where("fuzz_device"));
+  if (auto *v = get(section, "pert_mode")) {
+    pert_mode = expect_one_of(
+        *v, {"improve_precision", "add_noise", "no_change", "bit_noise", "change_value", "to_cpu"}, where("pert_mode"));
+  }
+  if (auto *v = get(section, "handler_type")) handler_type = expect_one_of(*v, {"check", "fix"}, where("handler_type"));
+  if (auto *v = get(section, "fuzz_level")) (void)expect_one_of(*v, {"L1"}, where("fuzz_level"));
+  if (auto *v = get(section, "fuzz_stage")) fuzz_stage = expect_one_of(*v, {"forward", "backward"}, where("fuzz_stage"));
+  if (auto *v = get(section, "if_preheat")) if_preheat = expect_bool(*v, where("if_preheat"));
+  if (auto *v = get(section, "preheat_step")) (void)expect_positive(*v, where("preheat_step"));
+  if (auto *v = get(section, "max_sample")) (void)expect_positive(*v, where("max_sample"));
+
+  if (!cfg.scope.empty() && !cfg.list.empty()) fail(where("scope"), "cannot be combined with free_benchmark.list");
+  if (fuzz_stage == "backward" && cfg.list.empty()) fail(where("list"), "must not be empty when fuzz_stage is \"backward\"");
+  if ((fuzz_device == "cpu") != (pert_mode == "to_cpu")) {
+    fail(where("fuzz_device"), "\"cpu\" is required by, and only allowed with, pert_mode \"to_cpu\"");
+  }
+  if (handler_type == "fix") {
+    if (fuzz_stage != "forward") fail(where("handler_type"), "\"fix\" requires fuzz_stage \"forward\"");
+    if (pert_mode != "improve_precision" && pert_mode != "to_cpu") {
+      fail(where("handler_type"), "\"fix\" requires pert_mode \"improve_precision\" or \"to_cpu\"");
+    }
+    if (if_preheat) fail(where("handler_type"), "\"fix\" cannot be used with if_preheat");
+  }
+}
+
+void parse_run_ut_section(const ordered_json &section, const std::string &source) {
+  auto where = [&](const char *key) { return field_where(source, std::string("run_ut.") + key); };
+  if (auto *v = get(section, "white_list")) (void)expect_string_list(*v, where("white_list"));
+  if (auto *v = get(section, "black_list")) (void)expect_string_list(*v, where("black_list"));
+  if (auto *v = get(section, "error_data_path")) {
+    std::string path = expect_string(*v, where("error_data_path"));
+    std::error_code ec;
+    if (!fs::exists(path, ec)) fail(where("error_data_path"), fmt::format("path {} does not exist", quote(path)));
+  }
+}
+
+void parse_grad_probe_section(const ordered_json &section, const std::string &source) {
+  auto where = [&](const char *key) { return field_where(source, std::string("grad_probe.") + key); };
+  if (auto *v = get(section, "grad_level")) (void)expect_one_of(*v, {"L0", "L1", "L2"}, where("grad_level"));
+  if (auto *v = get(section, "param_list")) (void)expect_string_list(*v, where("param_list"));
+  if (auto *v = get(section, "bounds")) {
+    const std::string w = where("bounds");
+    if (!v->is_array()) fail(w, "expected a list of numbers, got " + kind(*v));
+    // long double holds every int64 exactly, so ints and floats compare correctly.
+    std::optional<long double> previous;
+    for (const auto &element : *v) {
+      if (!element.is_number()) fail(w, fmt::format("element {} is {}, expected a number", describe(element), kind(element)));
+      long double value = element.is_number_float() ? static_cast<long double>(element.get<double>())
+                          : element.is_number_unsigned() ? static_cast<long double>(element.get<uint64_t>())
+                                                          : static_cast<long double>(element.get<int64_t>());
+      if (value < -9223372036854775808.0L || value > 9223372036854775807.0L) {
+        fail(w, fmt::format("element {} is out of the int64 range", describe(element)));
+      }
+      if (previous && value <= *previous) fail(w, fmt::format("must be strictly ascending at element {}", describe(element)));
+      previous = value;
+    }
+  }
+}
+
+void parse_task_section(const ordered_json &doc, const std::string &source, capture_config &cfg) {
+  const ordered_json *section = get(doc, cfg.task);
+  if (!section) return;
+  if (!section->is_object()) fail(field_where(source, cfg.task), "expected an object, got " + kind(*section));
+  check_keys(*section, section_keys(cfg.task), source, cfg.task);
+  if (cfg.task == "statistics" || cfg.task == "tensor") {
+    parse_dump_section(*section, source, cfg);
+  } else if (cfg.task == "overflow_check") {
+    parse_overflow_check_section(*section, source, cfg);
+  } else if (cfg.task == "free_benchmark") {
+    parse_free_benchmark_section(*section, source, cfg);
+  } else if (cfg.task == "run_ut") {
+    parse_run_ut_section(*section, source);
+  } else if (cfg.task == "grad_probe") {
+    parse_grad_probe_section(*section, source);
+  }
+}
+
+// --- cross-field rules (§2.1, §2.11) ---------------------------------------------------------
+
+bool all_digits(std::string_view s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos; }
+
+// Splits the last "."-segment off `rest`; false when there is no ".".
+bool split_last_segment(std::string_view &rest, std::string_view &segment) {
+  const size_t dot = rest.rfind('.');
+  if (dot == std::string_view::npos) return false;
+  segment = rest.substr(dot + 1);
+  rest = rest.substr(0, dot);
+  return true;
+}
+
+bool starts_with_any_prefix(std::string_view rest, std::initializer_list<std::string_view> prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view prefix) {
+    return rest.size() > prefix.size() && rest.starts_with(prefix) && rest[prefix.size()] == '.';
+  });
+}
+
+// RangeScope.check_name_pattern (msprobe/core/data_dump/scope.py), written out rather than as
+// std::regex (GCC 12's <regex> trips -Wmaybe-uninitialized in some builds):
+//   API    ^(Distributed|Functional|Torch|Tensor|Mint|MintFunctional|Primitive|Aten|VF|NPU|Jit)\..*\.\d+\.(forward|backward)$
+//   module ^(Cell|Module)\..*\.(forward|backward)\.\d+$
+// (`.` does not match a newline, hence the newline test.)
+bool is_api_entry_name(std::string_view name) {
+  std::string_view rest = name, direction, count;
+  if (name.find('\n') != std::string_view::npos) return false;
+  if (!split_last_segment(rest, direction) || (direction != "forward" && direction != "backward")) return false;
+  if (!split_last_segment(rest, count) || !all_digits(count)) return false;
+  return starts_with_any_prefix(rest, {"Distributed", "Functional", "Torch", "Tensor", "Mint", "MintFunctional",
+                                       "Primitive", "Aten", "VF", "NPU", "Jit"});
+}
+
+bool is_module_entry_name(std::string_view name) {
+  std::string_view rest = name, direction, count;
+  if (name.find('\n') != std::string_view::npos) return false;
+  if (!split_last_segment(rest, count) || !all_digits(count)) return false;
+  if (!split_last_segment(rest, direction) || (direction != "forward" && direction != "backward")) return false;
+  return starts_with_any_prefix(rest, {"Cell", "Module"});
+}
+
+void check_scope_names(const capture_config &cfg, const std::string &source) {
+  const std::string where = field_where(source, cfg.task + ".scope");
+  for (const auto &name : cfg.scope) {
+    const bool api = is_api_entry_name(name);
+    const bool module = is_module_entry_name(name);
+    if (cfg.level == "L1" && !api) {
+      fail(where, fmt::format("element {} is not an API entry name as level \"L1\" requires "
+                              "(e.g. \"Functional.linear.0.forward\")", quote(name)));
+    }
+    if (cfg.level == "L0" && !module) {
+      fail(where, fmt::format("element {} is not a module entry name as level \"L0\" requires "
+                              "(e.g. \"Module.conv1.Conv2d.forward.0\")", quote(name)));
+    }
+    if (!api && !module) {
+      fail(where, fmt::format("element {} is neither an API entry name (e.g. \"Functional.linear.0.forward\") "
+                              "nor a module entry name (e.g. \"Module.conv1.Conv2d.forward.0\")", quote(name)));
+    }
+  }
+}
+
+void validate_cross_fields(capture_config &cfg, const std::string &source) {
+  if (cfg.task == "structure" && cfg.level != "L0" && cfg.level != "mix") cfg.level = "mix";
+  if (cfg.task == "exception_dump" && cfg.level != "L2") {
+    fail(field_where(source, "level"), fmt::format("task \"exception_dump\" requires level \"L2\", got {}", quote(cfg.level)));
+  }
+  // PyTorch kernel dump (DebuggerConfig._check_and_adjust_config_with_l2); exception_dump's L2 is
+  // MindSpore's and has none of these rules.
+  if (cfg.level == "L2" && cfg.task != "exception_dump") {
+    if (cfg.task != "tensor") {
+      fail(field_where(source, "level"),
+           fmt::format("level \"L2\" (kernel dump) requires task \"tensor\", got {}", quote(cfg.task)));
+    }
+    if (!cfg.scope.empty()) fail(field_where(source, cfg.task + ".scope"), "must be empty at level \"L2\"");
+    if (cfg.list.size() != 1) {
+      fail(field_where(source, cfg.task + ".list"),
+           fmt::format("must contain exactly one API name at level \"L2\", got {}", cfg.list.size()));
+    }
+  } else if (!cfg.scope.empty()) {
+    check_scope_names(cfg, source);
+  }
+  if (cfg.async_dump && cfg.summary_mode == "md5") {
+    fail(field_where(source, "async_dump"), "true cannot be combined with summary_mode \"md5\"");
+  }
+  if (cfg.async_dump && cfg.task == "tensor") {
+    if (cfg.level == "debug") {
+      cfg.list.clear();  // msprobe clears it: debug saves what the user passes to save()
+    } else if (cfg.list.empty()) {
+      fail(field_where(source, "tensor.list"), "must not be empty when async_dump is true with task \"tensor\"");
+    }
+  }
+}
+
+// The msprobe document equivalent to a config built by hand, for re-deriving it with overrides.
+ordered_json document_from_fields(const capture_config &cfg) {
+  ordered_json doc = ordered_json::object();
+  doc["task"] = cfg.task;
+  doc["dump_path"] = cfg.dump_path;
+  doc["rank"] = cfg.rank;
+  doc["step"] = cfg.step;
+  doc["level"] = cfg.level;
+  doc["enable_dataloader"] = cfg.enable_dataloader;
+  doc["async_dump"] = cfg.async_dump;
+  doc["precision"] = cfg.precision;
+  ordered_json section = ordered_json::object();
+  if (cfg.task == "statistics" || cfg.task == "tensor" || cfg.task == "free_benchmark") {
+    section["scope"] = cfg.scope;
+    section["list"] = cfg.list;
+  }
+  if (cfg.task == "statistics" || cfg.task == "tensor") {
+    section["data_mode"] = cfg.data_mode;
+    section["summary_mode"] = cfg.summary_mode;
+  }
+  if (cfg.task == "statistics") section["tensor_list"] = cfg.tensor_list;
+  if (cfg.task == "tensor") section["file_format"] = cfg.file_format;
+  if (cfg.task == "overflow_check") section["overflow_nums"] = cfg.overflow_nums;
+  doc[cfg.task] = std::move(section);
+  return doc;
+}
+
+// --- filter helpers --------------------------------------------------------------------------
+
+enum class entry_direction { unknown, forward, backward, parameters_grad };
+
+// Where the direction segment of an entry name is: last for APIs ("X.0.forward"), second to last
+// for modules ("Module.a.B.forward.0", "Module.a.B.parameters_grad.0"). A module path may itself
+// contain "forward" ("Module.forward_net..."), so whole segments are compared, from the end.
+struct direction_segment {
+  entry_direction direction = entry_direction::unknown;
+  size_t pos = 0, len = 0;
+};
+
+entry_direction classify(std::string_view segment) {
+  if (segment == "forward") return entry_direction::forward;
+  if (segment == "backward") return entry_direction::backward;
+  if (segment == "parameters_grad") return entry_direction::parameters_grad;
+  return entry_direction::unknown;
+}
+
+direction_segment find_direction(std::string_view name) {
+  const size_t last_dot = name.rfind('.');
+  const size_t last_pos = last_dot == std::string_view::npos ? 0 : last_dot + 1;
+  const std::string_view last = name.substr(last_pos);
+  if (auto d = classify(last); d != entry_direction::unknown) return {d, last_pos, last.size()};
+  if (last_dot == std::string_view::npos || last_dot == 0 || !all_digits(last)) return {};
+  const size_t prev_dot = name.rfind('.', last_dot - 1);
+  const size_t prev_pos = prev_dot == std::string_view::npos ? 0 : prev_dot + 1;
+  const std::string_view prev = name.substr(prev_pos, last_dot - prev_pos);
+  if (auto d = classify(prev); d != entry_direction::unknown) return {d, prev_pos, prev.size()};
+  return {};
+}
+
+}  // namespace
+
+// --- public ------------------------------------------------------------------------------------
+
+nlohmann::ordered_json capture_config::session_meta() const {
+  ordered_json meta = ordered_json::object();
+  meta["task"] = task;
+  meta["level"] = level;
+  meta["framework"] = "pytorch";
+  meta["dump_path"] = dump_path;
+  meta["rank"] = rank;
+  meta["step"] = step;
+  meta["precision"] = precision;
+  meta["summary_mode"] = summary_mode;
+  meta["data_mode"] = data_mode;
+  meta["scope"] = scope;
+  meta["list"] = list;
+  meta["tensor_list"] = tensor_list;
+  meta["async_dump"] = async_dump;
+  return meta;
+}
+
+std::vector<int64_t> config_parse_rank_or_step(const nlohmann::ordered_json &value, const std::string &field,
+                                               const std::string &source) {
+  if (value.is_null()) return {};
+  const std::string where = field_where(source, field);
+  if (!value.is_array()) fail(where, "expected a list of ints and \"a-b\" strings, got " + kind(value));
+  if (value.size() > rank_step_max_elements) {
+    fail(where, fmt::format("has {} elements, at most {} allowed", value.size(), rank_step_max_elements));
+  }
+  // Collected as intervals and merged, so overlapping ranges cost nothing however many are given.
+  std::vector<std::pair<int64_t, int64_t>> intervals;
+  intervals.reserve(value.size());
+  for (const auto &element : value) {
+    if (element.is_boolean()) {
+      fail(where, fmt::format("element {} is a bool, expected an int or an \"a-b\" string", describe(element)));
+    }
+    if (element.is_number_integer()) {
+      const bool in_range = element.is_number_unsigned() ? element.get<uint64_t>() <= rank_step_max
+                                                         : element.get<int64_t>() >= 0 && element.get<int64_t>() <= rank_step_max;
+      if (!in_range) fail(where, fmt::format("element {} is out of range [0, {}]", describe(element), rank_step_max));
+      intervals.emplace_back(element.get<int64_t>(), element.get<int64_t>());
+      continue;
+    }
+    if (!element.is_string()) {
+      fail(where, fmt::format("element {} is {}, expected an int or an \"a-b\" string", describe(element), kind(element)));
+    }
+    const std::string text = element.get<std::string>();
+    const size_t hyphen = text.find('-');
+    if (hyphen == std::string::npos || text.find('-', hyphen + 1) != std::string::npos) {
+      fail(where, fmt::format("element {} is not of the form \"a-b\" (e.g. \"3-5\")", quote(text)));
+    }
+    bool overflow_a = false, overflow_b = false;
+    auto a = parse_bound(std::string_view(text).substr(0, hyphen), overflow_a);
+    auto b = parse_bound(std::string_view(text).substr(hyphen + 1), overflow_b);
+    if ((!a && !overflow_a) || (!b && !overflow_b)) {
+      fail(where, fmt::format("element {} is not a valid range (the hyphen must start and end with decimal numbers)",
+                              quote(text)));
+    }
+    if (!a || !b || *a > rank_step_max || *b > rank_step_max) {
+      fail(where, fmt::format("element {} is not a valid range (both ends must be in [0, {}])", quote(text), rank_step_max));
+    }
+    if (*a > *b) fail(where, fmt::format("element {} is not a valid range (a <= b required)", quote(text)));
+    intervals.emplace_back(*a, *b);
+  }
+  std::sort(intervals.begin(), intervals.end());
+  std::vector<int64_t> out;
+  for (const auto &[a, b] : intervals) {
+    for (int64_t i = out.empty() ? a : std::max(a, out.back() + 1); i <= b; ++i) out.push_back(i);
+  }
+  return out;
+}
+
+capture_config config_parse(const nlohmann::ordered_json &doc, const std::string &source) {
+  if (!doc.is_object()) {
+    throw usage_error(fmt::format("{}: expected a JSON object at the top level, got {}", source, kind(doc)));
+  }
+  std::vector<std::string> top_level_keys = common_keys;
+  top_level_keys.insert(top_level_keys.end(), task_names.begin(), task_names.end());
+  check_keys(doc, top_level_keys, source, "");
+
+  capture_config cfg;
+  cfg.source = doc;
+  cfg.source_name = source;
+  auto where = [&](const char *field) { return field_where(source, field); };
+  if (auto *v = get(doc, "task")) cfg.task = expect_one_of(*v, task_names, where("task"));
+  const ordered_json *dump_path = get(doc, "dump_path");
+  if (!dump_path) fail(where("dump_path"), "the dump_path not found (a non-empty path is required)");
+  cfg.dump_path = absolute_dump_path(expect_string(*dump_path, where("dump_path")), where("dump_path"));
+  if (auto *v = get(doc, "rank")) cfg.rank = config_parse_rank_or_step(*v, "rank", source);
+  if (auto *v = get(doc, "step")) cfg.step = config_parse_rank_or_step(*v, "step", source);
+  if (auto *v = get(doc, "level")) cfg.level = expect_one_of(*v, level_names, where("level"));
+  if (auto *v = get(doc, "enable_dataloader")) cfg.enable_dataloader = expect_bool(*v, where("enable_dataloader"));
+  if (auto *v = get(doc, "async_dump")) cfg.async_dump = expect_bool(*v, where("async_dump"));
+  if (auto *v = get(doc, "precision")) cfg.precision = expect_one_of(*v, {"low", "high"}, where("precision"));
+
+  parse_task_section(doc, source, cfg);
+  validate_cross_fields(cfg, source);
+  return cfg;
+}
+
+capture_config config_load(const std::string &path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE *)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) throw system_error_from_errno("open", path, errno);
+  std::string text;
+  char buffer[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, n);
+  if (std::ferror(file.get())) throw system_error_from_errno("read", path, errno);
+
+  ordered_json doc;
+  try {
+    doc = ordered_json::parse(text);
+  } catch (const nlohmann::json::parse_error &e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: ..."
+    std::string detail = e.what();
+    if (size_t end = detail.find("] "); detail.starts_with("[json.exception.") && end != std::string::npos) {
+      detail.erase(0, end + 2);
+    }
+    throw usage_error(fmt::format("{}: invalid JSON: {}", path, detail));
+  }
+  return config_parse(doc, path);
+}
+
+void config_apply_overrides(capture_config &cfg, const config_overrides &overrides) {
+  ordered_json doc = cfg.source.is_object() ? cfg.source : document_from_fields(cfg);
+  if (overrides.task) doc["task"] = *overrides.task;
+  if (overrides.dump_path) doc["dump_path"] = *overrides.dump_path;
+  if (overrides.level) doc["level"] = *overrides.level;
+  if (overrides.step) doc["step"] = *overrides.step;
+  const std::string name = cfg.source_name.empty() ? "config" : cfg.source_name;
+  capture_config updated = config_parse(doc, name + " (with overrides)");
+  updated.source = cfg.source;
+  updated.source_name = cfg.source_name;
+  cfg = std::move(updated);
+}
+
+config_overrides config_overrides_from_env() {
+  config_overrides overrides;
+  if (const char *task = std::getenv("TPROBE_TASK")) {
+    check_one_of(task, task_names, "TPROBE_TASK");
+    overrides.task = task;
+  }
+  if (const char *dump_path = std::getenv("TPROBE_DUMP_PATH")) {
+    (void)absolute_dump_path(dump_path, "TPROBE_DUMP_PATH");
+    overrides.dump_path = dump_path;
+  }
+  if (const char *level = std::getenv("TPROBE_LEVEL")) {
+    check_one_of(level, level_names, "TPROBE_LEVEL");
+    overrides.level = level;
+  }
+  return overrides;
+}
+
+// --- capture_filter ----------------------------------------------------------------------------
+
+capture_filter::capture_filter(const capture_config &cfg)
+    : ranks_(cfg.rank),
+      steps_(cfg.step),
+      scope_(cfg.scope),
+      list_(cfg.list),
+      // msprobe ignores tensor_list at level debug.
+      tensor_list_(cfg.task == "statistics" && cfg.level != "debug" ? cfg.tensor_list : std::vector<std::string>{}),
+      save_all_tensors_(cfg.task == "tensor"),
+      crc32_(cfg.summary_mode == "md5") {
+  std::sort(ranks_.begin(), ranks_.end());
+  std::sort(steps_.begin(), steps_.end());
+  // _get_allowed_data_mode: an axis with nothing named on it allows both of its values.
+  if (!contains(cfg.data_mode, "all")) {
+    allow_forward_ = contains(cfg.data_mode, "forward");
+    allow_backward_ = contains(cfg.data_mode, "backward");
+    allow_input_ = contains(cfg.data_mode, "input");
+    allow_output_ = contains(cfg.data_mode, "output");
+    if (!allow_forward_ && !allow_backward_) allow_forward_ = allow_backward_ = true;
+    if (!allow_input_ && !allow_output_) allow_input_ = allow_output_ = true;
+  }
+}
+
+bool capture_filter::rank_enabled(int rank) const {
+  if (ranks_.empty()) return true;
+  return std::binary_search(ranks_.begin(), ranks_.end(), static_cast<int64_t>(rank < 0 ? 0 : rank));
+}
+
+bool capture_filter::step_enabled(int64_t step) const {
+  return steps_.empty() || std::binary_search(steps_.begin(), steps_.end(), step);
+}
+
+bool capture_filter::past_last_step(int64_t step) const { return !steps_.empty() && step > steps_.back(); }
+
+bool capture_filter::entry_enabled(std::string_view entry) {
+  const bool in_range = in_scope_range(entry);  // always runs: it advances the scope state
+  return in_range && in_list(entry);
+}
+
+bool capture_filter::in_scope_range(std::string_view entry) {
+  if (scope_.empty()) return true;
+  if (entry == scope_[0]) in_scope_ = true;
+  bool in_range = in_scope_;
+  if (in_scope_ && entry == scope_[1]) in_scope_ = false;
+
+  const direction_segment segment = find_direction(entry);
+  if (in_range && segment.direction == entry_direction::forward) {
+    forwards_in_scope_.emplace(entry);
+    const bool module_style = segment.pos + segment.len < entry.size();
+    if (module_style && segment.pos > 0) modules_in_scope_.emplace(entry.substr(0, segment.pos - 1));
+  } else if (!in_range && segment.direction == entry_direction::backward) {
+    std::string forward(entry);
+    forward.replace(segment.pos, segment.len, "forward");
+    in_range = forwards_in_scope_.contains(forward);
+  } else if (!in_range && segment.direction == entry_direction::parameters_grad && segment.pos > 0) {
+    in_range = modules_in_scope_.contains(std::string(entry.substr(0, segment.pos - 1)));
+  }
+  return in_range;
+}
+
+bool capture_filter::in_list(std::string_view entry) const {
+  if (list_.empty()) return true;
+  return std::any_of(list_.begin(), list_.end(),
+                     [&](const std::string &item) { return entry.find(item) != std::string_view::npos; });
+}
+
+bool capture_filter::slot_enabled(std::string_view entry, std::string_view slot) const {
+  if (allow_forward_ && allow_backward_ && allow_input_ && allow_output_) return true;
+  const entry_direction direction = find_direction(entry).direction;
+  const bool direction_ok = direction == entry_direction::forward   ? allow_forward_
+                            : direction == entry_direction::unknown ? true
+                                                                    : allow_backward_;
+  if (direction == entry_direction::parameters_grad) return direction_ok && allow_output_;
+  const std::string_view section = slot.substr(0, slot.find('.'));
+  bool io_ok = true;
+  if (section == "input" || section == "input_args" || section == "kwargs" || section == "input_kwargs" ||
+      section == "parameters") {
+    io_ok = allow_input_;
+  } else if (section == "output" || section == "parameters_grad") {
+    io_ok = allow_output_;
+  }
+  return direction_ok && io_ok;
+}
+
+bool capture_filter::save_tensor(std::string_view entry) const {
+  if (save_all_tensors_) return true;
+  return std::any_of(tensor_list_.begin(), tensor_list_.end(),
+                     [&](const std::string &item) { return entry.find(item) != std::string_view::npos; });
+}
+
+void capture_filter::reset_step() {
+  in_scope_ = false;
+  forwards_in_scope_.clear();
+  modules_in_scope_.clear();
+}
+
+}  // namespace tprobe

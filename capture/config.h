@@ -1,0 +1,148 @@
+// config.h: msprobe's config.json for the capture, parsed, validated and turned into a filter.
+//
+// The file is msprobe's own (docs: msprobe-compat.md §2), so an existing msprobe config works
+// unchanged:
+//
+//     { "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [0, "2-4"],
+//       "level": "L1", "statistics": {"scope": [], "list": ["linear"], "data_mode": ["forward"],
+//                                      "summary_mode": "statistics"} }
+//
+// Differences from msprobe, all deliberate:
+// - unknown keys (top level, and inside the section of the selected task) are rejected with a
+//   message listing the allowed ones, where msprobe silently ignores them: typos must not turn
+//   into a capture of everything;
+// - every problem is one usage_error line naming the input and the field, e.g.
+//       config.json: field "rank": element "5-3" is not a valid range (a <= b required)
+//   Environment overrides name the variable instead: `TPROBE_LEVEL: "L3" is not one of ...`.
+//
+// All eight tasks are accepted and validated as msprobe does; the capture itself implements the
+// statistics, tensor and structure semantics. Nothing here is thread-safe; parse once, then copy.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tprobe {
+
+// The effective configuration. Defaults are msprobe's.
+struct capture_config {
+  // tensor, statistics, overflow_check, free_benchmark, run_ut, grad_probe, structure,
+  // exception_dump (MindSpore only in msprobe; accepted with level L2 and never captured).
+  std::string task = "statistics";
+  // Absolute and lexically normalised (no ".", "..", trailing "/"): the capture and the stages
+  // may run in different working directories. Checked against msprobe's path rules (§2.2).
+  std::string dump_path;
+  // Expanded ("2-4" -> 2, 3, 4), sorted, deduplicated; empty = all ranks / all steps.
+  std::vector<int64_t> rank, step;
+  // L0 (modules), L1 (APIs), L2 (kernel), mix (both), debug. Task structure forces "mix"
+  // unless L0 or mix is given, as msprobe does (it only warns).
+  std::string level = "L1";
+  bool enable_dataloader = false;
+  bool async_dump = false;
+  std::string precision = "low";  // "high": statistics in float32
+
+  // From the section named by `task` (statistics, tensor; scope and list also free_benchmark).
+  std::vector<std::string> scope;        // empty or exactly {start, end} entry names
+  std::vector<std::string> list;         // substrings of entry names
+  std::vector<std::string> tensor_list;  // statistics: these entries also get tensors saved
+  std::vector<std::string> data_mode{"all"};
+  std::string summary_mode = "statistics";  // statistics | md5 (md5 is a CRC-32, §1.6)
+  std::string file_format = "npy";          // npy | bin (only effective for MindSpore L2)
+  int64_t overflow_nums = 1;                // overflow_check: -1 (never stop) or > 0
+
+  nlohmann::ordered_json source;  // the document as given, before overrides
+  std::string source_name;        // the input named in messages, e.g. the file's path
+
+  // The effective config as a map, for dump headers and the stages: task, level, framework
+  // ("pytorch"), dump_path, rank, step, precision, summary_mode, data_mode, scope, list,
+  // tensor_list, async_dump.
+  [[nodiscard]] nlohmann::ordered_json session_meta() const;
+};
+
+// Parses and validates a config document. `source` names it in messages ("config.json").
+// Throws usage_error on the first problem found.
+[[nodiscard]] capture_config config_parse(const nlohmann::ordered_json &doc, const std::string &source);
+
+// Reads and parses the file at `path` (named by its path in messages).
+// Throws system_error when it cannot be opened or read ("unable to open PATH: No such file or
+// directory"), usage_error for invalid JSON (with the line and column) or an invalid config.
+[[nodiscard]] capture_config config_load(const std::string &path);
+
+// One field of §2.3: null or a list of ints in [0, 1000000] and "a-b" strings (a <= b, both in
+// range), expanded, sorted and deduplicated. `field` and `source` name it in messages.
+[[nodiscard]] std::vector<int64_t> config_parse_rank_or_step(const nlohmann::ordered_json &value,
+                                                             const std::string &field,
+                                                             const std::string &source);
+
+// The arguments of msprobe's PrecisionDebugger(task=, dump_path=, level=, step=).
+struct config_overrides {
+  std::optional<std::string> task, dump_path, level;
+  std::optional<std::vector<int64_t>> step;
+};
+
+// Applies the overrides as msprobe does: they replace the file's values *before* validation, so
+// the config is re-derived from `cfg.source` (a new task selects its own section; a level forced
+// to "mix" by task structure is re-decided). Fields changed by hand since parsing are therefore
+// not kept; a config with no `source` object is re-derived from its fields. Messages name
+// "<source_name> (with overrides)". Throws usage_error; `cfg` is unchanged on error.
+void config_apply_overrides(capture_config &cfg, const config_overrides &overrides);
+
+// TPROBE_TASK, TPROBE_DUMP_PATH, TPROBE_LEVEL, set by the launcher from a manifest. Unset means
+// no override; set but invalid (empty included) throws usage_error naming the variable.
+[[nodiscard]] config_overrides config_overrides_from_env();
+
+// The per-call decisions of the capture, taken before any tensor is copied. Construct one per
+// capture session and call entry_enabled() for every entry in call order; call reset_step()
+// when the step changes (call counts restart per step, so scope state does too).
+class capture_filter {
+ public:
+  explicit capture_filter(const capture_config &cfg);
+
+  // `rank` -1 means not distributed; it counts as rank 0 (a single card is rank 0 for msprobe).
+  [[nodiscard]] bool rank_enabled(int rank) const;
+  [[nodiscard]] bool step_enabled(int64_t step) const;  // empty step list = every step
+  // step > max(step list): msprobe stops the service; the capture can stop hooking.
+  [[nodiscard]] bool past_last_step(int64_t step) const;
+
+  // Whether the entry ("Functional.linear.0.forward", "Module.fc.Linear.backward.0") is
+  // captured: inside the scope range and matching `list`. Stateful; call once per entry, in call
+  // order. The range starts at the entry named scope[0] and ends after the one named scope[1]
+  // (exact names); a backward entry is also in range when its forward was, and a
+  // parameters_grad entry when a forward of its module was. `list`: any element is a substring.
+  [[nodiscard]] bool entry_enabled(std::string_view entry);
+
+  // data_mode (msprobe's _get_allowed_data_mode): the direction comes from the entry name
+  // (forward; backward and parameters_grad = backward), the io kind from the slot's first
+  // segment: input / input_args / kwargs / input_kwargs / parameters = input, output /
+  // parameters_grad = output. Every slot of a parameters_grad entry is an output. An entry or slot
+  // whose kind cannot be told is not filtered on that axis.
+  [[nodiscard]] bool slot_enabled(std::string_view entry, std::string_view slot) const;
+
+  // Whether real tensors of this entry are written: task tensor always; task statistics when the
+  // name contains an element of tensor_list (ignored at level debug, as msprobe does).
+  [[nodiscard]] bool save_tensor(std::string_view entry) const;
+  [[nodiscard]] bool want_crc32() const { return crc32_; }  // summary_mode md5
+
+  void reset_step();
+
+ private:
+  [[nodiscard]] bool in_scope_range(std::string_view entry);
+  [[nodiscard]] bool in_list(std::string_view entry) const;
+
+  std::vector<int64_t> ranks_, steps_;
+  std::vector<std::string> scope_, list_, tensor_list_;
+  bool save_all_tensors_ = false;
+  bool crc32_ = false;
+  bool allow_forward_ = true, allow_backward_ = true, allow_input_ = true, allow_output_ = true;
+  bool in_scope_ = false;
+  std::unordered_set<std::string> forwards_in_scope_;  // "X.0.forward", "Module.a.B.forward.0"
+  std::unordered_set<std::string> modules_in_scope_;   // "Module.a.B", for parameters_grad
+};
+
+}  // namespace tprobe

@@ -1,0 +1,123 @@
+/* tprobe_capture.h: the capture API, for a training process that wants its tensors dumped.
+ *
+ * A session reads an msprobe-style config.json (task statistics or tensor, level, rank, step,
+ * scope, list, data_mode, summary_mode, …), connects to a tprobe pipeline and publishes one record
+ * per captured tensor. The training thread only filters, then either copies the tensor into a
+ * bounded queue or, when its data need not leave the process, computes its statistics in place;
+ * a sender thread does the rest. No I/O happens on the calling thread.
+ *
+ * Lifetime:
+ *   tprobe_session_open → (tprobe_start → tprobe_entry_begin / tprobe_capture_* … → tprobe_stop →
+ *   tprobe_step)* → tprobe_session_close
+ *
+ * Threading: a session may be used from one thread at a time (the training thread). Every call
+ * returns a status; on TPROBE_ERROR, tprobe_last_error() holds a one-line message for this thread.
+ * The caller may overwrite or free a tensor's memory as soon as the capture call returns.
+ *
+ * Flow control is lossless: when the queue is full (queue_bytes), a capture call waits for the
+ * sender thread. Nothing is dropped.
+ *
+ * This header depends on DLPack only (for DLTensor); it exposes no transport library.
+ * Link: -ltprobe_capture.
+ */
+#ifndef TPROBE_CAPTURE_H
+#define TPROBE_CAPTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. */
+#define TPROBE_OK 0        /* done */
+#define TPROBE_SKIPPED 1   /* not captured: outside the configured ranks, steps, scope, list or data_mode,
+                              or the session is stopped; an expected outcome, not an error */
+#define TPROBE_ERROR (-1)  /* failed: see tprobe_last_error() */
+
+/* DLPack 0.6 has no bool code; DLPack >= 0.8 uses 6 (kDLBool). Bool tensors use it here too. */
+#define TPROBE_DL_BOOL 6
+
+/* How a tensor whose data need not leave the process is handled. */
+typedef enum tprobe_stats_mode {
+  TPROBE_STATS_AUTO = 0, /* statistics in place on the calling thread, only numbers are sent */
+  TPROBE_STATS_COPY = 1  /* copy the data and let the statistics stage compute */
+} tprobe_stats_mode;
+
+typedef struct tprobe_open_options {
+  /* Pipeline endpoint(s), comma-separated; NULL: the environment variable TPROBE_ENDPOINT, which
+     `tprobe run` sets. A path without "://" writes a record file instead. */
+  const char *endpoint;
+  /* This process's rank, or -1 when not distributed (the dump folder is then "rank"). */
+  int rank;
+  /* "pytorch" (default when NULL), "mindspore" or "numpy": names dtypes and tensor types. */
+  const char *framework;
+  /* Bytes the queue may hold before capture calls wait; 0: 256 MiB. */
+  size_t queue_bytes;
+  /* Milliseconds to wait for the pipeline to answer at open; 0: 30000; -1: forever. */
+  int handshake_timeout_ms;
+  /* Compress payloads with LZ4 on the sender thread (worth it over tcp between hosts). */
+  int lz4;
+  tprobe_stats_mode stats_mode;
+} tprobe_open_options;
+
+/* Default options: endpoint NULL, rank -1, framework NULL, everything else 0. */
+tprobe_open_options tprobe_open_options_default(void);
+
+typedef struct tprobe_session tprobe_session;
+
+/* Opens a session. config_path NULL: the environment variable TPROBE_CONFIG. The environment
+   variables TPROBE_TASK, TPROBE_LEVEL and TPROBE_DUMP_PATH (set by a manifest's "capture" section)
+   override the file. Every config field is validated; a bad one fails the call with a message
+   naming the file and the field. options may be NULL (defaults). */
+int tprobe_session_open(const char *config_path, const tprobe_open_options *options, tprobe_session **session);
+
+/* Flushes the queue, sends end-of-stream and frees the session. NULL is a no-op. */
+int tprobe_session_close(tprobe_session *session);
+
+/* Capture on from here (if this rank and the current step are configured), off at stop.
+   stop also asks the pipeline to bring its files up to date. */
+int tprobe_start(tprobe_session *session);
+int tprobe_stop(tprobe_session *session);
+/* Ends the current step (its files become final) and moves to the next. */
+int tprobe_step(tprobe_session *session);
+int64_t tprobe_current_step(const tprobe_session *session);
+
+/* Announces a dump entry, in call order ("Functional.linear.0.forward"), with its construct.json
+   parent (NULL: none) and its call stack (stack_lines may be NULL when stack_len is 0).
+   is_recompute: 0 or 1, or -1 when unknown. Returns TPROBE_OK if the entry is captured,
+   TPROBE_SKIPPED if the rank, step, scope or list filters exclude it. Capture calls for an entry
+   never announced announce it implicitly. */
+int tprobe_entry_begin(tprobe_session *session, const char *entry, const char *parent,
+                       const char *const *stack_lines, size_t stack_len, int is_recompute);
+
+/* Captures one tensor of an entry. slot names its place: "input.0", "input.1.0", "kwargs.dim",
+   "output.0", "parameters.weight"; for a "….parameters_grad.N" entry, the parameter name.
+   The tensor must be in host memory (kDLCPU or kDLCUDAHost), any strides. */
+int tprobe_capture_tensor(tprobe_session *session, const char *entry, const char *slot, const DLTensor *tensor,
+                          int requires_grad);
+
+/* Captures a non-tensor argument as its msprobe JSON leaf, e.g. {"type":"int","value":1};
+   "null" for None. */
+int tprobe_capture_value(tprobe_session *session, const char *entry, const char *slot, const char *json);
+
+/* Counters since open. */
+typedef struct tprobe_session_counts {
+  uint64_t records;        /* records handed to the sender thread */
+  uint64_t bytes;          /* tensor bytes copied */
+  uint64_t skipped;        /* capture calls filtered out */
+  uint64_t waits;          /* capture calls that waited for queue space */
+} tprobe_session_counts;
+int tprobe_session_counts_get(const tprobe_session *session, tprobe_session_counts *counts);
+
+/* The message of this thread's last TPROBE_ERROR ("" if none). */
+const char *tprobe_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPROBE_CAPTURE_H */

@@ -1,0 +1,55 @@
+// pyjson.h: JSON text byte-compatible with Python's `json` module (msprobe-compat.md §1.4, §10.1).
+//
+// msprobe writes dump.json, stack.json and construct.json with `json.dump(obj, f, indent=1)`,
+// i.e. ensure_ascii=True, allow_nan=True, separators "," and ": ", floats as repr(float).
+// pyjson_dump() produces exactly those bytes for an nlohmann::ordered_json document, and
+// pyjson_parse() reads them back, including the NaN / Infinity / -Infinity tokens that Python
+// writes for non-finite floats.
+//
+// Strings are UTF-8 std::strings. Two extensions keep Python's lone surrogates ("\ud800"):
+// the parser stores them as 3-byte WTF-8 sequences and the writer escapes those sequences back
+// to "\udXXX". Any other invalid UTF-8 byte in a string given to the writer is written as
+// "\ufffd" (the writer never throws for string content).
+//
+// Thread-safe: pure functions of their arguments.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace tprobe {
+
+// Python's json.dumps(v, indent=indent) for indent >= 0 (indent=1 is what msprobe writes);
+// indent < 0 gives Python's json.dumps(v) with no indent (one line, separators ", " and ": ").
+// Floats are written as repr(float), NaN as NaN, ±inf as Infinity / -Infinity, integers
+// (int64 or uint64) as integers, non-ASCII as \uXXXX (surrogate pairs above U+FFFF).
+// Throws usage_error for values JSON has no text for (binary, discarded).
+[[nodiscard]] std::string pyjson_dump(const nlohmann::ordered_json &v, int indent = 1);
+// Same, appended to `out` (no clearing; reuse the buffer to avoid reallocations).
+void pyjson_dump_append(std::string &out, const nlohmann::ordered_json &v, int indent = 1);
+
+// Python's repr(float): shortest round-trip digits, fixed notation when the decimal exponent is
+// in [-4, 16), exponent notation otherwise ("1e-05", "0.0001", "1e+16", "1000000000000000.0",
+// "2.0", "-0.0", "5e-324"); "nan", "inf", "-inf" for non-finite values, as repr() does.
+// (pyjson_dump writes the JSON tokens NaN / Infinity / -Infinity instead.)
+[[nodiscard]] std::string py_float_repr(double d);
+void py_float_repr_append(std::string &out, double d);
+
+// Parse JSON text as Python's json.loads() does: standard JSON plus the tokens NaN, Infinity and
+// -Infinity wherever a number may appear; object key order is kept; a repeated key keeps its
+// first position and its last value (like a Python dict). Non-negative integers become
+// number_unsigned, negative ones number_integer, integers outside 64 bits and all numbers with
+// a fraction or exponent become number_float (out-of-range floats become ±inf or ±0, as
+// float() does). A leading UTF-8 byte-order mark is skipped. Linear time; nesting is limited
+// to 2000 levels (Python itself stops near 1000).
+// Errors: usage_error "SOURCE: invalid JSON at line L column C: REASON" (1-based, columns count
+// characters).
+[[nodiscard]] nlohmann::ordered_json pyjson_parse(std::string_view text, const std::string &source);
+
+// Read and parse a whole file; `source` in error messages is the path.
+// Throws system_error "unable to open|read PATH: ..." and usage_error as pyjson_parse.
+[[nodiscard]] nlohmann::ordered_json pyjson_load_file(const std::string &path);
+
+}  // namespace tprobe

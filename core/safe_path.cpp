@@ -1,0 +1,260 @@
+#include "safe_path.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <filesystem>
+#include <vector>
+
+#include "errors.h"
+
+namespace tprobe {
+
+namespace {
+
+constexpr size_t max_path_length = 4096;
+constexpr size_t max_name_length = 255;
+constexpr mode_t dir_mode = 0750;
+constexpr mode_t file_mode = 0640;
+
+// Closes a descriptor on scope exit.
+class fd_guard {
+ public:
+  explicit fd_guard(int fd = -1) : fd_(fd) {}
+  fd_guard(const fd_guard &) = delete;
+  fd_guard &operator=(const fd_guard &) = delete;
+  ~fd_guard() { reset(); }
+  int get() const { return fd_; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+std::vector<std::string> split_components(std::string_view path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    const size_t j = path.find('/', i);
+    const size_t end = j == std::string_view::npos ? path.size() : j;
+    if (end > i) parts.emplace_back(path.substr(i, end - i));
+    i = end + 1;
+  }
+  return parts;
+}
+
+std::string join(const std::string &dir, const std::string &name) {
+  if (dir.empty() || dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+[[noreturn]] void throw_symlink(const std::string &path) {
+  throw usage_error(path + ": is a symbolic link; refusing to follow it");
+}
+
+// Why openat(dirfd, name, O_NOFOLLOW | O_DIRECTORY) failed with `err`: a symbolic link or a
+// non-directory becomes a usage_error; anything else a system_error.
+[[noreturn]] void throw_open_dir_error(int dirfd, const std::string &name, const std::string &path, int err) {
+  struct stat st {};
+  if ((err == ELOOP || err == ENOTDIR) && ::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISLNK(st.st_mode)) throw_symlink(path);
+    if (!S_ISDIR(st.st_mode)) throw usage_error(path + ": exists and is not a directory");
+  }
+  throw system_error_from_errno("open directory", path, err);
+}
+
+// Open (creating if missing, mode 0750) the directory `name` under `dirfd`. Directories are
+// walked through O_PATH descriptors, so an ancestor with search but no read permission is fine.
+int open_or_create_dir(int dirfd, const std::string &name, const std::string &path, bool nofollow) {
+  const int flags = O_PATH | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0);
+  int fd = ::openat(dirfd, name.c_str(), flags);
+  if (fd >= 0) return fd;
+  if (errno != ENOENT) throw_open_dir_error(dirfd, name, path, errno);
+  bool created = false;
+  if (::mkdirat(dirfd, name.c_str(), dir_mode) == 0)
+    created = true;
+  else if (errno != EEXIST)
+    throw system_error_from_errno("create directory", path, errno);
+  fd = ::openat(dirfd, name.c_str(), flags);
+  if (fd < 0) throw_open_dir_error(dirfd, name, path, errno);
+  if (created) {
+    // fchmod needs a real descriptor; a umask without u+r leaves only fchmodat on the name,
+    // which is safe enough: the directory we just created sits in one we can write to.
+    const int rfd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int rc = rfd >= 0 ? ::fchmod(rfd, dir_mode) : ::fchmodat(dirfd, name.c_str(), dir_mode, 0);
+    const int err = errno;
+    if (rfd >= 0) ::close(rfd);
+    if (rc != 0) {
+      ::close(fd);
+      throw system_error_from_errno("set the mode of", path, err);
+    }
+  }
+  return fd;
+}
+
+// Open (O_PATH) the parent directory of absolute path `abs` without following a symbolic link
+// as its last component; `base` receives the file name.
+int open_parent_dir(const std::string &abs, std::string &base) {
+  const size_t slash = abs.rfind('/');
+  base = abs.substr(slash + 1);
+  if (base.empty() || base == "." || base == "..") throw usage_error(abs + ": is not a file path");
+  const std::string dir = slash == 0 ? std::string("/") : abs.substr(0, slash);
+  const int fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) return fd;
+  const int err = errno;
+  struct stat st {};
+  if ((err == ELOOP || err == ENOTDIR) && ::lstat(dir.c_str(), &st) == 0) {
+    if (S_ISLNK(st.st_mode)) throw_symlink(dir);
+    if (!S_ISDIR(st.st_mode)) throw usage_error(dir + ": exists and is not a directory");
+  }
+  throw system_error_from_errno("open directory", dir, err);
+}
+
+std::atomic<unsigned> temp_counter{0};
+
+}  // namespace
+
+std::string absolute_normal_path(const std::string &path) {
+  if (path.empty()) throw usage_error("empty path");
+  std::filesystem::path p(path);
+  if (p.is_relative()) {
+    std::vector<char> buf(PATH_MAX + 1);
+    if (::getcwd(buf.data(), buf.size()) == nullptr)
+      throw system_error_from_errno("read", "the current directory", errno);
+    p = std::filesystem::path(buf.data()) / p;
+  }
+  std::string s = p.lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+std::string path_check_create(const std::string &path, const std::string &what) {
+  if (path.empty()) throw usage_error(what + " \"\": is empty");
+  const std::string abs = absolute_normal_path(path);
+  const std::string quoted = what + " \"" + abs + "\"";
+  for (const char c : abs) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '.' || c == '/' || c == '-';
+    if (!ok) throw usage_error(quoted + ": contains characters outside [a-zA-Z0-9_./-]");
+  }
+  if (abs.size() > max_path_length)
+    throw usage_error(quoted + ": is longer than " + std::to_string(max_path_length) + " characters");
+  for (const auto &part : split_components(abs))
+    if (part.size() > max_name_length)
+      throw usage_error(quoted + ": component \"" + part + "\" is longer than " + std::to_string(max_name_length) +
+                        " characters");
+  return abs;
+}
+
+void safe_mkdirs(const std::string &root, const std::string &relative) {
+  const std::string abs_root = absolute_normal_path(root);
+  if (!relative.empty() && relative.front() == '/')
+    throw usage_error("safe_mkdirs: \"" + relative + "\" must be relative to " + abs_root);
+  const auto root_parts = split_components(abs_root);
+  std::vector<std::string> rel_parts;
+  for (auto &part : split_components(relative)) {
+    if (part == ".") continue;
+    if (part == "..") throw usage_error("safe_mkdirs: \"" + relative + "\" must not contain \"..\"");
+    rel_parts.push_back(std::move(part));
+  }
+
+  fd_guard dir(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) throw system_error_from_errno("open directory", "/", errno);
+  std::string so_far;
+  for (size_t i = 0; i < root_parts.size(); ++i) {
+    so_far += "/" + root_parts[i];
+    const bool is_root = i + 1 == root_parts.size();  // ancestors may be links, the root may not
+    dir.reset(open_or_create_dir(dir.get(), root_parts[i], so_far, is_root));
+  }
+  if (root_parts.empty()) so_far = "/";
+  for (const auto &part : rel_parts) {
+    so_far = join(so_far, part);
+    dir.reset(open_or_create_dir(dir.get(), part, so_far, true));
+  }
+}
+
+void safe_write_all(int fd, const void *data, size_t size, const std::string &path) {
+  const auto *p = static_cast<const char *>(data);
+  while (size > 0) {
+    const size_t chunk = size < (size_t{1} << 30) ? size : (size_t{1} << 30);
+    const ssize_t n = ::write(fd, p, chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw system_error_from_errno("write", path, errno);
+    }
+    if (n == 0) throw system_error_from_errno("write", path, EIO);
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+int safe_open_for_write(const std::string &path, mode_t mode) {
+  const std::string abs = absolute_normal_path(path);
+  std::string base;
+  fd_guard dir(open_parent_dir(abs, base));
+  // O_NONBLOCK: a FIFO planted at `path` must not block us; it is refused below.
+  fd_guard fd(::openat(dir.get(), base.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+                       mode));
+  if (fd.get() < 0) {
+    const int err = errno;
+    struct stat st {};
+    if (err == ELOOP && ::fstatat(dir.get(), base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+      throw_symlink(abs);
+    throw system_error_from_errno("open", abs, err);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw system_error_from_errno("stat", abs, errno);
+  if (!S_ISREG(st.st_mode)) throw usage_error(abs + ": is not a regular file");
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+    throw system_error_from_errno("configure", abs, errno);
+  if (::fchmod(fd.get(), mode) != 0) throw system_error_from_errno("set the mode of", abs, errno);
+  return fd.release();
+}
+
+void atomic_write_file(const std::string &path, std::string_view content, bool sync) {
+  const std::string abs = absolute_normal_path(path);
+  std::string base;
+  fd_guard dir(open_parent_dir(abs, base));
+  const std::string suffix = ".tmp." + std::to_string(::getpid()) + "." + std::to_string(temp_counter++);
+  const size_t keep = max_name_length - 1 - suffix.size();
+  const std::string tmp = "." + base.substr(0, keep) + suffix;
+  const std::string tmp_path = abs.substr(0, abs.size() - base.size()) + tmp;
+
+  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  fd_guard fd(::openat(dir.get(), tmp.c_str(), flags, file_mode));
+  if (fd.get() < 0 && errno == EEXIST) {  // left over by a crashed process with our pid
+    ::unlinkat(dir.get(), tmp.c_str(), 0);
+    fd.reset(::openat(dir.get(), tmp.c_str(), flags, file_mode));
+  }
+  if (fd.get() < 0) throw system_error_from_errno("create", tmp_path, errno);
+  try {
+    if (::fchmod(fd.get(), file_mode) != 0) throw system_error_from_errno("set the mode of", tmp_path, errno);
+    safe_write_all(fd.get(), content.data(), content.size(), tmp_path);
+    if (sync && ::fsync(fd.get()) != 0) throw system_error_from_errno("sync", tmp_path, errno);
+    if (::close(fd.release()) != 0) throw system_error_from_errno("write", tmp_path, errno);
+    if (::renameat(dir.get(), tmp.c_str(), dir.get(), base.c_str()) != 0)
+      throw system_error_from_errno("rename " + tmp_path + " to", abs, errno);
+  } catch (...) {
+    ::unlinkat(dir.get(), tmp.c_str(), 0);
+    throw;
+  }
+  if (sync) {  // an O_PATH descriptor cannot be synced: open the directory for reading
+    fd_guard rdir(::openat(dir.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (rdir.get() < 0 || ::fsync(rdir.get()) != 0) throw system_error_from_errno("sync the directory of", abs, errno);
+  }
+}
+
+}  // namespace tprobe

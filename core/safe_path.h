@@ -1,0 +1,56 @@
+// safe_path.h: creating a dump tree the way msprobe does (msprobe-compat.md §1.1, §2.2).
+//
+// Directories 0750, files 0640 whatever the umask; paths limited to [a-zA-Z0-9_./-]; no symbolic
+// link inside the dump tree is ever followed. Directory walks use openat()/mkdirat() with
+// O_NOFOLLOW from a directory descriptor, so a link swapped in concurrently is refused too.
+//
+// Errors: usage_error for a path the user must change (bad characters, too long, a symbolic
+// link, a file where a directory belongs); system_error "unable to <verb> PATH: <strerror>"
+// for failed system calls.
+// Thread-safe: no shared state besides a counter for temporary file names.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace tprobe {
+
+// The absolute form of `path` (relative paths resolved against the current directory),
+// lexically normalised ("a/./b/../c" → "a/c", no trailing '/'); symbolic links are not resolved.
+// Throws usage_error for an empty path, system_error if the current directory is unreadable.
+[[nodiscard]] std::string absolute_normal_path(const std::string &path);
+
+// msprobe's check before creating `path`: its absolute, normalised form must match
+// ^[a-zA-Z0-9_./-]+$, be at most 4096 characters long, with every component at most 255.
+// `what` names the input in the message, e.g.
+//   dump_path "/tmp/a b": contains characters outside [a-zA-Z0-9_./-]
+// Returns the absolute normalised path.
+std::string path_check_create(const std::string &path, const std::string &what);
+
+// Create `root` (parents as needed) and then `relative` (e.g. "step0/rank0/dump_tensor_data")
+// under it. Every directory this call creates gets mode 0750 (chmod'ed, so the umask does not
+// matter); existing directories keep their mode. Symbolic links are followed only in the
+// ancestors of `root`: `root` itself and every component of `relative` must not be one
+// (usage_error "PATH: is a symbolic link; refusing to follow it"). `relative` must not be
+// absolute nor contain "..". An empty `relative` creates just the root.
+void safe_mkdirs(const std::string &root, const std::string &relative = {});
+
+// Open `path` for writing: create or truncate, O_NOFOLLOW, mode set to `mode` with fchmod
+// (default 0640). Refuses a symbolic link at `path` or as its parent directory, and anything
+// that is not a regular file. Returns the descriptor (O_CLOEXEC); the caller closes it.
+[[nodiscard]] int safe_open_for_write(const std::string &path, mode_t mode = 0640);
+
+// Write `size` bytes to `fd` (retrying short writes and EINTR); system_error
+// "unable to write PATH: ..." on failure.
+void safe_write_all(int fd, const void *data, size_t size, const std::string &path);
+
+// Replace `path` atomically with `content`: write ".NAME.tmp.PID.N" in the same directory
+// (mode 0640), optionally fsync it (and the directory after the rename), then rename() it over
+// `path`. A symbolic link at `path` is replaced, never followed; a parent directory that is a
+// symbolic link is refused. On failure the temporary file is removed and `path` is untouched.
+void atomic_write_file(const std::string &path, std::string_view content, bool sync = false);
+
+}  // namespace tprobe

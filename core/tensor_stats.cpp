@@ -1,0 +1,388 @@
+#include "tensor_stats.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+namespace tprobe {
+
+namespace {
+
+constexpr double quiet_nan = std::numeric_limits<double>::quiet_NaN();
+
+// Elements are read through memcpy: payloads arrive at arbitrary offsets inside records, and an
+// unaligned `const float *` would let the vectoriser peel for alignment and then use aligned loads.
+template <class T>
+inline T load(const unsigned char *p, size_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+// Branch-free fp16 → fp32. The conditions are all-ones masks rather than `?:`, which g++ turns
+// into control flow that blocks vectorisation. Subnormals are rebuilt by subtracting two normal
+// floats, so the result stays right when the FPU flushes denormals.
+inline float half_bits_to_float(uint16_t h) {
+  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  const uint32_t exp = em & 0x0f800000u;
+  const uint32_t inf_nan = 0u - static_cast<uint32_t>(exp == 0x0f800000u);
+  const uint32_t subnormal = 0u - static_cast<uint32_t>(exp == 0);
+  // Rebias 15 → 127 (Inf/NaN: 31 → 255); zero/subnormal: 2^-14 · (1 + m), then minus 2^-14.
+  const uint32_t bits = em + (112u << 23) + (inf_nan & (112u << 23)) + (subnormal & (1u << 23));
+  const float f = std::bit_cast<float>(bits) - std::bit_cast<float>(subnormal & 0x38800000u);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+
+inline float bf16_bits_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+// How an element type is read into the float32 domain msprobe computes in (it calls .float() on
+// float64 and integer tensors, so large float64 values become ±Inf in the statistics). `value` is
+// monotone for integers, so max/min of the values equal the exact integer max/min rounded to float32.
+struct src_f32 {
+  using raw = float;
+  static float value(float x) { return x; }
+  static bool is_nan(float x) { return x != x; }
+  static bool is_inf(float x) { return std::fabs(x) == INFINITY; }
+};
+struct src_f64 {
+  using raw = double;
+  static float value(double x) { return static_cast<float>(x); }
+  static bool is_nan(double x) { return x != x; }
+  static bool is_inf(double x) { return std::fabs(x) == INFINITY; }
+};
+struct src_f16 {
+  using raw = uint16_t;
+  static float value(uint16_t x) { return half_bits_to_float(x); }
+  static bool is_nan(uint16_t x) { return (x & 0x7fffu) > 0x7c00u; }
+  static bool is_inf(uint16_t x) { return (x & 0x7fffu) == 0x7c00u; }
+};
+struct src_bf16 {
+  using raw = uint16_t;
+  static float value(uint16_t x) { return bf16_bits_to_float(x); }
+  static bool is_nan(uint16_t x) { return (x & 0x7fffu) > 0x7f80u; }
+  static bool is_inf(uint16_t x) { return (x & 0x7fffu) == 0x7f80u; }
+};
+template <class T>
+struct src_int {
+  using raw = T;
+  // Through int32 for narrow types: g++ vectorises int8 → int32 → float, not int8 → float.
+  using wide = std::conditional_t<(sizeof(T) < sizeof(int32_t)), int32_t, T>;
+  static float value(T x) { return static_cast<float>(static_cast<wide>(x)); }
+  static bool is_nan(T) { return false; }
+  static bool is_inf(T) { return false; }
+};
+struct cfloat {
+  float re, im;
+};
+// Two float loads: one 8-byte load split in halves is an access pattern g++ does not vectorise.
+template <>
+inline cfloat load<cfloat>(const unsigned char *p, size_t i) {
+  return {load<float>(p, 2 * i), load<float>(p, 2 * i + 1)};
+}
+// |x| as numpy's abs: glibc's hypotf is the square root of the double sum of squares, rounded to
+// float; an infinite part gives +Inf even when the other part is NaN. (This loop vectorises only
+// under -fno-math-errno: otherwise sqrt keeps a branch that calls libm to set errno.)
+struct src_c64 {
+  using raw = cfloat;
+  static float value(cfloat x) {
+    const double sq = static_cast<double>(x.re) * x.re + static_cast<double>(x.im) * x.im;
+    const uint32_t abs = std::bit_cast<uint32_t>(static_cast<float>(std::sqrt(sq)));
+    const uint32_t inf = 0u - static_cast<uint32_t>(is_inf(x));  // a mask: `?:` would branch
+    return std::bit_cast<float>((abs & ~inf) | (0x7f800000u & inf));
+  }
+  static bool is_nan(cfloat x) { return (x.re != x.re) | (x.im != x.im); }
+  static bool is_inf(cfloat x) { return (std::fabs(x.re) == INFINITY) | (std::fabs(x.im) == INFINITY); }
+};
+
+// Blocks are small enough to stay in L1, so that the rare rescan below costs no memory traffic.
+constexpr size_t block_elems = 4096;
+// Explicit lanes rather than `omp simd reduction(max:)`: g++ keeps a float max/min reduction's
+// lanes in memory (a store-forwarding chain per iteration), while these stay in registers. Eight
+// lanes also give four independent double add chains per accumulator with 16-byte vectors, and a
+// fixed summation order, so every ISA clone below returns bit-identical results.
+constexpr size_t lanes = 8;
+
+struct real_acc {
+  float max = -INFINITY, min = INFINITY;
+  double sum = 0.0, sumsq = 0.0;
+  uint64_t nan = 0, inf = 0, value_nan = 0;  // value_nan: elements whose float value is NaN
+};
+
+inline void lane_update(float &mx, float &mn, double &sum, double &sumsq, float v) {
+  // NaN compares false, so it never becomes max/min; the NaN count decides afterwards.
+  mx = v > mx ? v : mx;
+  mn = v < mn ? v : mn;
+  const double d = v;
+  sum += d;
+  sumsq += d * d;
+}
+
+// Max, min, sum and sum of squares of n floats, in `lanes` independent accumulators.
+template <class Src>
+[[gnu::always_inline]] inline void lanes_reduce(const unsigned char *q, size_t n, real_acc &acc,
+                                                double &block_sum) {
+  using raw = typename Src::raw;
+  float mx[lanes], mn[lanes];
+  double sum[lanes], sumsq[lanes];
+  for (size_t j = 0; j < lanes; ++j) mx[j] = -INFINITY, mn[j] = INFINITY, sum[j] = sumsq[j] = 0.0;
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+#pragma omp simd
+    for (size_t j = 0; j < lanes; ++j)
+      lane_update(mx[j], mn[j], sum[j], sumsq[j], Src::value(load<raw>(q, i + j)));
+  }
+  for (size_t j = 0; i < n; ++i, ++j) lane_update(mx[j], mn[j], sum[j], sumsq[j], Src::value(load<raw>(q, i)));
+  block_sum = 0.0;
+  for (size_t j = 0; j < lanes; ++j) {
+    acc.max = std::max(acc.max, mx[j]), acc.min = std::min(acc.min, mn[j]);
+    block_sum += sum[j], acc.sumsq += sumsq[j];
+  }
+}
+
+template <class Src>
+[[gnu::always_inline]] inline real_acc accumulate(const unsigned char *p, size_t count) {
+  using raw = typename Src::raw;
+  real_acc acc;
+  for (size_t start = 0; start < count; start += block_elems) {
+    const size_t n = std::min(block_elems, count - start);
+    const unsigned char *q = p + start * sizeof(raw);
+    double block_sum;
+    if constexpr (sizeof(raw) >= sizeof(float) && !std::is_same_v<raw, int64_t>) {
+      lanes_reduce<Src>(q, n, acc, block_sum);
+    } else {
+      // Widening conversions (and int64, which has no vector conversion before AVX-512) do not
+      // vectorise inside the lane loop; a plain conversion loop into L1 does.
+      alignas(64) float converted[block_elems];
+#pragma omp simd
+      for (size_t k = 0; k < n; ++k) converted[k] = Src::value(load<raw>(q, k));
+      lanes_reduce<src_f32>(reinterpret_cast<const unsigned char *>(converted), n, acc, block_sum);
+    }
+    acc.sum += block_sum;
+    // 4096 finite floats cannot overflow a double sum, so a non-finite block sum means the block
+    // holds a NaN or an Inf: only then count them, from L1, which keeps the hot loop short.
+    if (!std::isfinite(block_sum)) {
+      uint32_t nan = 0, inf = 0, value_nan = 0;
+#pragma omp simd reduction(+ : nan, inf, value_nan)
+      for (size_t k = 0; k < n; ++k) {
+        const raw x = load<raw>(q, k);
+        const float v = Src::value(x);
+        nan += Src::is_nan(x);
+        inf += Src::is_inf(x);
+        value_nan += v != v;
+      }
+      acc.nan += nan, acc.inf += inf, acc.value_nan += value_nan;
+    }
+  }
+  return acc;
+}
+
+// The hot loops are also built for x86-64-v3 (AVX2, 32-byte vectors) and picked at load time.
+// -DTPROBE_SIMD_CLONES= builds the baseline alone (to test or time it on an AVX2 machine).
+#ifndef TPROBE_SIMD_CLONES
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+#define TPROBE_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define TPROBE_SIMD_CLONES
+#endif
+#endif
+
+TPROBE_SIMD_CLONES real_acc accumulate_f64(const unsigned char *p, size_t n) { return accumulate<src_f64>(p, n); }
+TPROBE_SIMD_CLONES real_acc accumulate_f32(const unsigned char *p, size_t n) { return accumulate<src_f32>(p, n); }
+TPROBE_SIMD_CLONES real_acc accumulate_f16(const unsigned char *p, size_t n) { return accumulate<src_f16>(p, n); }
+TPROBE_SIMD_CLONES real_acc accumulate_bf16(const unsigned char *p, size_t n) { return accumulate<src_bf16>(p, n); }
+TPROBE_SIMD_CLONES real_acc accumulate_i8(const unsigned char *p, size_t n) { return accumulate<src_int<int8_t>>(p, n); }
+TPROBE_SIMD_CLONES real_acc accumulate_i16(const unsigned char *p, size_t n) { return accumulate<src_int<int16_t>>(p, n); }
+TPROBE_SIMD_CLONES real_acc accumulate_i32(const unsigned char *p, size_t n) { return accumulate<src_int<int32_t>>(p, n); }
+TPROBE_SIMD_CLONES real_acc accumulate_i64(const unsigned char *p, size_t n) { return accumulate<src_int<int64_t>>(p, n); }
+TPROBE_SIMD_CLONES real_acc accumulate_u8(const unsigned char *p, size_t n) { return accumulate<src_int<uint8_t>>(p, n); }
+TPROBE_SIMD_CLONES real_acc accumulate_c64(const unsigned char *p, size_t n) { return accumulate<src_c64>(p, n); }
+
+// complex128 is rare enough that correctness (hypot does not overflow at 1e154) beats speed.
+struct complex128_acc {
+  double max = -INFINITY, min = INFINITY, sum = 0.0;
+  uint64_t nan = 0, inf = 0, abs_nan = 0;
+};
+
+complex128_acc accumulate_c128(const unsigned char *p, size_t count) {
+  complex128_acc acc;
+  for (size_t i = 0; i < count; ++i) {
+    const double re = load<double>(p, 2 * i), im = load<double>(p, 2 * i + 1);
+    acc.nan += std::isnan(re) || std::isnan(im);
+    acc.inf += std::isinf(re) || std::isinf(im);
+    const double a = std::hypot(re, im);
+    acc.abs_nan += std::isnan(a);
+    acc.max = std::max(acc.max, a), acc.min = std::min(acc.min, a);
+    acc.sum += a;
+  }
+  return acc;
+}
+
+// The dtype msprobe's statistics end up in.
+enum class result_type { f64, f32, f16, bf16 };
+
+double round_to(double v, result_type r) {
+  switch (r) {
+    case result_type::f64: return v;
+    case result_type::f32: return static_cast<float>(v);
+    // Through float, as torch's CPU kernels do: they accumulate in float and cast at the end.
+    case result_type::f16: return float16_to_float(float_to_float16(static_cast<float>(v)));
+    case result_type::bf16: return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
+  }
+  return v;
+}
+
+void set_all_nan(tensor_stats &s) {
+  s.max = s.min = s.mean = s.norm = stat_value::of_real(quiet_nan);
+}
+
+// Floating and integer tensors; results rounded to the dtype msprobe computes in.
+void stats_real(const real_acc &a, size_t count, result_type r, tensor_stats &s) {
+  s.nan_count = a.nan, s.inf_count = a.inf;
+  if (a.value_nan) return set_all_nan(s);
+  s.max = stat_value::of_real(round_to(a.max, r));
+  s.min = stat_value::of_real(round_to(a.min, r));
+  s.mean = stat_value::of_real(round_to(a.sum / static_cast<double>(count), r));
+  s.norm = stat_value::of_real(round_to(std::sqrt(a.sumsq), r));
+}
+
+// Max/Min/Mean of |x| in the component type (numpy's path ignores "precision"); Norm stays null.
+void stats_complex64(const unsigned char *p, size_t count, tensor_stats &s) {
+  stats_real(accumulate_c64(p, count), count, result_type::f32, s);
+  s.norm = stat_value::none();
+}
+
+void stats_complex128(const unsigned char *p, size_t count, tensor_stats &s) {
+  const complex128_acc a = accumulate_c128(p, count);
+  s.nan_count = a.nan, s.inf_count = a.inf;
+  if (a.abs_nan) {
+    s.max = s.min = s.mean = stat_value::of_real(quiet_nan);
+  } else {
+    s.max = stat_value::of_real(a.max);
+    s.min = stat_value::of_real(a.min);
+    s.mean = stat_value::of_real(a.sum / static_cast<double>(count));
+  }
+}
+
+void stats_bool(const unsigned char *p, size_t count, tensor_stats &s) {
+  uint32_t any = 0, all = 1;
+#pragma omp simd reduction(| : any) reduction(& : all)
+  for (size_t i = 0; i < count; ++i) {
+    const uint32_t b = p[i] != 0;
+    any |= b;
+    all &= b;
+  }
+  s.max = stat_value::of_bool(any != 0);
+  s.min = stat_value::of_bool(all != 0);
+}
+
+// A 0-d tensor reports its own value (`.clone()` then `.item()`): no rounding, ints stay ints.
+stat_value scalar_value(const unsigned char *p, dtype t) {
+  switch (t) {
+    case dtype::float64: return stat_value::of_real(load<double>(p, 0));
+    case dtype::float32: return stat_value::of_real(load<float>(p, 0));
+    case dtype::float16: return stat_value::of_real(float16_to_float(load<uint16_t>(p, 0)));
+    case dtype::bfloat16: return stat_value::of_real(bfloat16_to_float(load<uint16_t>(p, 0)));
+    case dtype::int8: return stat_value::of_int(load<int8_t>(p, 0));
+    case dtype::int16: return stat_value::of_int(load<int16_t>(p, 0));
+    case dtype::int32: return stat_value::of_int(load<int32_t>(p, 0));
+    case dtype::int64: return stat_value::of_int(load<int64_t>(p, 0));
+    case dtype::uint8: return stat_value::of_int(load<uint8_t>(p, 0));
+    default: return stat_value::none();  // bool and complex have their own rules
+  }
+}
+
+}  // namespace
+
+double stat_value::as_double() const {
+  switch (k) {
+    case kind::null: return quiet_nan;
+    case kind::boolean: return boolean ? 1.0 : 0.0;
+    case kind::integer: return static_cast<double>(integer);
+    case kind::real: return real;
+  }
+  return quiet_nan;
+}
+
+tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool zero_dim,
+                                  const stats_options &options) {
+  tensor_stats s;
+  const auto *p = static_cast<const unsigned char *>(data);
+  if (options.crc32) s.crc32 = crc32_bytes(data, count * dtype_size(t));
+  if (count == 0) return s;
+
+  // float64 and integers are converted to float32 by msprobe; "high" precision converts all.
+  const result_type f32 = result_type::f32;
+  const bool hp = options.high_precision;
+  switch (t) {
+    case dtype::float64: stats_real(accumulate_f64(p, count), count, f32, s); break;
+    case dtype::float32: stats_real(accumulate_f32(p, count), count, f32, s); break;
+    case dtype::float16:
+      stats_real(accumulate_f16(p, count), count, hp ? f32 : result_type::f16, s);
+      break;
+    case dtype::bfloat16:
+      stats_real(accumulate_bf16(p, count), count, hp ? f32 : result_type::bf16, s);
+      break;
+    case dtype::int8: stats_real(accumulate_i8(p, count), count, f32, s); break;
+    case dtype::int16: stats_real(accumulate_i16(p, count), count, f32, s); break;
+    case dtype::int32: stats_real(accumulate_i32(p, count), count, f32, s); break;
+    case dtype::int64: stats_real(accumulate_i64(p, count), count, f32, s); break;
+    case dtype::uint8: stats_real(accumulate_u8(p, count), count, f32, s); break;
+    case dtype::boolean: stats_bool(p, count, s); break;
+    case dtype::complex64: stats_complex64(p, count, s); break;
+    case dtype::complex128: stats_complex128(p, count, s); break;
+  }
+
+  if (zero_dim && t != dtype::boolean && !dtype_is_complex(t)) {
+    const stat_value v = scalar_value(p, t);
+    s.max = s.min = s.mean = s.norm = v;
+  }
+  return s;
+}
+
+uint32_t crc32_bytes(const void *data, size_t size) {
+  // zlib's crc32() takes a 32-bit length; feed it in chunks so tensors over 4 GiB hash right.
+  constexpr size_t chunk = size_t{1} << 30;
+  const auto *p = static_cast<const Bytef *>(data);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (size > 0) {
+    const size_t n = std::min(size, chunk);
+    crc = crc32(crc, p, static_cast<uInt>(n));
+    p += n, size -= n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+float bfloat16_to_float(uint16_t bits) { return bf16_bits_to_float(bits); }
+
+uint16_t float_to_bfloat16(float value) {
+  const uint32_t x = std::bit_cast<uint32_t>(value);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet
+  // Round to nearest even; a carry out of the mantissa correctly bumps the exponent (to Inf).
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float float16_to_float(uint16_t bits) { return half_bits_to_float(bits); }
+
+uint16_t float_to_float16(float value) {
+  uint32_t x = std::bit_cast<uint32_t>(value);
+  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((x >> 13) & 0x3ffu));  // NaN
+  // 65520 is halfway between 65504 (odd mantissa) and 65536: ties to even go to Inf.
+  if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (x >= 0x38800000u) {  // normal half: rebias the exponent, round to nearest even at bit 13
+    const uint32_t r = x - (112u << 23);
+    return static_cast<uint16_t>(sign | ((r + 0x0fffu + ((r >> 13) & 1u)) >> 13));
+  }
+  // Subnormal half (or zero): adding 0.5 makes the FPU round |value| to a multiple of 2^-24
+  // (nearest even); the low mantissa bits of the sum are then the half's mantissa.
+  const float sum = std::bit_cast<float>(x) + 0.5f;
+  return static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(sum) - 0x3f000000u));
+}
+
+}  // namespace tprobe

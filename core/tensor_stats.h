@@ -1,0 +1,73 @@
+// tensor_stats.h: per-tensor statistics with msprobe's semantics (msprobe-compat.md §1.6).
+//
+// One pass over memory; the inner loops are written so that g++ -O2/-O3 vectorises them.
+// Thread-safe: pure functions of their arguments.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "dtype.h"
+
+namespace tprobe {
+
+// A statistic as msprobe writes it in dump.json: null, a bool (bool tensors' Max/Min), an integer
+// (0-d integer tensors: `.item()` keeps the int) or a real.
+struct stat_value {
+  enum class kind : uint8_t { null, boolean, integer, real };
+  kind k = kind::null;
+  bool boolean = false;
+  int64_t integer = 0;
+  double real = 0.0;
+
+  static stat_value none() { return {}; }
+  static stat_value of_bool(bool v) { return {kind::boolean, v, 0, 0.0}; }
+  static stat_value of_int(int64_t v) { return {kind::integer, false, v, 0.0}; }
+  static stat_value of_real(double v) { return {kind::real, false, 0, v}; }
+  bool is_null() const { return k == kind::null; }
+  // The value as a double (bool → 0/1); NaN for null.
+  double as_double() const;
+  bool operator==(const stat_value &) const = default;
+};
+
+struct tensor_stats {
+  stat_value max, min, mean, norm;
+  uint64_t nan_count = 0;  // elements that are NaN (complex: either part)
+  uint64_t inf_count = 0;  // elements that are ±Inf
+  std::optional<uint32_t> crc32;  // zlib CRC-32 of the raw bytes, when asked for (summary_mode md5)
+  bool operator==(const tensor_stats &) const = default;
+};
+
+struct stats_options {
+  bool high_precision = false;  // config "precision": "high": results rounded to float32, not the dtype
+  bool crc32 = false;           // also compute the CRC-32 of the raw bytes
+};
+
+// Statistics of a contiguous, little-endian tensor of `count` elements of type t.
+// `zero_dim` is true for a 0-d tensor (shape []), which msprobe reports as its value in all four.
+//
+// Semantics, as msprobe's PytorchDataProcessor.get_stat_info:
+// - empty tensor: all four null;
+// - bool: Max = any, Min = all, Mean/Norm null (0-d too);
+// - 0-d: Max = Min = Mean = Norm = the value in its own type (an int stays an int);
+// - float32/16/bfloat16: computed in the tensor's own dtype, i.e. accumulated in double here and
+//   the result rounded to that dtype; float64 and integer types are converted to float32 first,
+//   so their results are float32 values; precision "high" rounds every float result to float32;
+// - any NaN makes all four NaN; Inf propagates as IEEE arithmetic does (+Inf and -Inf → NaN mean);
+// - complex: Max/Min/Mean of |x| (rounded to the component type), Norm null.
+// Nothing here allocates.
+tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool zero_dim,
+                                  const stats_options &options);
+
+// zlib CRC-32 (polynomial 0xEDB88320) of a byte range; msprobe formats it as "%08x".
+uint32_t crc32_bytes(const void *data, size_t size);
+
+// Round-trip helpers used by the statistics code and by tests.
+float bfloat16_to_float(uint16_t bits);
+uint16_t float_to_bfloat16(float value);  // round to nearest even, NaN stays NaN
+float float16_to_float(uint16_t bits);
+uint16_t float_to_float16(float value);  // round to nearest even, overflow → ±Inf
+
+}  // namespace tprobe

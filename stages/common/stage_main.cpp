@@ -1,0 +1,103 @@
+#include "stage_main.h"
+
+#include <cerrno>
+#include <cstdio>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "errors.h"
+
+namespace tprobe {
+
+std::string stage_describe_json(const stage_description &d) {
+  nlohmann::ordered_json j;
+  j["stage"] = d.stage;
+  j["summary"] = d.summary;
+  j["input"] = d.has_input;
+  j["output"] = d.has_output;
+  j["options"] = nlohmann::ordered_json::array();
+  for (const auto &o : d.options)
+    j["options"].push_back({{"name", o.name}, {"type", o.type}, {"default", o.default_value}, {"doc", o.doc}});
+  return j.dump(1);
+}
+
+void stage_add_common_options(CLI::App &app, const stage_description &d, stage_common_args &args) {
+  args.io.producer_name = "tprobe-" + d.stage;
+  if (d.has_input) {
+    app.add_option("--input", args.io.input, "Endpoint to bind (ipc://, tcp://, inproc://) or record file to read")
+        ->required();
+    app.add_option("--producers", args.io.producers, "Producers to expect; 0 = until the launcher's final")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+  }
+  if (d.has_output) app.add_option("--output", args.io.outputs, "Consumer endpoint or record file (repeatable)");
+  app.add_option("--tap", args.io.tap, "Endpoint to bind a lossy live tap on");
+  app.add_flag("--tap-payload", args.io.tap_payload, "Publish payload frames on the tap too");
+  app.add_option("--hwm", args.io.high_water_mark, "Records queued per connection before sends block")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--ready-fd", args.ready_fd, "Write a line to this fd once ready");
+  // --describe must work without the required options, so it short-circuits the parse.
+  app.add_flag_callback(
+      "--describe",
+      [d] {
+        fmt::print("{}\n", stage_describe_json(d));
+        throw CLI::Success();
+      },
+      "Print this stage's option table as JSON");
+}
+
+void stage_parse(CLI::App &app, int argc, char **argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &) {  // derives from CLI::Success: catch it first
+    fmt::print("{}", app.help());
+    throw CLI::Success();
+  } catch (const CLI::Success &) {
+    throw;
+  } catch (const CLI::ParseError &e) {
+    throw usage_error(e.what());
+  }
+}
+
+void stage_signal_ready(int fd) {
+  if (fd < 0) return;
+  const char nl = '\n';
+  ssize_t n;
+  do {
+    n = ::write(fd, &nl, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) throw system_error_from_errno("write", fmt::format("ready fd {}", fd), errno);
+  ::close(fd);
+}
+
+int stage_main_guard(const std::string &program, const std::function<int()> &body) {
+  try {
+    return body();
+  } catch (const CLI::Success &) {
+    return EXIT_OK;
+  } catch (const CLI::ParseError &e) {
+    fmt::print(stderr, "{}: fatal: {}\n", program, e.what());
+    return EXIT_USAGE;
+  } catch (const usage_error &e) {
+    fmt::print(stderr, "{}: fatal: {}\n", program, e.what());
+    return EXIT_USAGE;
+  } catch (const framing_error &e) {
+    fmt::print(stderr, "{}: fatal: {}\n", program, e.what());
+    return EXIT_USAGE;
+  } catch (const system_error &e) {
+    fmt::print(stderr, "{}: fatal: {}\n", program, e.what());
+    return EXIT_SYSTEM;
+  } catch (const zmq::error_t &e) {
+    fmt::print(stderr, "{}: fatal: unable to use a socket: {}\n", program, e.what());
+    return EXIT_SYSTEM;
+  } catch (const std::exception &e) {
+    fmt::print(stderr, "{}: fatal: internal error: {}\n", program, e.what());
+    return EXIT_SYSTEM;
+  }
+}
+
+}  // namespace tprobe

@@ -1,0 +1,73 @@
+// stage_main.h: what every stage binary shares, so that a stage's main() stays ~40 lines.
+//
+// Command-line contract of every stage binary (the launcher relies on it, and so can a user's own
+// binary swapped into a manifest):
+//   --input SPEC        bind this input (endpoint or record file), see transport/endpoint.h
+//   --producers N       producers to expect on the input; 0 = until the launcher's `final`
+//   --output SPEC       connect to a consumer (repeatable; endpoint or record file)
+//   --tap ENDPOINT      bind a lossy live tap (XPUB)
+//   --tap-payload       publish payload frames on the tap too
+//   --hwm N             records queued per connection before sends block
+//   --ready-fd N        write "\n" to this fd once bound and connected (readiness protocol)
+//   --describe          print the stage's option table as JSON and exit 0
+//   --<option> VALUE    stage options, from the stage's option table
+//
+// --describe prints one JSON object:
+//   {"stage": "stats", "summary": "…", "input": true, "output": true,
+//    "options": [{"name": "threads", "type": "int", "default": "1", "doc": "…"}, …]}
+// with type one of "string", "int", "float", "bool", "list" (repeatable string). The launcher
+// type-checks a manifest's options against it before starting anything.
+//
+// Exit codes and messages: see core/errors.h. stage_main_guard() prints
+//   tprobe-stats: fatal: <what>
+// and returns 100 for usage_error/framing_error, 111 for system_error and zmq errors.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "endpoint.h"
+#include "errors.h"
+
+namespace tprobe {
+
+struct stage_option_spec {
+  std::string name;           // long option name without dashes, kebab-case
+  std::string type;           // string | int | float | bool | list
+  std::string default_value;  // as text; "" for none
+  std::string doc;            // one line
+};
+
+struct stage_description {
+  std::string stage;    // verb: the binary is tprobe-<stage>
+  std::string summary;  // one line
+  bool has_input = true;
+  bool has_output = true;
+  std::vector<stage_option_spec> options;
+};
+
+std::string stage_describe_json(const stage_description &d);
+
+// The common options above, parsed into `io` and `ready_fd`. `describe` is set by --describe.
+struct stage_common_args {
+  stage_io_options io;
+  int ready_fd = -1;
+  bool describe = false;
+};
+void stage_add_common_options(CLI::App &app, const stage_description &d, stage_common_args &args);
+
+// app.parse(), with --help printed (then CLI::Success is thrown, which the guard maps to 0) and
+// parse errors turned into usage_error.
+void stage_parse(CLI::App &app, int argc, char **argv);
+
+// Write the readiness line to `fd` (no-op for fd < 0) and close it.
+void stage_signal_ready(int fd);
+
+// Runs `body`, mapping exceptions to the exit codes of core/errors.h with one fatal line on stderr
+// prefixed by `program`. CLI11 parse errors are usage errors (100); --help exits 0.
+int stage_main_guard(const std::string &program, const std::function<int()> &body);
+
+}  // namespace tprobe

@@ -1,0 +1,71 @@
+// launcher.h: `tprobe run`, which starts a manifest's stages, runs the training command against
+// them and ends them all cleanly.
+//
+//   tprobe run MANIFEST [--config CONFIG.json] [--keep-run-dir] [-- COMMAND ARGS…]
+//   tprobe run pipelines/statistics.json -- python train.py --epochs 1
+//
+// Order of events:
+//  1. The manifest is parsed and every stage is described (--describe) and type-checked
+//     (manifest.h): a bad manifest fails with exit 100 before any process starts.
+//  2. A private run directory (mkdtemp under $TMPDIR or /tmp, mode 0700) holds the endpoints:
+//     ipc://DIR/<stage>.in (inputs) and ipc://DIR/<stage>.tap (taps).
+//  3. Stages start consumers first (reverse topological order), each in its own process group, so a
+//     terminal's Ctrl-C reaches the command and the launcher but never a stage; each is waited for
+//     on its ready fd (3) together with SIGCHLD, never by sleeping (style lesson 6). Stages get
+//     SIGTERM if the launcher dies (PR_SET_PDEATHSIG), so none waits forever for a `final`.
+//  4. The command runs in the launcher's process group with this environment:
+//       TPROBE_ENDPOINT   comma-joined input endpoints of the stages that read "capture"
+//       TPROBE_RUN_DIR    the run directory
+//       TPROBE_CONFIG     absolute path of --config (only when given)
+//       TPROBE_TASK, TPROBE_LEVEL, TPROBE_DUMP_PATH   from the manifest's "capture" (when given)
+//     Without a command the launcher prints these as NAME=VALUE lines on stdout and waits: a
+//     producer started elsewhere can connect; Ctrl-C ends the run.
+//  5. When the command exits, each capture-reading stage gets a `final` (no new producer will
+//     come); the stages drain, write their files and exit; the launcher waits for all of them.
+//
+// Failures and signals:
+//  - A stage that exits non-zero or is killed, at any time, is fatal:
+//      tprobe: fatal: stage "stats" (tprobe-stats) exited with status 100
+//    the other stages' process groups and the command get SIGTERM (stages finish their files on
+//    SIGTERM), the launcher waits for them and exits 111.
+//  - First Ctrl-C: not fatal to the launcher. The command gets the terminal's SIGINT itself and
+//    usually exits, which ends the run as in 5; without a command it ends the run as in 5 at once.
+//    Second Ctrl-C (or SIGTERM/SIGHUP to the launcher): SIGTERM to every stage and the command.
+//    Third Ctrl-C: SIGKILL to everything still running (the escape hatch for a hung stage).
+//
+// Exit status: 111 when a stage failed; else the command's status (128+N when killed by signal N);
+// without a command 0, or 128+N when stopped by signal N (second Ctrl-C: 130); 100 for a bad
+// manifest or command line.
+//
+// Output: when stderr is a terminal, a progress line redrawn at most twice a second from the tap of
+// the first capture-reading stage that has one:
+//   tprobe: 12345 records, 456.7 MB, 8123 rec/s
+// and always one summary line on stderr at the end. The run directory is removed at the end unless
+// --keep-run-dir.
+//
+// Known limit: a stage binary that ignores --ready-fd (never writes and never closes fd 3) keeps
+// the launcher waiting; a third Ctrl-C ends it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tprobe {
+
+struct launcher_options {
+  std::string manifest_path;         // MANIFEST
+  std::string config_path;           // --config; "" = none
+  bool keep_run_dir = false;         // --keep-run-dir
+  std::vector<std::string> command;  // after "--"; empty = wait for a producer started elsewhere
+  std::string bin_dir;               // where tprobe-<verb> live; "" = the directory of this binary
+};
+
+// Runs the whole pipeline as described above and returns the exit status. Throws usage_error for
+// a bad manifest, config path or command (before anything starts), system_error when a system call
+// fails; every process it started has been stopped and reaped before it throws.
+int launcher_run(const launcher_options &options);
+
+// The directory of the running binary (/proc/self/exe), where the tprobe-* binaries live.
+std::string launcher_self_dir();
+
+}  // namespace tprobe

@@ -1,0 +1,32 @@
+// tprobe-stats: see stats.h.
+#include <fmt/format.h>
+
+#include "stats.h"
+
+int main(int argc, char **argv) {
+  using namespace tprobe;
+  return stage_main_guard("tprobe-stats", [&] {
+    const auto &description = stats_stage_description();
+    CLI::App app{description.summary, "tprobe-stats"};
+    stage_common_args common;
+    stats_stage_options options;
+    stage_add_common_options(app, description, common);
+    app.add_flag("--keep-payload", options.keep_payload, description.options[0].doc);
+    app.add_flag("--recompute", options.recompute, description.options[1].doc);
+    stage_parse(app, argc, argv);
+
+    stage_install_signal_handlers();
+    zmq::context_t ctx;
+    stage_io io(ctx, common.io);
+    stage_signal_ready(common.ready_fd);
+    const auto result = stats_run(io, options);
+
+    const auto &counts = io.counts();
+    fmt::print(stderr,
+               "tprobe-stats: {} records ({} tensors, {} computed, {:.1f} MB read), {} producers, "
+               "{} truncated, tap dropped {}{}\n",
+               result.records, result.tensors, result.computed, result.payload_bytes / 1e6, counts.producers,
+               counts.truncated_producers, counts.tap_dropped, io.interrupted() ? ", interrupted" : "");
+    return EXIT_OK;
+  });
+}

@@ -1,0 +1,63 @@
+#include "stats.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+#include "errors.h"
+
+namespace tprobe {
+
+const stage_description &stats_stage_description() {
+  static const stage_description d{
+      "stats",
+      "compute per-tensor statistics (Max, Min, Mean, Norm, NaN/Inf counts, CRC-32) and pass records on",
+      true,
+      true,
+      {
+          {"keep-payload", "bool", "false", "pass tensor data on even when it is not to be saved"},
+          {"recompute", "bool", "false", "recompute statistics that arrive already computed"},
+      }};
+  return d;
+}
+
+bool stats_fill(record &r, bool high_precision, bool recompute) {
+  auto &h = r.header;
+  const bool want_crc = (h.flags & RECORD_FLAG_CRC32) != 0;
+  const bool complete = h.stats && (!want_crc || h.stats->crc32);
+  if ((complete && !recompute) || !r.has_payload()) return false;
+  const auto bytes = r.payload_bytes();
+  const uint64_t count = h.element_count();
+  if (bytes.size() != count * dtype_size(h.type))
+    throw framing_error(fmt::format("{}: payload is {} bytes, shape needs {}", r.describe(), bytes.size(),
+                                    count * dtype_size(h.type)));
+  h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(),
+                                 stats_options{.high_precision = high_precision, .crc32 = want_crc});
+  return true;
+}
+
+stats_stage_result stats_run(stage_io &io, const stats_stage_options &options) {
+  stats_stage_result result;
+  std::map<std::string, bool> high_precision_by_run;  // from each session record
+  while (auto r = io.receive()) {
+    auto &h = r->header;
+    if (h.kind == record_kind::session && h.meta.is_object())
+      high_precision_by_run[h.run] = h.meta.value("precision", std::string("low")) == "high";
+    if (h.kind == record_kind::tensor) {
+      ++result.tensors;
+      if (r->has_payload()) result.payload_bytes += h.length;
+      const auto it = high_precision_by_run.find(h.run);
+      if (stats_fill(*r, it != high_precision_by_run.end() && it->second, options.recompute)) ++result.computed;
+      if (r->has_payload() && !(h.flags & RECORD_FLAG_SAVE) && !options.keep_payload) {
+        r->drop_payload();
+        ++result.payloads_dropped;
+      }
+    }
+    io.send(*r);
+    ++result.records;
+  }
+  io.finish();
+  return result;
+}
+
+}  // namespace tprobe

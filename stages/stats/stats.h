@@ -1,0 +1,45 @@
+// stats.h: the statistics stage (tprobe-stats).
+//
+// Reads tensor records, computes what is not yet known (Max, Min, Mean, Norm, NaN and Inf counts,
+// and the CRC-32 when the record carries RECORD_FLAG_CRC32), and passes every record on. A tensor
+// whose data is not to be saved (no RECORD_FLAG_SAVE) leaves without its payload, so downstream
+// stages receive only numbers; --keep-payload keeps every payload (for a stage such as a live
+// compare that needs the data).
+//
+// Example launch line:
+//   tprobe-stats --input ipc:///tmp/run/stats.in --output ipc:///tmp/run/writer.in
+// Example manifest stage:
+//   {"name": "stats", "stage": "stats", "inputs": ["capture"]}
+#pragma once
+
+#include <cstdint>
+
+#include "endpoint.h"
+#include "stage_main.h"
+
+namespace tprobe {
+
+struct stats_stage_options {
+  bool keep_payload = false;  // pass payloads on even when not saved
+  bool recompute = false;     // recompute statistics that arrived already computed
+};
+
+struct stats_stage_result {
+  uint64_t records = 0;        // records passed on
+  uint64_t tensors = 0;        // tensor records seen
+  uint64_t computed = 0;       // tensors whose statistics this stage computed
+  uint64_t payload_bytes = 0;  // bytes of tensor data read
+  uint64_t payloads_dropped = 0;  // payloads not passed on (numbers only downstream)
+};
+
+const stage_description &stats_stage_description();
+
+// Runs until end-of-stream (or a signal), then finishes the outputs. Throws framing_error on a
+// malformed record and system_error on a transport failure.
+stats_stage_result stats_run(stage_io &io, const stats_stage_options &options);
+
+// The per-record work, exposed for tests and for stages that embed it: fills header.stats from the
+// payload when needed. `high_precision` is the session's precision "high".
+bool stats_fill(record &r, bool high_precision, bool recompute);
+
+}  // namespace tprobe

@@ -1,0 +1,28 @@
+// tprobe-tap: see tap.h.
+#include <fmt/format.h>
+
+#include "tap.h"
+
+int main(int argc, char **argv) {
+  using namespace tprobe;
+  return stage_main_guard("tprobe-tap", [&] {
+    const auto &description = tap_stage_description();
+    CLI::App app{description.summary, "tprobe-tap"};
+    tap_stage_options options;
+    app.add_option("endpoint", options.endpoint, "a stage's tap endpoint (tprobe run prints them)")->required();
+    app.add_option("--count", options.count, description.options[0].doc);
+    app.add_flag("--json", options.json, description.options[1].doc);
+    app.add_option("--filter", options.filter, description.options[2].doc);
+    app.add_flag_callback(
+        "--describe", [&] { fmt::print("{}\n", stage_describe_json(description)); throw CLI::Success(); },
+        "Print this stage's option table as JSON");
+    stage_parse(app, argc, argv);
+
+    stage_install_signal_handlers();
+    zmq::context_t ctx;
+    tap_subscriber tap(ctx, options.endpoint);
+    const auto result = tap_run(tap, options, stdout);
+    if (result.missed) fmt::print(stderr, "tprobe-tap: {} records missed (the tap is lossy)\n", result.missed);
+    return EXIT_OK;
+  });
+}

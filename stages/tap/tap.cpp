@@ -1,0 +1,103 @@
+#include "tap.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+namespace tprobe {
+
+const stage_description &tap_stage_description() {
+  static const stage_description d{
+      "tap",
+      "print the records flowing through a stage's live tap, one line each",
+      false,
+      false,
+      {
+          {"count", "int", "0", "stop after this many records (0: until end-of-stream)"},
+          {"json", "bool", "false", "print one JSON object per line"},
+          {"filter", "string", "", "only records whose entry name contains this"},
+      }};
+  return d;
+}
+
+namespace {
+std::string stat_text(const stat_value &v) {
+  switch (v.k) {
+    case stat_value::kind::boolean: return v.boolean ? "true" : "false";
+    case stat_value::kind::integer: return std::to_string(v.integer);
+    case stat_value::kind::real: return fmt::format("{:.6g}", v.real);
+    case stat_value::kind::null: break;
+  }
+  return "null";
+}
+}  // namespace
+
+std::string tap_format_line(const record &r) {
+  const auto &h = r.header;
+  std::string line = fmt::format("step {} rank {} ", h.step, h.rank);
+  switch (h.kind) {
+    case record_kind::tensor: {
+      line += fmt::format("{} {} {} [{}]", h.entry, h.slot, dtype_name(h.type), fmt::join(h.shape, ", "));
+      if (h.stats) {
+        const auto &s = *h.stats;
+        line += fmt::format(" max={} min={} mean={} norm={}", stat_text(s.max), stat_text(s.min),
+                            stat_text(s.mean), stat_text(s.norm));
+        if (s.nan_count || s.inf_count) line += fmt::format(" nan={} inf={}", s.nan_count, s.inf_count);
+        if (s.crc32) line += fmt::format(" crc32={:08x}", *s.crc32);
+      }
+      if (h.stored) line += fmt::format(" ({} bytes)", h.length);
+      return line;
+    }
+    case record_kind::value: return line + fmt::format("{} {} = {}", h.entry, h.slot, h.meta.dump());
+    default:
+      line += std::string(record_kind_name(h.kind));
+      if (!h.entry.empty()) line += " " + h.entry;
+      if (!h.meta.is_null()) line += " " + h.meta.dump();
+      return line;
+  }
+}
+
+nlohmann::ordered_json tap_format_json(const record &r) {
+  const auto &h = r.header;
+  nlohmann::ordered_json j{{"kind", record_kind_name(h.kind)}, {"run", h.run},   {"rank", h.rank},
+                           {"step", h.step},                   {"seq", h.seq},   {"entry", h.entry},
+                           {"slot", h.slot}};
+  if (h.kind == record_kind::tensor) {
+    j["dtype"] = dtype_name(h.type);
+    j["shape"] = h.shape;
+    j["requires_grad"] = h.requires_grad;
+    if (h.stats) j["stats"] = tensor_stats_to_json(*h.stats);
+  }
+  if (!h.meta.is_null()) j["meta"] = h.meta;
+  return j;
+}
+
+tap_stage_result tap_run(tap_subscriber &tap, const tap_stage_options &options, std::FILE *out) {
+  tap_stage_result result;
+  std::map<std::pair<std::string, int32_t>, uint64_t> last_seq;  // per producer (run, rank)
+  while (auto r = tap.receive(-1)) {
+    const auto &h = r->header;
+    if (h.kind == record_kind::eos) break;
+    if (h.seq != 0) {
+      auto [it, inserted] = last_seq.try_emplace({h.run, h.rank}, h.seq);
+      if (!inserted) {
+        if (h.seq > it->second + 1) {
+          const uint64_t gap = h.seq - it->second - 1;
+          result.missed += gap;
+          fmt::print(out, "… {} records missed by this tap (rank {})\n", gap, h.rank);
+        }
+        it->second = std::max(it->second, h.seq);
+      }
+    }
+    if (!options.filter.empty() && h.entry.find(options.filter) == std::string::npos) continue;
+    if (options.json)
+      fmt::print(out, "{}\n", tap_format_json(*r).dump());
+    else
+      fmt::print(out, "{}\n", tap_format_line(*r));
+    std::fflush(out);
+    if (++result.records == options.count && options.count != 0) break;
+  }
+  return result;
+}
+
+}  // namespace tprobe

@@ -1,0 +1,42 @@
+// tap.h: the live tap (tprobe tap ENDPOINT).
+//
+// Subscribes to a stage's lossy tap (--tap of any stage; `tprobe run` prints them) and prints one
+// line per record as it flows: step, rank, entry, slot, dtype, shape and statistics. The tap never
+// slows the pipeline: a tap that cannot keep up loses records, and the lines say how many (gaps in
+// each producer's sequence numbers).
+//
+// Example:
+//   tprobe tap ipc:///tmp/tprobe-run-XXXX/stats.tap --count 20
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "endpoint.h"
+#include "stage_main.h"
+
+namespace tprobe {
+
+struct tap_stage_options {
+  std::string endpoint;
+  uint64_t count = 0;      // stop after this many records (0 = until end-of-stream or Ctrl-C)
+  bool json = false;       // one JSON object per line instead of text
+  std::string filter;      // only records whose entry contains this
+};
+
+struct tap_stage_result {
+  uint64_t records = 0;  // records printed
+  uint64_t missed = 0;   // records the tap lost (sequence gaps)
+};
+
+const stage_description &tap_stage_description();
+
+// "step 0 rank 0 Functional.linear.0.forward output.0 float32 [2, 8] max=… min=… mean=… norm=…"
+std::string tap_format_line(const record &r);
+nlohmann::ordered_json tap_format_json(const record &r);
+
+// Prints records from `tap` to `out` until eos, `count` records or a signal.
+tap_stage_result tap_run(tap_subscriber &tap, const tap_stage_options &options, std::FILE *out);
+
+}  // namespace tprobe

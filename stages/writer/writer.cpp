@@ -1,0 +1,445 @@
+#include "writer.h"
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "errors.h"
+#include "npy.h"
+#include "pyjson.h"
+#include "safe_path.h"
+
+namespace tprobe {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+using clock_type = std::chrono::steady_clock;
+
+// The effective configuration a producer announced in its session record.
+struct session_info {
+  std::string task = "statistics";
+  std::string level = "L1";
+  std::string framework = "pytorch";
+  std::string dump_path;
+  bool tensor_data = false;  // task tensor, or a tensor_list: dump_tensor_data/ exists
+  bool allow_forward = true, allow_backward = true, allow_input = true, allow_output = true;
+};
+
+session_info session_from_meta(const json &meta) {
+  session_info s;
+  if (!meta.is_object()) return s;
+  s.task = meta.value("task", s.task);
+  s.level = meta.value("level", s.level);
+  s.framework = meta.value("framework", s.framework);
+  s.dump_path = meta.value("dump_path", std::string{});
+  const auto tensor_list = meta.value("tensor_list", json::array());
+  s.tensor_data = s.task == "tensor" || (tensor_list.is_array() && !tensor_list.empty());
+  // msprobe's _get_allowed_data_mode: an absent direction or io kind means both.
+  const auto modes = meta.value("data_mode", json::array({"all"}));
+  auto has = [&](const char *m) {
+    for (const auto &e : modes)
+      if (e.is_string() && e.get<std::string>() == m) return true;
+    return false;
+  };
+  if (!has("all")) {
+    s.allow_forward = has("forward"), s.allow_backward = has("backward");
+    if (!s.allow_forward && !s.allow_backward) s.allow_forward = s.allow_backward = true;
+    s.allow_input = has("input"), s.allow_output = has("output");
+    if (!s.allow_input && !s.allow_output) s.allow_input = s.allow_output = true;
+  }
+  return s;
+}
+
+enum class entry_shape { api_forward, module_forward, backward, parameters_grad, other };
+
+entry_shape classify(const std::string &entry) {
+  if (entry.find(".parameters_grad") != std::string::npos) return entry_shape::parameters_grad;
+  const bool is_module = entry.rfind("Module.", 0) == 0 || entry.rfind("Cell.", 0) == 0;
+  if (entry.ends_with(".backward") || entry.find(".backward.") != std::string::npos) return entry_shape::backward;
+  if (entry.ends_with(".forward")) return entry_shape::api_forward;
+  if (entry.find(".forward.") != std::string::npos) return is_module ? entry_shape::module_forward
+                                                                     : entry_shape::api_forward;
+  return entry_shape::other;
+}
+
+// Section of dump.json that a slot's first segment names, per entry shape.
+std::string section_of(entry_shape shape, std::string_view first) {
+  if (shape == entry_shape::backward) return std::string(first);  // input | output
+  if (first == "input") return "input_args";
+  if (first == "kwargs") return "input_kwargs";
+  return std::string(first);  // output | parameters | anything a debug save names
+}
+
+bool section_is_input(std::string_view section) {
+  return section == "input_args" || section == "input_kwargs" || section == "input" || section == "parameters";
+}
+
+std::vector<std::string> split_dots(std::string_view s) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = s.find('.', start);
+    parts.emplace_back(s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return parts;
+}
+
+bool all_digits(const std::string &s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+json stat_json(const stat_value &v) {
+  switch (v.k) {
+    case stat_value::kind::boolean: return v.boolean;
+    case stat_value::kind::integer: return v.integer;
+    case stat_value::kind::real: return v.real;
+    case stat_value::kind::null: break;
+  }
+  return nullptr;
+}
+
+std::string default_tensor_type(const std::string &framework) {
+  if (framework == "mindspore") return "mindspore.Tensor";
+  if (framework == "pytorch" || framework == "mindtorch") return "torch.Tensor";
+  return "numpy.ndarray";
+}
+
+// One dump folder: step{S}/rank{R}.
+struct dump_doc {
+  std::string dir;       // absolute
+  std::string relative;  // step{S}/rank{R}
+  session_info session;
+  json data = json::object();
+  json construct = json::object();
+  std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> stacks;  // names, lines
+  std::unordered_map<std::string, size_t> stack_index;  // joined lines → index in stacks
+  bool dirty = true;
+  bool tensor_dir_ready = false;
+};
+
+class dump_writer {
+ public:
+  explicit dump_writer(const writer_stage_options &o) : options_(o) {
+    if (!options_.dump_path.empty()) path_check_create(options_.dump_path, "dump path");
+  }
+
+  void handle(record &r) {
+    ++result_.records;
+    const auto &h = r.header;
+    switch (h.kind) {
+      case record_kind::session: sessions_[h.run] = session_from_meta(h.meta); return;
+      case record_kind::entry: entry_metadata(r); return;
+      case record_kind::tensor:
+      case record_kind::value: place(r); return;
+      case record_kind::flush:
+        if (auto *d = find_doc(h)) write_doc(*d);
+        return;
+      case record_kind::step_end: {
+        auto it = docs_.find({h.step, h.rank, h.run});
+        if (it != docs_.end()) {
+          write_doc(it->second);
+          docs_.erase(it);
+        }
+        return;
+      }
+      default: return;
+    }
+  }
+
+  void maybe_flush() {
+    const auto now = clock_type::now();
+    if (now < next_flush_) return;
+    const auto start = now;
+    for (auto &[key, d] : docs_)
+      if (d.dirty) write_doc(d);
+    // Rewrites cost grows with the dump: never spend more than a fifth of the time rewriting.
+    const auto took = clock_type::now() - start;
+    next_flush_ = clock_type::now() +
+                  std::max<clock_type::duration>(std::chrono::duration_cast<clock_type::duration>(
+                                                     std::chrono::duration<double>(options_.flush_interval)),
+                                                 took * 4);
+  }
+
+  void finish() {
+    for (auto &[key, d] : docs_) write_doc(d);
+  }
+
+  const writer_stage_result &result() const { return result_; }
+
+ private:
+  struct doc_key {
+    int64_t step;
+    int32_t rank;
+    std::string run;
+    auto operator<=>(const doc_key &) const = default;
+  };
+
+  const session_info &session(const record_header &h) {
+    auto it = sessions_.find(h.run);
+    if (it != sessions_.end()) return it->second;
+    return sessions_[h.run];  // a producer without a session record: defaults
+  }
+
+  dump_doc *find_doc(const record_header &h) {
+    auto it = docs_.find({h.step, h.rank, h.run});
+    return it == docs_.end() ? nullptr : &it->second;
+  }
+
+  dump_doc &doc(const record_header &h) {
+    const doc_key key{h.step, h.rank, h.run};
+    auto it = docs_.find(key);
+    if (it != docs_.end()) return it->second;
+    dump_doc d;
+    d.session = session(h);
+    const std::string root = options_.dump_path.empty() ? d.session.dump_path : options_.dump_path;
+    if (root.empty())
+      throw usage_error(fmt::format("{}: no dump path: give --dump-path or a session record with dump_path",
+                                    r_describe(h)));
+    path_check_create(root, "dump path");
+    d.relative = h.rank < 0 ? fmt::format("step{}/rank", h.step) : fmt::format("step{}/rank{}", h.step, h.rank);
+    safe_mkdirs(root, d.relative);
+    d.dir = (std::filesystem::absolute(root) / d.relative).lexically_normal().string();
+    // A folder finished earlier (step_end) that receives more: continue from what is on disk
+    // rather than overwrite it.
+    const std::string existing = d.dir + "/dump.json";
+    if (reopened_.count(d.dir) && std::filesystem::exists(existing)) {
+      json old = pyjson_load_file(existing);
+      if (old.contains("data") && old["data"].is_object()) d.data = old["data"];
+      const std::string construct = d.dir + "/construct.json";
+      if (std::filesystem::exists(construct)) d.construct = pyjson_load_file(construct);
+      load_stacks(d);
+    }
+    reopened_.insert(d.dir);
+    ++result_.dumps;
+    return docs_.emplace(key, std::move(d)).first->second;
+  }
+
+  static void load_stacks(dump_doc &d) {
+    const std::string path = d.dir + "/stack.json";
+    if (!std::filesystem::exists(path)) return;
+    json old = pyjson_load_file(path);
+    for (const auto &[k, v] : old.items()) {
+      if (!v.is_array() || v.size() != 2) continue;
+      std::vector<std::string> names = v[0].get<std::vector<std::string>>();
+      std::vector<std::string> lines = v[1].get<std::vector<std::string>>();
+      d.stack_index[fmt::format("{}", fmt::join(lines, "\n"))] = d.stacks.size();
+      d.stacks.emplace_back(std::move(names), std::move(lines));
+    }
+  }
+
+  static std::string r_describe(const record_header &h) {
+    return fmt::format("{} record {} (rank {}, step {})", record_kind_name(h.kind), h.entry, h.rank, h.step);
+  }
+
+  json &entry_json(dump_doc &d, const std::string &entry, const json *meta) {
+    if (entry.empty()) throw usage_error("a record without an entry name cannot be placed in dump.json");
+    auto it = d.data.find(entry);
+    if (it != d.data.end()) return *it;
+    json e = json::object();
+    const auto &s = d.session;
+    const auto shape = classify(entry);
+    const bool forward_ok = s.allow_forward, backward_ok = s.allow_backward;
+    bool is_recompute_known = meta && meta->is_object() && meta->contains("is_recompute");
+    switch (shape) {
+      case entry_shape::api_forward:
+        if (forward_ok && s.allow_input) e["input_args"] = json::array(), e["input_kwargs"] = json::object();
+        if (is_recompute_known) e["is_recompute"] = (*meta)["is_recompute"];
+        if (forward_ok && s.allow_output) e["output"] = json::array();
+        break;
+      case entry_shape::module_forward:
+        if (forward_ok && s.allow_input) e["input_args"] = json::array(), e["input_kwargs"] = json::object();
+        if (forward_ok && s.allow_output) e["output"] = json::array();
+        break;
+      case entry_shape::backward:
+        if (backward_ok && s.allow_input) e["input"] = json::array();
+        if (backward_ok && s.allow_output) e["output"] = json::array();
+        break;
+      case entry_shape::parameters_grad:
+      case entry_shape::other: break;
+    }
+    ++result_.entries;
+    d.dirty = true;
+    return d.data[entry] = std::move(e);
+  }
+
+  void entry_metadata(const record &r) {
+    const auto &h = r.header;
+    dump_doc &d = doc(h);
+    json &e = entry_json(d, h.entry, &h.meta);
+    if (!h.meta.is_object()) return;
+    if (h.meta.contains("is_recompute") && classify(h.entry) == entry_shape::module_forward)
+      e["is_recompute"] = h.meta["is_recompute"];
+    if (h.meta.contains("stack") && h.meta["stack"].is_array()) {
+      std::vector<std::string> lines;
+      for (const auto &l : h.meta["stack"]) lines.push_back(l.is_string() ? l.get<std::string>() : l.dump());
+      const std::string key = fmt::format("{}", fmt::join(lines, "\n"));
+      auto [it, inserted] = d.stack_index.emplace(key, d.stacks.size());
+      if (inserted) d.stacks.emplace_back(std::vector<std::string>{}, std::move(lines));
+      d.stacks[it->second].first.push_back(h.entry);
+    }
+    const bool has_structure = d.session.level == "L0" || d.session.level == "mix";
+    if (has_structure && h.meta.contains("parent")) d.construct[h.entry] = h.meta["parent"];
+    d.dirty = true;
+  }
+
+  json tensor_leaf(const record &r, dump_doc &d, const std::string &data_name) {
+    const auto &h = r.header;
+    json t = json::object();
+    t["type"] = h.tensor_type.empty() ? default_tensor_type(d.session.framework) : h.tensor_type;
+    t["dtype"] = dtype_framework_name(h.type, d.session.framework);
+    t["shape"] = h.shape;
+    const tensor_stats s = h.stats.value_or(tensor_stats{});
+    t["Max"] = stat_json(s.max);
+    t["Min"] = stat_json(s.min);
+    t["Mean"] = stat_json(s.mean);
+    t["Norm"] = stat_json(s.norm);
+    t["requires_grad"] = h.requires_grad;
+    if (!data_name.empty()) t["data_name"] = data_name;
+    if (s.crc32) t["md5"] = fmt::format("{:08x}", *s.crc32);
+    return t;
+  }
+
+  std::string save_tensor(const record &r, dump_doc &d) {
+    const auto &h = r.header;
+    const std::string name = h.entry + "." + h.slot + ".npy";
+    if (name.find('/') != std::string::npos || name.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != std::string::npos)
+      throw usage_error(fmt::format("{} {}: tensor file name \"{}\" has characters outside [a-zA-Z0-9_.-]",
+                                    r_describe(h), h.slot, name));
+    if (!d.tensor_dir_ready) {
+      const std::string root = std::filesystem::path(d.dir).parent_path().parent_path().string();
+      safe_mkdirs(root, d.relative + "/dump_tensor_data");
+      d.tensor_dir_ready = true;
+    }
+    const auto bytes = r.payload_bytes();
+    npy_write(d.dir + "/dump_tensor_data/" + name, h.type, h.shape, bytes);
+    ++result_.tensor_files;
+    result_.tensor_bytes += bytes.size();
+    return name;
+  }
+
+  void place(record &r) {
+    const auto &h = r.header;
+    dump_doc &d = doc(h);
+    json &e = entry_json(d, h.entry, nullptr);
+    const auto shape = classify(h.entry);
+
+    // Where in the entry: section and nesting path.
+    std::string section;
+    std::vector<record_path_element> path;
+    if (shape == entry_shape::parameters_grad) {
+      section = h.slot.rfind("parameters_grad.", 0) == 0 ? h.slot.substr(16) : h.slot;
+      path.emplace_back(int64_t{0});  // each parameter maps to a one-element list
+    } else {
+      const auto parts = split_dots(h.slot);
+      section = section_of(shape, parts.front());
+      if (h.path) {
+        path = *h.path;
+      } else {
+        for (size_t i = 1; i < parts.size(); ++i) {
+          if (all_digits(parts[i]) && section != "parameters" && !(section == "input_kwargs" && i == 1))
+            path.emplace_back(static_cast<int64_t>(std::stoll(parts[i])));
+          else
+            path.emplace_back(parts[i]);
+        }
+      }
+    }
+    if (shape != entry_shape::parameters_grad && shape != entry_shape::other) {
+      const bool is_backward = shape == entry_shape::backward;
+      if (is_backward ? !d.session.allow_backward : !d.session.allow_forward) return;
+      if (section_is_input(section) ? !d.session.allow_input : !d.session.allow_output) return;
+    }
+
+    json leaf;
+    if (h.kind == record_kind::tensor) {
+      std::string data_name;
+      if (r.has_payload() && (h.flags & RECORD_FLAG_SAVE)) data_name = save_tensor(r, d);
+      leaf = tensor_leaf(r, d, data_name);
+    } else {
+      leaf = h.meta;
+    }
+
+    json *node = &e[section];
+    if (path.empty()) {
+      *node = std::move(leaf);
+    } else {
+      for (size_t i = 0; i < path.size(); ++i) {
+        if (const auto *index = std::get_if<int64_t>(&path[i])) {
+          if (!node->is_array()) *node = json::array();
+          while (node->size() <= static_cast<size_t>(*index)) node->push_back(nullptr);
+          node = &(*node)[static_cast<size_t>(*index)];
+        } else {
+          if (!node->is_object()) *node = json::object();
+          node = &(*node)[std::get<std::string>(path[i])];
+        }
+      }
+      *node = std::move(leaf);
+    }
+    d.dirty = true;
+  }
+
+  void write_doc(dump_doc &d) {
+    if (!d.dirty) return;
+    json top = json::object();
+    top["task"] = d.session.task;
+    top["level"] = d.session.level;
+    top["framework"] = d.session.framework;
+    top["dump_data_dir"] = d.session.tensor_data ? json(d.dir + "/dump_tensor_data") : json(nullptr);
+    top["data"] = d.data;  // a copy: the rewrite must not disturb the live document
+    atomic_write_file(d.dir + "/dump.json", pyjson_dump(top, 1));
+    json stack = json::object();
+    for (size_t i = 0; i < d.stacks.size(); ++i)
+      stack[std::to_string(i)] = json::array({d.stacks[i].first, d.stacks[i].second});
+    atomic_write_file(d.dir + "/stack.json", pyjson_dump(stack, 1));
+    atomic_write_file(d.dir + "/construct.json", pyjson_dump(d.construct, 1));
+    d.dirty = false;
+    ++result_.json_rewrites;
+  }
+
+  writer_stage_options options_;
+  writer_stage_result result_;
+  std::map<std::string, session_info> sessions_;
+  std::map<doc_key, dump_doc> docs_;
+  std::set<std::string> reopened_;
+  clock_type::time_point next_flush_ = clock_type::now();
+};
+
+}  // namespace
+
+const stage_description &writer_stage_description() {
+  static const stage_description d{
+      "writer",
+      "write records as an msprobe dump: step{S}/rank{R}/dump.json, stack.json, construct.json, .npy",
+      true,
+      false,
+      {
+          {"dump-path", "string", "", "dump root; default: the dump_path of the producer's config"},
+          {"flush-interval", "float", "2", "seconds between atomic rewrites of dump.json while records arrive"},
+      }};
+  return d;
+}
+
+writer_stage_result writer_run(stage_io &io, const writer_stage_options &options) {
+  dump_writer writer(options);
+  try {
+    while (auto r = io.receive()) {
+      writer.handle(*r);
+      writer.maybe_flush();
+    }
+  } catch (...) {
+    // Whatever went wrong with the stream, what was received is written and parses.
+    writer.finish();
+    throw;
+  }
+  writer.finish();
+  return writer.result();
+}
+
+}  // namespace tprobe

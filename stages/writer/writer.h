@@ -1,0 +1,53 @@
+// writer.h: the dump writer stage (tprobe-writer).
+//
+// Turns records into msprobe's dump layout (msprobe-compat.md §1):
+//
+//   {dump_path}/step{S}/rank{R}/dump.json        statistics and structure of every entry
+//                              /stack.json       call stacks, identical stacks deduplicated
+//                              /construct.json   entry → parent module (L0 and mix; {} at L1)
+//                              /dump_tensor_data/{entry}.{slot}.npy   saved tensors
+//
+// R is the producer's rank; the folder is plain "rank" when the producer is not distributed.
+// dump_path comes from --dump-path or else from the producer's session record (its config).
+//
+// Durability: tensor files are written when their record arrives; the three JSON files are
+// rewritten atomically (temporary file + rename) at most every --flush-interval seconds while
+// records arrive, on a flush or step_end record, and at the end. A pipeline killed at any point
+// therefore leaves JSON files that parse and describe everything received up to the last rewrite.
+// Directories are created 0750 and files 0640; paths outside msprobe's character set are refused
+// and no symbolic link inside the dump tree is followed.
+//
+// Example launch line:
+//   tprobe-writer --input ipc:///tmp/run/writer.in --dump-path ./dump
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "endpoint.h"
+#include "stage_main.h"
+
+namespace tprobe {
+
+struct writer_stage_options {
+  std::string dump_path;         // "" = from the session record
+  double flush_interval = 2.0;   // seconds between JSON rewrites while records arrive
+};
+
+struct writer_stage_result {
+  uint64_t records = 0;
+  uint64_t entries = 0;        // dump entries created
+  uint64_t tensor_files = 0;   // .npy files written
+  uint64_t tensor_bytes = 0;   // bytes of tensor data written
+  uint64_t json_rewrites = 0;  // atomic rewrites of dump.json files
+  uint64_t dumps = 0;          // (step, rank) folders written
+};
+
+const stage_description &writer_stage_description();
+
+// Runs until end-of-stream (or a signal), writing every file; throws usage_error for a bad path or
+// a record that names a file outside the dump tree, system_error for an I/O failure (files written
+// so far are complete and parse).
+writer_stage_result writer_run(stage_io &io, const writer_stage_options &options);
+
+}  // namespace tprobe

@@ -1,0 +1,63 @@
+// test_support.h: what tests share: a hermetic temp dir, the binaries of this build (from
+// TPROBE_BIN_DIR, which CMake sets: never a guessed path), and child processes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace tprobe::test {
+
+// A fresh directory under TPROBE_TEST_TMP (or /tmp), removed by the destructor.
+class temp_dir {
+ public:
+  temp_dir();
+  ~temp_dir();
+  temp_dir(const temp_dir &) = delete;
+  temp_dir &operator=(const temp_dir &) = delete;
+  const std::string &path() const { return path_; }
+  std::string operator/(const std::string &name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// $TPROBE_BIN_DIR/name; the test fails if the variable is unset.
+std::string bin(const std::string &name);
+std::string source_dir();
+
+struct process_result {
+  int status = -1;  // exit code, or 128 + signal
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs argv to completion with extra environment entries ("K=V").
+process_result run_process(const std::vector<std::string> &argv, const std::vector<std::string> &env = {});
+
+// A child process running in the background; its stdout/stderr go to files in `log_dir`.
+class child_process {
+ public:
+  child_process(const std::vector<std::string> &argv, const std::string &log_dir,
+                const std::vector<std::string> &env = {}, bool ready_fd = false);
+  ~child_process();  // kills (SIGKILL) if still running
+  // Blocks until the child wrote its readiness line (started with ready_fd): no sleeps.
+  void wait_ready();
+  int wait();  // exit code or 128 + signal
+  void kill(int signal);
+  pid_t pid() const { return pid_; }
+  std::string err() const;
+
+ private:
+  pid_t pid_ = -1;
+  int ready_read_ = -1;
+  std::string err_path_;
+  int status_ = -1;
+  bool reaped_ = false;
+};
+
+std::string read_file(const std::string &path);
+void write_file(const std::string &path, const std::string &content);
+
+}  // namespace tprobe::test

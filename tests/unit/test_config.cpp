@@ -1,0 +1,802 @@
+// Tests for capture/config.h: msprobe's config.json parsing, validation, overrides and the
+// capture filter built from it.
+#include "config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "errors.h"
+
+namespace tprobe {
+namespace {
+
+using nlohmann::ordered_json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+// msprobe's packaged msprobe/config.json (msprobe-compat.md §2).
+constexpr const char *packaged_default_config = R"({
+  "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [], "level": "L1",
+  "enable_dataloader": false, "async_dump": false,
+  "tensor": {"scope": [], "list":[], "data_mode": ["all"], "file_format": "npy"},
+  "statistics": {"scope": [], "list":[], "data_mode": ["all"], "summary_mode": "statistics"},
+  "overflow_check": {"overflow_nums": 1, "check_mode":"all"},
+  "run_ut": {"white_list": [], "black_list": [], "error_data_path": "./"},
+  "grad_probe": {"grad_level": "L1", "param_list": [], "bounds": [-1, 0, 1]},
+  "free_benchmark": {"scope": [], "list": [], "fuzz_device": "npu", "pert_mode": "improve_precision",
+     "handler_type": "check", "fuzz_level": "L1", "fuzz_stage": "forward", "if_preheat": false,
+     "preheat_step": 15, "max_sample": 20} })";
+
+ordered_json default_doc() { return ordered_json::parse(packaged_default_config); }
+
+std::string cwd_path(const std::string &relative) {
+  return (std::filesystem::current_path() / relative).lexically_normal().string();
+}
+
+// The usage_error message config_parse throws for `doc`, or a marker when it accepts it.
+std::string parse_error(const ordered_json &doc) {
+  try {
+    (void)config_parse(doc, "config.json");
+  } catch (const usage_error &e) {
+    return e.what();
+  }
+  return "<accepted>";
+}
+
+// The default document with one top-level field replaced.
+ordered_json with(const std::string &key, const ordered_json &value) {
+  ordered_json doc = default_doc();
+  doc[key] = value;
+  return doc;
+}
+
+// The default document with one field of a task section replaced (and that task selected).
+ordered_json with_section(const std::string &task, const std::string &key, const ordered_json &value) {
+  ordered_json doc = default_doc();
+  doc["task"] = task;
+  doc[task][key] = value;
+  return doc;
+}
+
+std::string rank_error(const ordered_json &value) {
+  try {
+    (void)config_parse_rank_or_step(value, "rank", "config.json");
+  } catch (const usage_error &e) {
+    return e.what();
+  }
+  return "<accepted>";
+}
+
+// ---- parsing ------------------------------------------------------------------------------
+
+TEST(ConfigParse, PackagedDefaultParses) {
+  const capture_config cfg = config_parse(default_doc(), "config.json");
+  EXPECT_EQ(cfg.task, "statistics");
+  EXPECT_EQ(cfg.level, "L1");
+  EXPECT_EQ(cfg.dump_path, cwd_path("dump_path"));
+  EXPECT_THAT(cfg.rank, IsEmpty());
+  EXPECT_THAT(cfg.step, IsEmpty());
+  EXPECT_FALSE(cfg.enable_dataloader);
+  EXPECT_FALSE(cfg.async_dump);
+  EXPECT_EQ(cfg.precision, "low");
+  EXPECT_THAT(cfg.data_mode, ElementsAre("all"));
+  EXPECT_EQ(cfg.summary_mode, "statistics");
+  EXPECT_EQ(cfg.file_format, "npy");
+  EXPECT_EQ(cfg.overflow_nums, 1);
+  EXPECT_EQ(cfg.source, default_doc());
+  EXPECT_EQ(cfg.source_name, "config.json");
+}
+
+TEST(ConfigParse, EveryTaskOfThePackagedDefaultParses) {
+  for (const char *task : {"tensor", "statistics", "overflow_check", "free_benchmark", "run_ut", "grad_probe",
+                           "structure"}) {
+    SCOPED_TRACE(task);
+    EXPECT_EQ(config_parse(with("task", task), "config.json").task, task);
+  }
+}
+
+TEST(ConfigParse, MinimalDocumentGetsMsprobeDefaults) {
+  const capture_config cfg = config_parse(ordered_json{{"dump_path", "/tmp/d"}}, "config.json");
+  EXPECT_EQ(cfg.task, "statistics");
+  EXPECT_EQ(cfg.level, "L1");
+  EXPECT_EQ(cfg.dump_path, "/tmp/d");
+  EXPECT_THAT(cfg.data_mode, ElementsAre("all"));
+}
+
+TEST(ConfigParse, NullMeansDefault) {
+  ordered_json doc = default_doc();
+  doc["task"] = nullptr;
+  doc["level"] = nullptr;
+  doc["rank"] = nullptr;
+  doc["statistics"]["data_mode"] = nullptr;
+  const capture_config cfg = config_parse(doc, "config.json");
+  EXPECT_EQ(cfg.task, "statistics");
+  EXPECT_EQ(cfg.level, "L1");
+  EXPECT_THAT(cfg.rank, IsEmpty());
+  EXPECT_THAT(cfg.data_mode, ElementsAre("all"));
+}
+
+TEST(ConfigParse, SessionMetaIsTheEffectiveConfig) {
+  ordered_json doc = default_doc();
+  doc["step"] = ordered_json::array({"1-2"});
+  doc["statistics"]["list"] = {"linear"};
+  const ordered_json meta = config_parse(doc, "config.json").session_meta();
+  std::vector<std::string> keys;
+  for (const auto &[key, value] : meta.items()) keys.push_back(key);
+  EXPECT_THAT(keys, ElementsAre("task", "level", "framework", "dump_path", "rank", "step", "precision", "summary_mode",
+                                "data_mode", "scope", "list", "tensor_list", "async_dump"));
+  EXPECT_EQ(meta["framework"], "pytorch");
+  EXPECT_EQ(meta["step"], ordered_json::parse("[1, 2]"));
+  EXPECT_EQ(meta["rank"], ordered_json::array());
+  EXPECT_EQ(meta["list"], ordered_json::parse(R"(["linear"])"));
+  EXPECT_EQ(meta["dump_path"], cwd_path("dump_path"));
+}
+
+TEST(ConfigParse, TopLevelMustBeAnObject) {
+  EXPECT_THAT(parse_error(ordered_json::array()), HasSubstr("expected a JSON object"));
+}
+
+// ---- rank / step --------------------------------------------------------------------------
+
+TEST(ConfigRankStep, RangesExpandSortedAndDeduplicated) {
+  EXPECT_THAT(config_parse_rank_or_step(ordered_json::parse(R"([0, 1, 2, "4-6"])"), "rank", "c"),
+              ElementsAre(0, 1, 2, 4, 5, 6));
+  EXPECT_THAT(config_parse_rank_or_step(ordered_json::parse(R"([5, "3-6", 0, 5, "4-4"])"), "step", "c"),
+              ElementsAre(0, 3, 4, 5, 6));
+  EXPECT_THAT(config_parse_rank_or_step(ordered_json::parse(R"([1000000, "0-0"])"), "step", "c"),
+              ElementsAre(0, 1000000));
+  EXPECT_THAT(config_parse_rank_or_step(nullptr, "rank", "c"), IsEmpty());
+  EXPECT_THAT(config_parse_rank_or_step(ordered_json::array(), "rank", "c"), IsEmpty());
+  EXPECT_EQ(config_parse_rank_or_step(ordered_json::parse(R"(["0-1000000"])"), "step", "c").size(), 1000001u);
+}
+
+TEST(ConfigRankStep, ReversedRangeMessage) {
+  EXPECT_EQ(rank_error(ordered_json::parse(R"(["5-3"])")),
+            "config.json: field \"rank\": element \"5-3\" is not a valid range (a <= b required)");
+}
+
+TEST(ConfigRankStep, BadElementsNameTheFieldAndElement) {
+  struct bad_case {
+    const char *json, *expected;
+  };
+  const bad_case cases[] = {
+      {R"(["3-1"])", "element \"3-1\" is not a valid range (a <= b required)"},
+      {R"(["a-b"])", "element \"a-b\" is not a valid range (the hyphen"},
+      {R"(["1-"])", "element \"1-\" is not a valid range"},
+      {R"(["-1"])", "element \"-1\" is not a valid range"},
+      {R"(["1-2-3"])", "element \"1-2-3\" is not of the form \"a-b\""},
+      {R"(["5"])", "element \"5\" is not of the form \"a-b\""},
+      {R"([" 1-2"])", "is not a valid range"},
+      {R"(["0-1000001"])", "both ends must be in [0, 1000000]"},
+      {R"(["0-99999999999999999999999"])", "both ends must be in [0, 1000000]"},
+      {R"([true])", "element true is a bool"},
+      {R"([0, false])", "element false is a bool"},
+      {R"([1000001])", "element 1000001 is out of range [0, 1000000]"},
+      {R"([-1])", "element -1 is out of range [0, 1000000]"},
+      {R"([18446744073709551615])", "is out of range"},
+      {R"([1.5])", "element 1.5 is a float"},
+      {R"([[1]])", "is a list"},
+      {R"([null])", "element null is null"},
+      {R"("0-3")", "expected a list of ints"},
+      {R"(3)", "expected a list of ints"},
+      {R"({"a": 1})", "expected a list of ints"},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE(c.json);
+    const std::string message = rank_error(ordered_json::parse(c.json));
+    EXPECT_THAT(message, StartsWith("config.json: field \"rank\": "));
+    EXPECT_THAT(message, HasSubstr(c.expected));
+  }
+}
+
+TEST(ConfigRankStep, ParseNamesTheStepField) {
+  EXPECT_THAT(parse_error(with("step", ordered_json::parse(R"(["2-1"])"))), HasSubstr("field \"step\""));
+  EXPECT_THAT(parse_error(with("rank", ordered_json::parse("[true]"))), HasSubstr("field \"rank\""));
+  const capture_config cfg = config_parse(with("rank", ordered_json::parse(R"([0, 1, 2, "4-6"])")), "config.json");
+  EXPECT_THAT(cfg.rank, ElementsAre(0, 1, 2, 4, 5, 6));
+}
+
+// ---- common fields ----------------------------------------------------------------------------
+
+TEST(ConfigCommon, WrongTypesNameTheField) {
+  struct bad_case {
+    const char *field;
+    ordered_json value;
+    const char *expected;
+  };
+  const bad_case cases[] = {
+      {"task", 1, "expected a string, got an int"},
+      {"dump_path", 5, "expected a string, got an int"},
+      {"level", true, "expected a string, got a bool"},
+      {"enable_dataloader", "yes", "expected a bool, got a string"},
+      {"async_dump", 1, "expected a bool, got an int"},
+      {"precision", 0, "expected a string"},
+      {"statistics", ordered_json::array(), "expected an object, got a list"},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE(c.field);
+    const std::string message = parse_error(with(c.field, c.value));
+    EXPECT_THAT(message, StartsWith(std::string("config.json: field \"") + c.field + "\": "));
+    EXPECT_THAT(message, HasSubstr(c.expected));
+  }
+}
+
+TEST(ConfigCommon, BadEnumValuesNameTheField) {
+  EXPECT_EQ(parse_error(with("task", "tensors")),
+            "config.json: field \"task\": \"tensors\" is not one of tensor, statistics, overflow_check, "
+            "free_benchmark, run_ut, grad_probe, structure, exception_dump");
+  EXPECT_THAT(parse_error(with("level", "L3")), HasSubstr("field \"level\": \"L3\" is not one of L0, L1, L2, mix, debug"));
+  EXPECT_THAT(parse_error(with("level", "l1")), HasSubstr("field \"level\""));
+  EXPECT_THAT(parse_error(with("precision", "medium")), HasSubstr("field \"precision\": \"medium\""));
+  EXPECT_EQ(config_parse(with("precision", "high"), "c").precision, "high");
+}
+
+TEST(ConfigCommon, DumpPathRequired) {
+  ordered_json doc = default_doc();
+  doc.erase("dump_path");
+  EXPECT_THAT(parse_error(doc), HasSubstr("field \"dump_path\": the dump_path not found"));
+  EXPECT_THAT(parse_error(with("dump_path", "")), HasSubstr("field \"dump_path\": the dump_path not found"));
+  EXPECT_THAT(parse_error(with("dump_path", nullptr)), HasSubstr("field \"dump_path\": the dump_path not found"));
+}
+
+TEST(ConfigCommon, DumpPathCharactersAndLengths) {
+  EXPECT_THAT(parse_error(with("dump_path", "a b")), HasSubstr("field \"dump_path\": absolute path"));
+  EXPECT_THAT(parse_error(with("dump_path", "a b")), HasSubstr("contains \" \""));
+  EXPECT_THAT(parse_error(with("dump_path", "abc++")), HasSubstr("contains \"+\""));
+  EXPECT_THAT(parse_error(with("dump_path", "/tmp/x:y")), HasSubstr("field \"dump_path\""));
+  EXPECT_THAT(parse_error(with("dump_path", "/tmp/\xc3\xa9")), HasSubstr("field \"dump_path\""));
+  EXPECT_THAT(parse_error(with("dump_path", "/tmp/a\nb")), HasSubstr("\\x0a"));
+  EXPECT_THAT(parse_error(with("dump_path", "/tmp/" + std::string(256, 'a'))), HasSubstr("path component"));
+  EXPECT_EQ(parse_error(with("dump_path", "/tmp/" + std::string(255, 'a'))), "<accepted>");
+  std::string deep = "/tmp";
+  while (deep.size() <= 4096) deep += "/" + std::string(200, 'd');
+  EXPECT_THAT(parse_error(with("dump_path", deep)), HasSubstr("at most 4096"));
+}
+
+TEST(ConfigCommon, DumpPathIsMadeAbsoluteAndNormal) {
+  EXPECT_EQ(config_parse(with("dump_path", "./x/../y/"), "c").dump_path, cwd_path("y"));
+  EXPECT_EQ(config_parse(with("dump_path", "/tmp//dump/"), "c").dump_path, "/tmp/dump");
+  EXPECT_EQ(config_parse(with("dump_path", "/"), "c").dump_path, "/");
+}
+
+TEST(ConfigCommon, UnknownTopLevelKeyIsRejectedWithTheAllowedOnes) {
+  const std::string message = parse_error(with("dumppath", "x"));
+  EXPECT_THAT(message, StartsWith("config.json: field \"dumppath\": unknown key; allowed top-level keys: task, "));
+  EXPECT_THAT(message, HasSubstr("dump_path"));
+  EXPECT_THAT(message, HasSubstr("grad_probe"));
+}
+
+TEST(ConfigCommon, UnknownKeyInTheSelectedSectionIsRejected) {
+  const std::string message = parse_error(with_section("statistics", "sumary_mode", "md5"));
+  EXPECT_EQ(message,
+            "config.json: field \"statistics.sumary_mode\": unknown key; allowed keys in \"statistics\": scope, "
+            "list, tensor_list, data_mode, summary_mode, device");
+  EXPECT_THAT(parse_error(with_section("tensor", "tensor_list", ordered_json::array())),
+              HasSubstr("field \"tensor.tensor_list\": unknown key"));
+  EXPECT_THAT(parse_error(with_section("structure", "scope", ordered_json::array())),
+              HasSubstr("allowed keys in \"structure\": none"));
+}
+
+TEST(ConfigCommon, OtherTaskSectionsAreIgnored) {
+  ordered_json doc = default_doc();
+  doc["tensor"] = ordered_json{{"not_a_key", 1}, {"file_format", "pt"}};
+  doc["free_benchmark"] = "not even an object";
+  EXPECT_EQ(parse_error(doc), "<accepted>");
+}
+
+// ---- statistics / tensor sections ---------------------------------------------------------------
+
+TEST(ConfigSection, SummaryMode) {
+  EXPECT_THAT(parse_error(with_section("statistics", "summary_mode", "sha")),
+              HasSubstr("field \"statistics.summary_mode\": \"sha\" is not one of statistics, md5"));
+  EXPECT_THAT(parse_error(with_section("statistics", "summary_mode", ordered_json::array({"max"}))),
+              HasSubstr("field \"statistics.summary_mode\": expected a string"));
+  EXPECT_EQ(config_parse(with_section("tensor", "summary_mode", "md5"), "c").summary_mode, "md5");
+}
+
+TEST(ConfigSection, DataMode) {
+  auto error = [](const char *json) {
+    return parse_error(with_section("statistics", "data_mode", ordered_json::parse(json)));
+  };
+  EXPECT_THAT(error(R"(["all", "input"])"), HasSubstr("field \"statistics.data_mode\": \"all\" cannot be combined"));
+  EXPECT_THAT(error(R"(["all", "all"])"), HasSubstr("\"all\" cannot be combined"));
+  EXPECT_THAT(error(R"(["inputs"])"), HasSubstr("field \"statistics.data_mode\": element \"inputs\" is not one of"));
+  EXPECT_THAT(error(R"(["forward", "backward", "input", "output", "forward"])"), HasSubstr("at most 4"));
+  EXPECT_THAT(error(R"("all")"), HasSubstr("field \"statistics.data_mode\": expected a list of strings"));
+  EXPECT_THAT(error(R"([1])"), HasSubstr("element 1 is an int"));
+  EXPECT_EQ(error(R"(["forward", "backward", "input", "output"])"), "<accepted>");
+  EXPECT_EQ(error(R"([])"), "<accepted>");
+}
+
+TEST(ConfigSection, ScopeCountAndTypes) {
+  auto error = [](const char *json) { return parse_error(with_section("statistics", "scope", ordered_json::parse(json))); };
+  EXPECT_THAT(error(R"(["Functional.linear.0.forward"])"),
+              HasSubstr("field \"statistics.scope\": must be empty or exactly 2 entry names"));
+  EXPECT_THAT(error(R"(["Tensor.add.0.forward", "Tensor.add.1.forward", "Tensor.add.2.forward"])"), HasSubstr("got 3"));
+  EXPECT_THAT(error(R"([1, 2])"), HasSubstr("field \"statistics.scope\": element 1 is an int"));
+  EXPECT_THAT(error(R"("Functional.linear.0.forward")"), HasSubstr("field \"statistics.scope\": expected a list"));
+}
+
+TEST(ConfigSection, ScopeNamesMatchTheLevel) {
+  const ordered_json apis = ordered_json::parse(R"(["Functional.linear.0.forward", "Tensor.__add__.3.backward"])");
+  const ordered_json modules = ordered_json::parse(R"(["Module.conv1.Conv2d.forward.0", "Module.fc.Linear.backward.1"])");
+  const ordered_json mixed = ordered_json::parse(R"(["Module.conv1.Conv2d.forward.0", "Functional.relu.2.forward"])");
+  auto error = [](const ordered_json &scope, const char *level) {
+    ordered_json doc = with_section("statistics", "scope", scope);
+    doc["level"] = level;
+    return parse_error(doc);
+  };
+  EXPECT_EQ(error(apis, "L1"), "<accepted>");
+  EXPECT_THAT(error(modules, "L1"), HasSubstr("field \"statistics.scope\": element \"Module.conv1.Conv2d.forward.0\" "
+                                              "is not an API entry name"));
+  EXPECT_THAT(error(mixed, "L1"), HasSubstr("is not an API entry name"));
+  EXPECT_EQ(error(modules, "L0"), "<accepted>");
+  EXPECT_THAT(error(apis, "L0"), HasSubstr("field \"statistics.scope\": element \"Functional.linear.0.forward\" is not "
+                                           "a module entry name"));
+  EXPECT_THAT(error(mixed, "L0"), HasSubstr("is not a module entry name"));
+  EXPECT_EQ(error(apis, "mix"), "<accepted>");
+  EXPECT_EQ(error(modules, "mix"), "<accepted>");
+  EXPECT_EQ(error(mixed, "mix"), "<accepted>");
+  EXPECT_THAT(error(ordered_json::parse(R"(["linear", "relu"])"), "mix"), HasSubstr("is neither an API entry name"));
+  // Prefixes outside msprobe's list, and the module order of count and direction, are checked.
+  EXPECT_THAT(error(ordered_json::parse(R"(["Foo.linear.0.forward", "Tensor.add.0.forward"])"), "L1"),
+              HasSubstr("\"Foo.linear.0.forward\""));
+  EXPECT_THAT(error(ordered_json::parse(R"(["Module.fc.Linear.0.forward", "Module.fc.Linear.forward.1"])"), "L0"),
+              HasSubstr("\"Module.fc.Linear.0.forward\""));
+  // The edges of msprobe's patterns: `.*` may be empty, the count is all digits, prefixes are whole.
+  EXPECT_EQ(error(ordered_json::parse(R"(["Tensor..0.forward", "MintFunctional.relu.12.backward"])"), "L1"), "<accepted>");
+  EXPECT_EQ(error(ordered_json::parse(R"(["Cell.a.B.backward.3", "Module..forward.0"])"), "L0"), "<accepted>");
+  for (const char *bad : {"Tensor.0.forward", "Tensor.add.0a.forward", "Tensor.add..forward", "TensorX.add.0.forward",
+                          "Tensor.add.0.forwards", "Tensor.add.0.forward.0"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(error(ordered_json::array({bad, "Tensor.add.0.forward"}), "L1"), HasSubstr("is not an API entry name"));
+  }
+  for (const char *bad : {"Module.forward.0", "Module.fc.Linear.forward.x", "Modules.fc.Linear.forward.0",
+                          "Module.fc.Linear.0.forward"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(error(ordered_json::array({"Module.fc.Linear.forward.0", bad}), "L0"), HasSubstr("is not a module entry name"));
+  }
+}
+
+TEST(ConfigSection, ListAndTensorList) {
+  EXPECT_THAT(parse_error(with_section("statistics", "list", "linear")), HasSubstr("field \"statistics.list\": expected a list"));
+  EXPECT_THAT(parse_error(with_section("statistics", "list", ordered_json::array({1}))),
+              HasSubstr("field \"statistics.list\": element 1 is an int"));
+  EXPECT_THAT(parse_error(with_section("statistics", "tensor_list", ordered_json::array({true}))),
+              HasSubstr("field \"statistics.tensor_list\": element true is a bool"));
+  EXPECT_THAT(parse_error(with_section("tensor", "list", ordered_json::object())), HasSubstr("field \"tensor.list\""));
+}
+
+TEST(ConfigSection, FileFormatAndDevice) {
+  EXPECT_THAT(parse_error(with_section("tensor", "file_format", "pt")),
+              HasSubstr("field \"tensor.file_format\": \"pt\" is not one of npy, bin"));
+  EXPECT_EQ(config_parse(with_section("tensor", "file_format", "bin"), "c").file_format, "bin");
+  EXPECT_THAT(parse_error(with_section("statistics", "device", "gpu")), HasSubstr("field \"statistics.device\""));
+  EXPECT_EQ(parse_error(with_section("statistics", "device", "host")), "<accepted>");
+}
+
+TEST(ConfigSection, OverflowNums) {
+  for (const ordered_json &bad : {ordered_json(0), ordered_json(-2), ordered_json("1"), ordered_json(true), ordered_json(1.0)}) {
+    SCOPED_TRACE(bad.dump());
+    EXPECT_THAT(parse_error(with_section("overflow_check", "overflow_nums", bad)),
+                HasSubstr("field \"overflow_check.overflow_nums\""));
+  }
+  EXPECT_EQ(config_parse(with_section("overflow_check", "overflow_nums", -1), "c").overflow_nums, -1);
+  EXPECT_EQ(config_parse(with_section("overflow_check", "overflow_nums", 5), "c").overflow_nums, 5);
+  EXPECT_THAT(parse_error(with_section("overflow_check", "check_mode", "x")), HasSubstr("field \"overflow_check.check_mode\""));
+}
+
+TEST(ConfigSection, FreeBenchmarkRules) {
+  auto doc = [](std::initializer_list<std::pair<const char *, ordered_json>> fields) {
+    ordered_json d = default_doc();
+    d["task"] = "free_benchmark";
+    for (const auto &[key, value] : fields) d["free_benchmark"][key] = value;
+    return d;
+  };
+  EXPECT_EQ(parse_error(doc({})), "<accepted>");
+  EXPECT_THAT(parse_error(doc({{"fuzz_device", "cpu"}})), HasSubstr("field \"free_benchmark.fuzz_device\""));
+  EXPECT_THAT(parse_error(doc({{"pert_mode", "to_cpu"}})), HasSubstr("field \"free_benchmark.fuzz_device\""));
+  EXPECT_EQ(parse_error(doc({{"fuzz_device", "cpu"}, {"pert_mode", "to_cpu"}})), "<accepted>");
+  EXPECT_THAT(parse_error(doc({{"pert_mode", "noise"}})), HasSubstr("field \"free_benchmark.pert_mode\""));
+  EXPECT_THAT(parse_error(doc({{"fuzz_stage", "backward"}})), HasSubstr("field \"free_benchmark.list\""));
+  EXPECT_THAT(parse_error(doc({{"handler_type", "fix"}, {"pert_mode", "add_noise"}})),
+              HasSubstr("field \"free_benchmark.handler_type\""));
+  EXPECT_THAT(parse_error(doc({{"handler_type", "fix"}, {"if_preheat", true}})),
+              HasSubstr("field \"free_benchmark.handler_type\""));
+  EXPECT_THAT(parse_error(doc({{"fuzz_level", "L2"}})), HasSubstr("field \"free_benchmark.fuzz_level\""));
+  EXPECT_THAT(parse_error(doc({{"preheat_step", 0}})), HasSubstr("field \"free_benchmark.preheat_step\""));
+  EXPECT_THAT(parse_error(doc({{"max_sample", "20"}})), HasSubstr("field \"free_benchmark.max_sample\""));
+  EXPECT_THAT(parse_error(doc({{"if_preheat", 1}})), HasSubstr("field \"free_benchmark.if_preheat\""));
+  EXPECT_THAT(parse_error(doc({{"scope", ordered_json::parse(R"(["Torch.add.0.forward", "Torch.add.1.forward"])")},
+                               {"list", ordered_json::array({"add"})}})),
+              HasSubstr("field \"free_benchmark.scope\": cannot be combined"));
+}
+
+TEST(ConfigSection, RunUtAndGradProbe) {
+  EXPECT_THAT(parse_error(with_section("run_ut", "white_list", "conv2d")), HasSubstr("field \"run_ut.white_list\""));
+  EXPECT_THAT(parse_error(with_section("run_ut", "error_data_path", "/nonexistent/tprobe")),
+              HasSubstr("field \"run_ut.error_data_path\": path \"/nonexistent/tprobe\" does not exist"));
+  EXPECT_THAT(parse_error(with_section("grad_probe", "grad_level", "L3")), HasSubstr("field \"grad_probe.grad_level\""));
+  EXPECT_THAT(parse_error(with_section("grad_probe", "param_list", "w")), HasSubstr("field \"grad_probe.param_list\""));
+  EXPECT_THAT(parse_error(with_section("grad_probe", "bounds", ordered_json::parse("[0, 0]"))),
+              HasSubstr("field \"grad_probe.bounds\": must be strictly ascending"));
+  EXPECT_THAT(parse_error(with_section("grad_probe", "bounds", ordered_json::parse("[0, true]"))),
+              HasSubstr("element true is a bool"));
+  EXPECT_THAT(parse_error(with_section("grad_probe", "bounds", ordered_json::parse("[1e30]"))),
+              HasSubstr("out of the int64 range"));
+  EXPECT_EQ(parse_error(with_section("grad_probe", "bounds", ordered_json::parse("[-1.5, 0, 0.5, 9223372036854775807]"))),
+            "<accepted>");
+}
+
+// ---- cross-field rules ----------------------------------------------------------------------
+
+TEST(ConfigCrossField, LevelL2IsATensorKernelDumpOfOneApi) {
+  ordered_json doc = default_doc();
+  doc["level"] = "L2";
+  EXPECT_THAT(parse_error(doc), HasSubstr("field \"level\": level \"L2\" (kernel dump) requires task \"tensor\""));
+  doc["task"] = "tensor";
+  EXPECT_THAT(parse_error(doc), HasSubstr("field \"tensor.list\": must contain exactly one API name at level \"L2\", got 0"));
+  doc["tensor"]["list"] = {"Functional.linear.0.forward", "Functional.relu.0.forward"};
+  EXPECT_THAT(parse_error(doc), HasSubstr("got 2"));
+  doc["tensor"]["list"] = {"Functional.linear.0.forward"};
+  EXPECT_EQ(parse_error(doc), "<accepted>");
+  doc["tensor"]["scope"] = {"Functional.linear.0.forward", "Functional.relu.0.forward"};
+  EXPECT_THAT(parse_error(doc), HasSubstr("field \"tensor.scope\": must be empty at level \"L2\""));
+}
+
+TEST(ConfigCrossField, AsyncDumpRules) {
+  ordered_json doc = with_section("statistics", "summary_mode", "md5");
+  doc["async_dump"] = true;
+  EXPECT_THAT(parse_error(doc), HasSubstr("field \"async_dump\": true cannot be combined with summary_mode \"md5\""));
+
+  ordered_json tensor = with("task", "tensor");
+  tensor["async_dump"] = true;
+  EXPECT_THAT(parse_error(tensor), HasSubstr("field \"tensor.list\": must not be empty when async_dump"));
+  tensor["level"] = "debug";
+  EXPECT_EQ(parse_error(tensor), "<accepted>");
+  tensor["level"] = "L1";
+  tensor["tensor"]["list"] = {"linear"};
+  EXPECT_EQ(parse_error(tensor), "<accepted>");
+  tensor["level"] = "debug";
+  EXPECT_THAT(config_parse(tensor, "c").list, IsEmpty());  // msprobe clears it at debug
+}
+
+TEST(ConfigCrossField, StructureForcesMix) {
+  ordered_json doc = with("task", "structure");
+  EXPECT_EQ(config_parse(doc, "c").level, "mix");
+  doc["level"] = "L0";
+  EXPECT_EQ(config_parse(doc, "c").level, "L0");
+  doc["level"] = "L2";
+  EXPECT_EQ(config_parse(doc, "c").level, "mix");
+}
+
+TEST(ConfigCrossField, ExceptionDumpNeedsL2) {
+  ordered_json doc = with("task", "exception_dump");
+  EXPECT_THAT(parse_error(doc), HasSubstr("field \"level\": task \"exception_dump\" requires level \"L2\""));
+  doc["level"] = "L2";
+  EXPECT_EQ(parse_error(doc), "<accepted>");
+}
+
+// ---- config_load ----------------------------------------------------------------------------
+
+class ConfigLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("tprobe_test_config_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string &name, const std::string &text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ConfigLoad, ReadsAFile) {
+  const capture_config cfg = config_load(write("config.json", packaged_default_config));
+  EXPECT_EQ(cfg.task, "statistics");
+  EXPECT_EQ(cfg.source_name, (dir_ / "config.json").string());
+}
+
+TEST_F(ConfigLoad, MissingFileIsASystemError) {
+  const std::string path = (dir_ / "missing.json").string();
+  try {
+    (void)config_load(path);
+    FAIL() << "no exception";
+  } catch (const system_error &e) {
+    EXPECT_EQ(std::string(e.what()), "unable to open " + path + ": No such file or directory");
+  }
+  EXPECT_THROW((void)config_load(dir_.string()), system_error);  // a directory cannot be read
+}
+
+TEST_F(ConfigLoad, InvalidJsonNamesTheFileAndPosition) {
+  const std::string path = write("bad.json", "{\n  \"task\": \"statistics\",\n  \"dump_path\": ./dump\n}\n");
+  try {
+    (void)config_load(path);
+    FAIL() << "no exception";
+  } catch (const usage_error &e) {
+    const std::string message = e.what();
+    EXPECT_THAT(message, StartsWith(path + ": invalid JSON: parse error at line 3, column"));
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+  }
+}
+
+TEST_F(ConfigLoad, InvalidConfigNamesTheFile) {
+  const std::string path = write("typo.json", R"({"dump_path": "/tmp/d", "levle": "L0"})");
+  try {
+    (void)config_load(path);
+    FAIL() << "no exception";
+  } catch (const usage_error &e) {
+    EXPECT_THAT(std::string(e.what()), StartsWith(path + ": field \"levle\": unknown key"));
+  }
+}
+
+// ---- overrides --------------------------------------------------------------------------------
+
+TEST(ConfigOverrides, ReplaceFieldsBeforeValidation) {
+  ordered_json doc = default_doc();
+  doc["tensor"]["list"] = {"linear"};
+  capture_config cfg = config_parse(doc, "config.json");
+  config_overrides overrides;
+  overrides.task = "tensor";
+  overrides.dump_path = "./elsewhere";
+  overrides.step = std::vector<int64_t>{3, 1, 3};
+  config_apply_overrides(cfg, overrides);
+  EXPECT_EQ(cfg.task, "tensor");
+  EXPECT_THAT(cfg.list, ElementsAre("linear"));  // the tensor section now applies
+  EXPECT_EQ(cfg.dump_path, cwd_path("elsewhere"));
+  EXPECT_THAT(cfg.step, ElementsAre(1, 3));
+  EXPECT_EQ(cfg.source, doc);
+  EXPECT_EQ(cfg.source_name, "config.json");
+}
+
+TEST(ConfigOverrides, CrossFieldRulesRunAgain) {
+  capture_config cfg = config_parse(default_doc(), "config.json");
+  const capture_config before = cfg;
+  config_overrides overrides;
+  overrides.level = "L2";
+  try {
+    config_apply_overrides(cfg, overrides);
+    FAIL() << "no exception";
+  } catch (const usage_error &e) {
+    EXPECT_THAT(std::string(e.what()), StartsWith("config.json (with overrides): field \"level\": level \"L2\""));
+  }
+  EXPECT_EQ(cfg.level, before.level);  // unchanged on error
+  overrides.level = "L9";
+  EXPECT_THROW(config_apply_overrides(cfg, overrides), usage_error);
+  overrides = {};
+  overrides.step = std::vector<int64_t>{-1};
+  EXPECT_THROW(config_apply_overrides(cfg, overrides), usage_error);
+}
+
+TEST(ConfigOverrides, StructureLevelIsRedecided) {
+  capture_config cfg = config_parse(with("task", "structure"), "config.json");
+  EXPECT_EQ(cfg.level, "mix");
+  config_overrides overrides;
+  overrides.task = "statistics";
+  config_apply_overrides(cfg, overrides);
+  EXPECT_EQ(cfg.level, "L1");  // the file's level, no longer forced
+}
+
+TEST(ConfigOverrides, ConfigBuiltByHand) {
+  capture_config cfg;
+  cfg.dump_path = "/tmp/hand";
+  cfg.list = {"linear"};
+  config_overrides overrides;
+  overrides.level = "mix";
+  config_apply_overrides(cfg, overrides);
+  EXPECT_EQ(cfg.level, "mix");
+  EXPECT_THAT(cfg.list, ElementsAre("linear"));
+  EXPECT_EQ(cfg.dump_path, "/tmp/hand");
+}
+
+class ConfigEnv : public ::testing::Test {
+ protected:
+  void SetUp() override { clear(); }
+  void TearDown() override { clear(); }
+  static void clear() {
+    ::unsetenv("TPROBE_TASK");
+    ::unsetenv("TPROBE_DUMP_PATH");
+    ::unsetenv("TPROBE_LEVEL");
+  }
+  static std::string error() {
+    try {
+      (void)config_overrides_from_env();
+    } catch (const usage_error &e) {
+      return e.what();
+    }
+    return "<accepted>";
+  }
+};
+
+TEST_F(ConfigEnv, UnsetMeansNoOverride) {
+  const config_overrides overrides = config_overrides_from_env();
+  EXPECT_FALSE(overrides.task || overrides.dump_path || overrides.level || overrides.step);
+}
+
+TEST_F(ConfigEnv, ValuesAreReadAndApplied) {
+  ::setenv("TPROBE_TASK", "tensor", 1);
+  ::setenv("TPROBE_DUMP_PATH", "/tmp/env_dump", 1);
+  ::setenv("TPROBE_LEVEL", "mix", 1);
+  const config_overrides overrides = config_overrides_from_env();
+  EXPECT_EQ(overrides.task, "tensor");
+  EXPECT_EQ(overrides.dump_path, "/tmp/env_dump");
+  EXPECT_EQ(overrides.level, "mix");
+  capture_config cfg = config_parse(default_doc(), "config.json");
+  config_apply_overrides(cfg, overrides);
+  EXPECT_EQ(cfg.task, "tensor");
+  EXPECT_EQ(cfg.level, "mix");
+  EXPECT_EQ(cfg.dump_path, "/tmp/env_dump");
+}
+
+TEST_F(ConfigEnv, InvalidValuesNameTheVariable) {
+  ::setenv("TPROBE_TASK", "stats", 1);
+  EXPECT_THAT(error(), StartsWith("TPROBE_TASK: \"stats\" is not one of"));
+  clear();
+  ::setenv("TPROBE_LEVEL", "L5", 1);
+  EXPECT_THAT(error(), StartsWith("TPROBE_LEVEL: \"L5\" is not one of"));
+  clear();
+  ::setenv("TPROBE_DUMP_PATH", "/tmp/a b", 1);
+  EXPECT_THAT(error(), StartsWith("TPROBE_DUMP_PATH: absolute path"));
+  ::setenv("TPROBE_DUMP_PATH", "", 1);
+  EXPECT_THAT(error(), StartsWith("TPROBE_DUMP_PATH: the dump_path not found"));
+}
+
+// ---- capture_filter -------------------------------------------------------------------------
+
+capture_config filter_config(const ordered_json &section = ordered_json::object(), const char *task = "statistics",
+                             const char *level = "L1") {
+  ordered_json doc = default_doc();
+  doc["task"] = task;
+  doc["level"] = level;
+  for (const auto &[key, value] : section.items()) doc[task][key] = value;
+  return config_parse(doc, "config.json");
+}
+
+TEST(CaptureFilter, RanksAndSteps) {
+  capture_config cfg = filter_config();
+  capture_filter all(cfg);
+  EXPECT_TRUE(all.rank_enabled(-1));
+  EXPECT_TRUE(all.rank_enabled(7));
+  EXPECT_TRUE(all.step_enabled(123));
+  EXPECT_FALSE(all.past_last_step(1'000'000'000));
+
+  cfg.rank = {0, 2};
+  cfg.step = {1, 4, 5};
+  capture_filter some(cfg);
+  EXPECT_TRUE(some.rank_enabled(-1));  // not distributed = rank 0
+  EXPECT_TRUE(some.rank_enabled(2));
+  EXPECT_FALSE(some.rank_enabled(1));
+  EXPECT_FALSE(some.step_enabled(0));
+  EXPECT_TRUE(some.step_enabled(4));
+  EXPECT_FALSE(some.past_last_step(5));
+  EXPECT_TRUE(some.past_last_step(6));
+
+  cfg.rank = {1};
+  EXPECT_FALSE(capture_filter(cfg).rank_enabled(-1));
+}
+
+std::vector<bool> run_entries(capture_filter &filter, const std::vector<std::string> &names) {
+  std::vector<bool> out;
+  for (const auto &name : names) out.push_back(filter.entry_enabled(name));
+  return out;
+}
+
+TEST(CaptureFilter, ApiScopeRange) {
+  capture_filter filter(filter_config({{"scope", {"Functional.linear.1.forward", "Tensor.__add__.0.forward"}}}));
+  EXPECT_THAT(run_entries(filter, {"Functional.linear.0.forward", "Functional.linear.1.forward", "Functional.relu.0.forward",
+                                   "Tensor.__add__.0.forward", "Functional.linear.2.forward",
+                                   // backward, in reverse order: in range when their forward was
+                                   "Functional.linear.2.backward", "Tensor.__add__.0.backward",
+                                   "Functional.relu.0.backward", "Functional.linear.1.backward",
+                                   "Functional.linear.0.backward"}),
+              ElementsAre(false, true, true, true, false, false, true, true, true, false));
+  // The range is per step: the next step starts outside it.
+  filter.reset_step();
+  EXPECT_THAT(run_entries(filter, {"Functional.relu.0.forward", "Functional.relu.0.backward", "Functional.linear.1.forward"}),
+              ElementsAre(false, false, true));
+}
+
+TEST(CaptureFilter, ScopeOfOneEntry) {
+  capture_filter filter(filter_config({{"scope", {"Torch.matmul.0.forward", "Torch.matmul.0.forward"}}}));
+  EXPECT_THAT(run_entries(filter, {"Torch.matmul.0.forward", "Torch.matmul.1.forward", "Torch.matmul.0.backward"}),
+              ElementsAre(true, false, true));
+}
+
+TEST(CaptureFilter, ModuleScopeIncludesBackwardAndParameterGrads) {
+  capture_filter filter(filter_config({{"scope", {"Module.conv1.Conv2d.forward.0", "Module.fc.Linear.forward.0"}}},
+                                      "statistics", "L0"));
+  EXPECT_THAT(run_entries(filter, {"Module.embed.Embedding.forward.0", "Module.conv1.Conv2d.forward.0",
+                                   "Module.forward_net.Linear.forward.0", "Module.fc.Linear.forward.0",
+                                   "Module.head.Linear.forward.0", "Module.head.Linear.backward.0",
+                                   "Module.forward_net.Linear.backward.0", "Module.forward_net.Linear.parameters_grad.0",
+                                   "Module.embed.Embedding.parameters_grad.0", "Module.conv1.Conv2d.backward.0"}),
+              ElementsAre(false, true, true, true, false, false, true, true, false, true));
+}
+
+TEST(CaptureFilter, ListIsASubstringMatchWithinTheScope) {
+  capture_filter list_only(filter_config({{"list", {"linear", "Tensor.__add__"}}}));
+  EXPECT_THAT(run_entries(list_only, {"Functional.linear.0.forward", "Functional.relu.0.forward",
+                                      "Tensor.__add__.3.backward", "Torch.matmul.0.forward"}),
+              ElementsAre(true, false, true, false));
+
+  capture_filter both(filter_config({{"scope", {"Functional.relu.0.forward", "Functional.relu.1.forward"}},
+                                     {"list", {"linear"}}}));
+  EXPECT_THAT(run_entries(both, {"Functional.linear.0.forward", "Functional.relu.0.forward",
+                                 "Functional.linear.1.forward", "Functional.relu.1.forward",
+                                 "Functional.linear.2.forward"}),
+              ElementsAre(false, false, true, false, false));
+}
+
+TEST(CaptureFilter, DataModeCombinations) {
+  struct slot_case {
+    const char *entry, *slot;
+  };
+  const slot_case slots[] = {
+      {"Functional.linear.0.forward", "input.0"},      {"Functional.linear.0.forward", "kwargs.bias"},
+      {"Functional.linear.0.forward", "output.0"},     {"Functional.linear.0.backward", "input.0"},
+      {"Functional.linear.0.backward", "output.1"},    {"Module.fc.Linear.forward.0", "parameters.weight"},
+      {"Module.fc.Linear.parameters_grad.0", "weight"},
+  };
+  auto allowed = [&](const ordered_json &data_mode) {
+    const capture_filter filter(filter_config({{"data_mode", data_mode}}, "statistics", "mix"));
+    std::vector<bool> out;
+    for (const auto &s : slots) out.push_back(filter.slot_enabled(s.entry, s.slot));
+    return out;
+  };
+  //                                                fwd in, kwargs, fwd out, bwd in, bwd out, params, param grad
+  EXPECT_THAT(allowed({"all"}), ElementsAre(true, true, true, true, true, true, true));
+  EXPECT_THAT(allowed(ordered_json::array()), ElementsAre(true, true, true, true, true, true, true));
+  EXPECT_THAT(allowed({"forward"}), ElementsAre(true, true, true, false, false, true, false));
+  EXPECT_THAT(allowed({"backward"}), ElementsAre(false, false, false, true, true, false, true));
+  EXPECT_THAT(allowed({"input"}), ElementsAre(true, true, false, true, false, true, false));
+  EXPECT_THAT(allowed({"output"}), ElementsAre(false, false, true, false, true, false, true));
+  EXPECT_THAT(allowed({"forward", "input"}), ElementsAre(true, true, false, false, false, true, false));
+  EXPECT_THAT(allowed({"backward", "output"}), ElementsAre(false, false, false, false, true, false, true));
+  EXPECT_THAT(allowed({"forward", "backward", "output"}), ElementsAre(false, false, true, false, true, false, true));
+}
+
+TEST(CaptureFilter, DataModeUsesWholeSegments) {
+  const capture_filter filter(filter_config({{"data_mode", {"backward"}}}, "statistics", "L0"));
+  // "forward_net" is a module path, not the direction.
+  EXPECT_TRUE(filter.slot_enabled("Module.forward_net.Linear.backward.0", "input.0"));
+  EXPECT_FALSE(filter.slot_enabled("Module.backward_net.Linear.forward.0", "input.0"));
+  EXPECT_TRUE(filter.slot_enabled("Functional.linear.0.backward", "input_args.0"));
+  EXPECT_FALSE(filter.slot_enabled("Functional.linear.0.forward", "output"));
+}
+
+TEST(CaptureFilter, SaveTensorAndCrc32) {
+  const capture_filter tensor(filter_config({}, "tensor"));
+  EXPECT_TRUE(tensor.save_tensor("Functional.linear.0.forward"));
+  EXPECT_FALSE(tensor.want_crc32());
+
+  const capture_filter listed(filter_config({{"tensor_list", {"linear", "Module.fc"}}, {"summary_mode", "md5"}}));
+  EXPECT_TRUE(listed.save_tensor("Functional.linear.0.forward"));
+  EXPECT_TRUE(listed.save_tensor("Module.fc.Linear.forward.0"));
+  EXPECT_FALSE(listed.save_tensor("Functional.relu.0.forward"));
+  EXPECT_TRUE(listed.want_crc32());
+
+  const capture_filter plain(filter_config());
+  EXPECT_FALSE(plain.save_tensor("Functional.linear.0.forward"));
+  EXPECT_FALSE(plain.want_crc32());
+
+  const capture_filter debug(filter_config({{"tensor_list", {"linear"}}}, "statistics", "debug"));
+  EXPECT_FALSE(debug.save_tensor("Functional.linear.0.forward"));  // msprobe ignores tensor_list at debug
+
+  const capture_filter structure(filter_config({}, "structure"));
+  EXPECT_FALSE(structure.save_tensor("Functional.linear.0.forward"));
+}
+
+}  // namespace
+}  // namespace tprobe

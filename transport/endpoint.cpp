@@ -1,0 +1,626 @@
+#include "endpoint.h"
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <map>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "errors.h"
+
+namespace tprobe {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// ---- signals: a self-pipe, so that a signal wakes zmq::poll without any timeout ----
+std::atomic<bool> g_stop{false};
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int) {
+  g_stop.store(true);
+  if (g_signal_pipe[1] >= 0) {
+    const char c = 's';
+    [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &c, 1);
+  }
+}
+
+void ensure_signal_pipe() {
+  if (g_signal_pipe[0] >= 0) return;
+  if (::pipe2(g_signal_pipe, O_NONBLOCK | O_CLOEXEC) != 0) throw system_error_from_errno("create", "signal pipe", errno);
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+nlohmann::ordered_json hello_meta(const std::string &name) {
+  return {{"name", name}, {"host", host_name()}, {"pid", static_cast<int64_t>(::getpid())}};
+}
+
+[[noreturn]] void rethrow_zmq(const zmq::error_t &e, const std::string &verb, const std::string &object) {
+  throw system_error(fmt::format("unable to {} {}: {}", verb, object, e.what()));
+}
+
+// One outgoing connection: a DEALER that has completed the hello/ack handshake, or a record file.
+class output_link {
+ public:
+  output_link(zmq::context_t &ctx, const std::string &spec, const std::string &producer_name, int hwm,
+              int handshake_timeout_ms)
+      : spec_(spec) {
+    std::string path;
+    if (endpoint_is_file(spec, &path)) {
+      file_ = std::make_unique<record_file_writer>(path);
+      return;
+    }
+    endpoint_check(spec);
+    socket_ = zmq::socket_t(ctx, zmq::socket_type::dealer);
+    socket_.set(zmq::sockopt::sndhwm, hwm);
+    socket_.set(zmq::sockopt::rcvhwm, hwm);
+    socket_.set(zmq::sockopt::linger, -1);  // close() must deliver everything: the main path is lossless
+    try {
+      socket_.connect(spec);
+    } catch (const zmq::error_t &e) {
+      rethrow_zmq(e, "connect to", spec);
+    }
+    record hello(record_kind::hello);
+    hello.header.meta = hello_meta(producer_name);
+    send(hello);
+    try {
+      wait_ack(handshake_timeout_ms);
+    } catch (...) {
+      socket_.set(zmq::sockopt::linger, 0);  // the unanswered hello must not hold the context open
+      throw;
+    }
+  }
+
+  void send(const record &r) {
+    if (file_) {
+      file_->write(r);
+      return;
+    }
+    send_frames(record_encode(r));
+  }
+
+  void send_frames(std::vector<zmq::message_t> frames) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      try {
+        // Blocking send: at the high-water mark this waits for the consumer (backpressure).
+        while (!socket_.send(frames[i], flags)) {
+        }
+      } catch (const zmq::error_t &e) {
+        if (e.num() == EINTR) {  // a signal while blocked: the record must still get through
+          --i;
+          continue;
+        }
+        rethrow_zmq(e, "send to", spec_);
+      }
+    }
+  }
+
+  void close() {
+    if (file_) file_->close();
+    if (socket_) socket_.close();
+  }
+
+  bool is_file() const { return file_ != nullptr; }
+
+ private:
+  void wait_ack(int timeout_ms) {
+    ensure_signal_pipe();
+    const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+    for (;;) {
+      zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
+      long wait = -1;
+      if (timeout_ms >= 0) {
+        wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
+        if (wait <= 0)
+          throw system_error(fmt::format("unable to reach {}: no stage answered within {} ms", spec_, timeout_ms));
+      }
+      try {
+        zmq::poll(items, 2, std::chrono::milliseconds(wait));
+      } catch (const zmq::error_t &e) {
+        if (e.num() == EINTR) continue;
+        rethrow_zmq(e, "poll", spec_);
+      }
+      if (items[1].revents & ZMQ_POLLIN || stop_requested())
+        throw system_error(fmt::format("unable to reach {}: interrupted while waiting for the stage", spec_));
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> frames;
+      zmq::message_t m;
+      do {
+        (void)socket_.recv(m);
+        frames.push_back(std::move(m));
+      } while (frames.back().more());
+      record r = record_decode(frames);
+      if (r.header.kind != record_kind::ack)
+        throw framing_error(fmt::format("{} answered hello with a {} record, not ack", spec_,
+                                        record_kind_name(r.header.kind)));
+      return;
+    }
+  }
+
+  std::string spec_;
+  zmq::socket_t socket_;
+  std::unique_ptr<record_file_writer> file_;
+};
+
+struct producer_state {
+  std::string name;
+  std::string host;
+  int64_t pid = 0;
+  bool done = false;
+  clock_type::time_point last_seen;
+};
+
+bool process_is_gone(int64_t pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
+
+}  // namespace
+
+// ---- endpoint strings ----
+
+bool endpoint_is_file(const std::string &spec, std::string *path) {
+  if (spec.rfind("file://", 0) == 0) {
+    if (path) *path = spec.substr(7);
+    return true;
+  }
+  if (spec.find("://") != std::string::npos) return false;
+  if (path) *path = spec;
+  return true;
+}
+
+std::string endpoint_bind_address(const std::string &spec) {
+  if (spec.rfind("tcp://:", 0) == 0) return "tcp://127.0.0.1:" + spec.substr(7);
+  if (spec.rfind("tcp://*:", 0) == 0) return "tcp://127.0.0.1:" + spec.substr(8);
+  return spec;
+}
+
+void endpoint_check(const std::string &spec) {
+  if (spec.empty()) throw usage_error("endpoint is empty");
+  std::string path;
+  if (endpoint_is_file(spec, &path)) {
+    if (path.empty()) throw usage_error(fmt::format("endpoint \"{}\": file path is empty", spec));
+    return;
+  }
+  auto rest = [&](std::string_view scheme) { return spec.substr(scheme.size()); };
+  if (spec.rfind("ipc://", 0) == 0) {
+    if (rest("ipc://").empty()) throw usage_error(fmt::format("endpoint \"{}\": ipc path is empty", spec));
+    if (rest("ipc://").size() > 107)
+      throw usage_error(fmt::format("endpoint \"{}\": ipc path is longer than 107 bytes (a Unix socket limit)", spec));
+    return;
+  }
+  if (spec.rfind("inproc://", 0) == 0) {
+    if (rest("inproc://").empty()) throw usage_error(fmt::format("endpoint \"{}\": inproc name is empty", spec));
+    return;
+  }
+  if (spec.rfind("tcp://", 0) == 0) {
+    const std::string hostport = rest("tcp://");
+    const auto colon = hostport.rfind(':');
+    if (colon == std::string::npos || colon + 1 == hostport.size())
+      throw usage_error(fmt::format("endpoint \"{}\": tcp needs host:port (port may be *)", spec));
+    const std::string port = hostport.substr(colon + 1);
+    if (port != "*" && port.find_first_not_of("0123456789") != std::string::npos)
+      throw usage_error(fmt::format("endpoint \"{}\": port \"{}\" is not a number or *", spec, port));
+    return;
+  }
+  throw usage_error(fmt::format("endpoint \"{}\": unknown transport (use ipc://, tcp://, inproc:// or a file)", spec));
+}
+
+// ---- signals ----
+
+void stage_install_signal_handlers() {
+  ensure_signal_pipe();
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocked zmq call returns EINTR and sees the flag
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+bool stop_requested() { return g_stop.load(); }
+
+void request_stop() {
+  ensure_signal_pipe();
+  on_signal(0);
+}
+
+// ---- stage_io ----
+
+struct stage_io::impl {
+  stage_io_options options;
+  zmq::context_t &ctx;
+  // input
+  zmq::socket_t router;
+  std::unique_ptr<record_file_reader> input_file;
+  std::string input_endpoint;
+  std::map<std::string, producer_state> producers;
+  bool registration_closed = false;
+  bool ended = false;
+  bool interrupted = false;
+  // outputs
+  std::vector<std::unique_ptr<output_link>> outputs;
+  zmq::socket_t tap;
+  std::string tap_endpoint;
+  stage_io_counts counts;
+
+  impl(zmq::context_t &c, const stage_io_options &o) : options(o), ctx(c) {}
+
+  bool stream_complete() const {
+    if (!registration_closed) return false;
+    for (const auto &[id, p] : producers)
+      if (!p.done) return false;
+    return true;
+  }
+
+  void register_producer(const std::string &id, const record &hello) {
+    producer_state p;
+    const auto &m = hello.header.meta;
+    if (m.is_object()) {
+      p.name = m.value("name", std::string{});
+      p.host = m.value("host", std::string{});
+      p.pid = m.value("pid", int64_t{0});
+    }
+    p.last_seen = clock_type::now();
+    producers[id] = p;
+    ++counts.producers;
+    if (options.producers > 0 && counts.producers >= static_cast<uint64_t>(options.producers))
+      registration_closed = true;
+  }
+
+  void send_ack(const std::string &id) {
+    auto frame = record_header_encode(record_header_of(record_kind::ack));
+    router.send(zmq::buffer(id), zmq::send_flags::sndmore);
+    router.send(frame, zmq::send_flags::none);
+  }
+
+  std::string producer_label(const std::string &id) const {
+    auto it = producers.find(id);
+    if (it == producers.end() || it->second.name.empty()) return "an unregistered producer";
+    return fmt::format("{} (pid {})", it->second.name, it->second.pid);
+  }
+
+  // A producer on this host whose process died without eos, silent for a second: its stream is
+  // truncated. Checked only while waiting, so a live stream is never cut.
+  void reap_dead_producers() {
+    const std::string host = host_name();
+    const auto now = clock_type::now();
+    for (auto &[id, p] : producers) {
+      if (p.done || p.host != host || now - p.last_seen < std::chrono::seconds(1)) continue;
+      if (!process_is_gone(p.pid)) continue;
+      p.done = true;
+      ++counts.truncated_producers;
+      fmt::print(stderr, "{}: warning: producer {} (pid {}) exited without end-of-stream; its stream is truncated\n",
+                 options.producer_name, p.name, p.pid);
+    }
+  }
+
+  std::optional<record> receive_file() {
+    auto r = input_file->read();
+    if (!r) {
+      fmt::print(stderr, "{}: warning: {} ends without end-of-stream (a truncated recording)\n",
+                 options.producer_name, options.input);
+      ++counts.truncated_producers;
+      return std::nullopt;
+    }
+    switch (r->header.kind) {
+      case record_kind::eos:
+        if (r->header.meta.is_object()) counts.upstream_dropped += r->header.meta.value("dropped", uint64_t{0});
+        return std::nullopt;
+      case record_kind::hello:
+      case record_kind::ack:
+      case record_kind::final: return receive_file();  // connection control, meaningless in a file
+      default: ++counts.received; return r;
+    }
+  }
+
+  std::optional<record> receive() {
+    if (ended) return std::nullopt;
+    if (input_file) {
+      auto r = receive_file();
+      if (!r) ended = true;
+      return r;
+    }
+    ensure_signal_pipe();
+    for (;;) {
+      if (stream_complete()) {
+        ended = true;
+        return std::nullopt;
+      }
+      if (stop_requested()) {
+        ended = interrupted = true;
+        return std::nullopt;
+      }
+      bool waiting_on_producer = false;
+      for (const auto &[id, p] : producers) waiting_on_producer |= !p.done;
+      zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 2, std::chrono::milliseconds(waiting_on_producer ? 1000 : -1));
+      } catch (const zmq::error_t &e) {
+        if (e.num() == EINTR) continue;
+        rethrow_zmq(e, "poll", input_endpoint);
+      }
+      if (items[1].revents & ZMQ_POLLIN) continue;  // the loop head sees stop_requested()
+      if (!(items[0].revents & ZMQ_POLLIN)) {
+        reap_dead_producers();
+        continue;
+      }
+      std::vector<zmq::message_t> frames;
+      zmq::message_t m;
+      try {
+        do {
+          if (!router.recv(m)) break;
+          frames.push_back(std::move(m));
+        } while (frames.back().more());
+      } catch (const zmq::error_t &e) {
+        if (e.num() == EINTR) continue;
+        rethrow_zmq(e, "receive from", input_endpoint);
+      }
+      if (frames.empty()) continue;
+      const std::string id = frames.front().to_string();
+      frames.erase(frames.begin());
+      record r;
+      try {
+        r = record_decode(frames);
+      } catch (const framing_error &e) {
+        throw framing_error(fmt::format("malformed record from {} on {}: {}", producer_label(id), input_endpoint,
+                                        e.what()));
+      }
+      auto it = producers.find(id);
+      if (it != producers.end()) it->second.last_seen = clock_type::now();
+      switch (r.header.kind) {
+        case record_kind::hello:
+          register_producer(id, r);
+          send_ack(id);
+          continue;
+        case record_kind::final:
+          registration_closed = true;
+          send_ack(id);
+          continue;
+        case record_kind::eos:
+          if (it != producers.end()) it->second.done = true;
+          if (r.header.meta.is_object()) counts.upstream_dropped += r.header.meta.value("dropped", uint64_t{0});
+          continue;
+        case record_kind::ack:
+          throw framing_error(fmt::format("{} sent an ack to {}, which only consumers send", producer_label(id),
+                                          input_endpoint));
+        default:
+          if (it == producers.end())
+            throw framing_error(fmt::format("{} from a producer that did not say hello first on {}", r.describe(),
+                                            input_endpoint));
+          ++counts.received;
+          return r;
+      }
+    }
+  }
+
+  void send(const record &r) {
+    std::vector<zmq::message_t> frames = record_encode(r);
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      if (outputs[o]->is_file()) {
+        outputs[o]->send(r);
+        continue;
+      }
+      std::vector<zmq::message_t> copy(frames.size());
+      for (size_t i = 0; i < frames.size(); ++i) copy[i].copy(frames[i]);  // shared, not duplicated
+      outputs[o]->send_frames(std::move(copy));
+    }
+    ++counts.sent;
+    if (tap) publish_tap(frames);
+  }
+
+  void publish_tap(std::vector<zmq::message_t> &frames) {
+    const size_t n = options.tap_payload ? frames.size() : 1;
+    // The header must say whether a payload frame follows; without payloads, re-encode it.
+    std::vector<zmq::message_t> out;
+    if (n == frames.size()) {
+      out = std::move(frames);
+    } else {
+      record_header h = record_header_decode({static_cast<const std::byte *>(frames[0].data()), frames[0].size()});
+      h.stored.reset();
+      h.codec = record_codec::raw;
+      h.length = 0;
+      out.push_back(record_header_encode(h));
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      const auto flags = (i + 1 < out.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) |
+                         zmq::send_flags::dontwait;
+      try {
+        if (!tap.send(out[i], flags)) {
+          ++counts.tap_dropped;  // a slow tap: drop and count, never block the main path
+          return;
+        }
+      } catch (const zmq::error_t &e) {
+        if (e.num() == EINTR) {
+          ++counts.tap_dropped;
+          return;
+        }
+        rethrow_zmq(e, "publish on", tap_endpoint);
+      }
+    }
+  }
+
+  void finish() {
+    record eos(record_header_of(record_kind::eos));
+    eos.header.meta = {{"records", counts.sent}, {"dropped", counts.upstream_dropped}};
+    for (auto &o : outputs) {
+      o->send(eos);
+      o->close();
+    }
+    outputs.clear();
+    if (tap) {
+      auto frame = record_header_encode(eos.header);
+      (void)tap.send(frame, zmq::send_flags::dontwait);
+    }
+  }
+};
+
+stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
+    : impl_(std::make_unique<impl>(ctx, options)) {
+  auto &s = *impl_;
+  if (!options.input.empty()) {
+    std::string path;
+    if (endpoint_is_file(options.input, &path)) {
+      s.input_file = std::make_unique<record_file_reader>(path);
+      s.input_endpoint = options.input;
+    } else {
+      endpoint_check(options.input);
+      s.router = zmq::socket_t(ctx, zmq::socket_type::router);
+      s.router.set(zmq::sockopt::rcvhwm, options.high_water_mark);
+      s.router.set(zmq::sockopt::router_mandatory, 1);
+      s.router.set(zmq::sockopt::linger, 1000);
+      const std::string address = endpoint_bind_address(options.input);
+      try {
+        s.router.bind(address);
+      } catch (const zmq::error_t &e) {
+        rethrow_zmq(e, "bind", address);
+      }
+      s.input_endpoint = s.router.get(zmq::sockopt::last_endpoint);
+    }
+  }
+  if (!options.tap.empty()) {
+    endpoint_check(options.tap);
+    s.tap = zmq::socket_t(ctx, zmq::socket_type::xpub);
+    s.tap.set(zmq::sockopt::xpub_nodrop, 1);  // report a full subscriber as EAGAIN, so drops are counted
+    s.tap.set(zmq::sockopt::sndhwm, options.high_water_mark);
+    s.tap.set(zmq::sockopt::linger, 0);
+    const std::string address = endpoint_bind_address(options.tap);
+    try {
+      s.tap.bind(address);
+    } catch (const zmq::error_t &e) {
+      rethrow_zmq(e, "bind", address);
+    }
+    s.tap_endpoint = s.tap.get(zmq::sockopt::last_endpoint);
+  }
+  for (const auto &out : options.outputs)
+    s.outputs.push_back(
+        std::make_unique<output_link>(ctx, out, options.producer_name, options.high_water_mark, -1));
+}
+
+stage_io::~stage_io() = default;
+std::optional<record> stage_io::receive() { return impl_->receive(); }
+void stage_io::send(const record &r) { impl_->send(r); }
+void stage_io::finish() { impl_->finish(); }
+std::string stage_io::input_endpoint() const { return impl_->input_endpoint; }
+std::string stage_io::tap_endpoint() const { return impl_->tap_endpoint; }
+const stage_io_counts &stage_io::counts() const { return impl_->counts; }
+bool stage_io::interrupted() const { return impl_->interrupted; }
+
+// ---- record_sender ----
+
+struct record_sender::impl {
+  output_link link;
+  impl(zmq::context_t &ctx, const std::string &endpoint, const std::string &name, int hwm, int timeout)
+      : link(ctx, endpoint, name, hwm, timeout) {}
+};
+
+record_sender::record_sender(zmq::context_t &ctx, const std::string &endpoint, const std::string &producer_name,
+                             int high_water_mark, int handshake_timeout_ms)
+    : impl_(std::make_unique<impl>(ctx, endpoint, producer_name, high_water_mark, handshake_timeout_ms)) {}
+
+record_sender::~record_sender() = default;
+void record_sender::send(const record &r) { impl_->link.send(r); }
+
+void record_sender::finish(uint64_t records, uint64_t dropped) {
+  record eos(record_header_of(record_kind::eos));
+  eos.header.meta = {{"records", records}, {"dropped", dropped}};
+  impl_->link.send(eos);
+  impl_->link.close();
+}
+
+// ---- final ----
+
+bool endpoint_send_final(zmq::context_t &ctx, const std::string &endpoint, int timeout_ms) {
+  endpoint_check(endpoint);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  auto frame = record_header_encode(record_header_of(record_kind::final));
+  s.send(frame, zmq::send_flags::none);
+  zmq::pollitem_t items[] = {{s.handle(), 0, ZMQ_POLLIN, 0}};
+  const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+  while (clock_type::now() < deadline) {
+    try {
+      zmq::poll(items, 1, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()));
+    } catch (const zmq::error_t &e) {
+      if (e.num() == EINTR) continue;
+      throw;
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      zmq::message_t ack;
+      (void)s.recv(ack);
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---- tap_subscriber ----
+
+struct tap_subscriber::impl {
+  zmq::socket_t sub;
+  std::string endpoint;
+};
+
+tap_subscriber::tap_subscriber(zmq::context_t &ctx, const std::string &endpoint)
+    : impl_(std::make_unique<impl>()) {
+  endpoint_check(endpoint);
+  if (endpoint_is_file(endpoint)) throw usage_error(fmt::format("tap \"{}\": a tap is an endpoint, not a file", endpoint));
+  impl_->endpoint = endpoint;
+  impl_->sub = zmq::socket_t(ctx, zmq::socket_type::sub);
+  impl_->sub.set(zmq::sockopt::linger, 0);
+  impl_->sub.set(zmq::sockopt::subscribe, "");
+  try {
+    impl_->sub.connect(endpoint);
+  } catch (const zmq::error_t &e) {
+    rethrow_zmq(e, "connect to", endpoint);
+  }
+}
+
+tap_subscriber::~tap_subscriber() = default;
+
+std::optional<record> tap_subscriber::receive(int timeout_ms) {
+  ensure_signal_pipe();
+  const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    if (stop_requested()) return std::nullopt;
+    long wait = -1;
+    if (timeout_ms >= 0) {
+      wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
+      if (wait < 0) return std::nullopt;
+    }
+    zmq::pollitem_t items[] = {{impl_->sub.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(wait));
+    } catch (const zmq::error_t &e) {
+      if (e.num() == EINTR) continue;
+      rethrow_zmq(e, "poll", impl_->endpoint);
+    }
+    if (items[1].revents & ZMQ_POLLIN) continue;
+    if (!(items[0].revents & ZMQ_POLLIN)) {
+      if (timeout_ms >= 0) return std::nullopt;
+      continue;
+    }
+    std::vector<zmq::message_t> frames;
+    zmq::message_t m;
+    do {
+      (void)impl_->sub.recv(m);
+      frames.push_back(std::move(m));
+    } while (frames.back().more());
+    return record_decode(frames);
+  }
+}
+
+}  // namespace tprobe

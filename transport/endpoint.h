@@ -1,0 +1,146 @@
+// endpoint.h: how records move between a producer and a stage, and between stages.
+//
+// Topology. Every stage input *binds* one ZeroMQ ROUTER socket; every producer (a capture session,
+// an upstream stage, the launcher) *connects* one DEALER socket per consumer. Inputs are listed on
+// the consumer, so the consumer owns the address and producers only need to know it.
+//
+// Endpoint strings: "ipc://path", "tcp://host:port" (a bare "tcp://:port" or "tcp://*:port" binds
+// to 127.0.0.1: loopback unless an address is given), "inproc://name" (same process, same
+// zmq::context_t), or a file path ("file://path" or any string without "://"), which reads or writes
+// a record file (record.h section 4).
+//
+// Protocol on a connection (record kinds of record.h):
+//   producer: hello → (waits for ack) → data records … → eos
+//   consumer: on hello registers the producer and answers ack.
+// The consumer's stream ends when registration is closed and every registered producer has sent
+// eos. Registration closes when `producers` producers have registered (producers > 0), or when a
+// `final` record arrives (the launcher sends it after the capturing command exited; use
+// producers == 0 for inputs fed by a capture). hello carries the producer's host and pid: a
+// producer on this host whose process has died without eos (crashed) and whose connection has been
+// silent for a second is counted as truncated (counts().truncated_producers, reported), never
+// waited for forever. This is the only timed path, and it runs only on that failure.
+//
+// Flow control. The main path is lossless: sends block when the peer's high-water mark is reached
+// (backpressure up to the training thread's bounded queue). Linger is infinite on data sockets
+// so that close() delivers everything. The tap is lossy on purpose: an XPUB socket with
+// ZMQ_XPUB_NODROP sent with ZMQ_DONTWAIT; a record a slow tap cannot take is counted in
+// tap_dropped(), never blocking the main path.
+//
+// Thread safety: one stage_io belongs to one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "record.h"
+
+namespace tprobe {
+
+// True for file:// or path-like specs; `path` receives the file path.
+bool endpoint_is_file(const std::string &spec, std::string *path = nullptr);
+// Loopback unless an address is given: "tcp://:5555" / "tcp://*:5555" → "tcp://127.0.0.1:5555".
+std::string endpoint_bind_address(const std::string &spec);
+// Throws usage_error naming `spec` when it is not one of the forms above.
+void endpoint_check(const std::string &spec);
+
+struct stage_io_options {
+  std::string input;                 // "" = this stage has no input
+  int producers = 1;                 // see above; 0 = until a `final` record
+  std::vector<std::string> outputs;  // consumers to connect to (or files to write)
+  std::string tap;                   // "" = no tap; else an endpoint to bind an XPUB on
+  bool tap_payload = false;          // also publish payload frames on the tap
+  int high_water_mark = 1000;        // records queued per connection before sends block
+  std::string producer_name;         // sent in hello, shown in messages ("tprobe-stats")
+};
+
+struct stage_io_counts {
+  uint64_t received = 0;          // data records received
+  uint64_t sent = 0;              // records sent (per output, not summed)
+  uint64_t tap_dropped = 0;       // records the tap could not take
+  uint64_t producers = 0;         // producers registered
+  uint64_t truncated_producers = 0;  // producers gone without eos
+  uint64_t upstream_dropped = 0;  // sum of `dropped` in upstream eos records
+};
+
+class stage_io {
+ public:
+  // Binds the input and tap, connects the outputs and completes their handshakes: when the
+  // constructor returns, the stage is ready (write the ready-fd line then).
+  // Throws usage_error for a bad endpoint string, system_error when a bind or connect fails.
+  stage_io(zmq::context_t &ctx, const stage_io_options &options);
+  ~stage_io();
+  stage_io(const stage_io &) = delete;
+  stage_io &operator=(const stage_io &) = delete;
+
+  // The next data record (session, tensor, value, entry, flush, step_end), or nullopt when the
+  // stream ended (see above) or stop_requested() became true. Throws framing_error on a malformed
+  // record, system_error on a socket or file error.
+  std::optional<record> receive();
+
+  // Send to every output (blocking) and publish on the tap (never blocking).
+  void send(const record &r);
+
+  // Send eos on every output (meta records/dropped) and close them, delivering everything.
+  void finish();
+
+  // The actual bound input address (after "tcp://127.0.0.1:*" this holds the chosen port).
+  std::string input_endpoint() const;
+  std::string tap_endpoint() const;
+  const stage_io_counts &counts() const;
+  // True when the stream ended because of a signal rather than end-of-stream.
+  bool interrupted() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// Signals. A stage's main() calls this once: SIGINT and SIGTERM then make receive() return
+// nullopt (the stage finishes its files and passes eos on) instead of killing the process.
+void stage_install_signal_handlers();
+bool stop_requested();
+void request_stop();  // as if a signal arrived (tests)
+
+// A producer connection: the capture session's and the launcher's side of the protocol.
+class record_sender {
+ public:
+  // Connects to `endpoint` (or opens a record file) and completes the hello/ack handshake.
+  // Throws system_error if no consumer answers within `handshake_timeout_ms` (-1 = wait forever).
+  record_sender(zmq::context_t &ctx, const std::string &endpoint, const std::string &producer_name,
+                int high_water_mark = 1000, int handshake_timeout_ms = -1);
+  ~record_sender();
+  record_sender(const record_sender &) = delete;
+  record_sender &operator=(const record_sender &) = delete;
+  void send(const record &r);  // blocking
+  // eos with the given counts, then close (delivers everything first).
+  void finish(uint64_t records, uint64_t dropped);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// The launcher's `final`: connect to a stage input and tell it no new producer will come.
+// Returns true once the stage acknowledged it, false if it did not within timeout_ms (the stage
+// is gone or stuck; the launcher then deals with the stage's exit status).
+bool endpoint_send_final(zmq::context_t &ctx, const std::string &endpoint, int timeout_ms = 10000);
+
+// The live-tap side: subscribes to a stage's tap and yields what it publishes. Lossy by design.
+class tap_subscriber {
+ public:
+  tap_subscriber(zmq::context_t &ctx, const std::string &endpoint);
+  ~tap_subscriber();
+  // Next record, or nullopt after `timeout_ms` without one (-1 = wait) or on stop_requested().
+  std::optional<record> receive(int timeout_ms);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace tprobe

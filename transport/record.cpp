@@ -1,0 +1,555 @@
+#include "record.h"
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+#include <lz4.h>
+#include <msgpack.hpp>
+
+#include "errors.h"
+
+namespace tprobe {
+
+namespace {
+
+constexpr std::array<std::string_view, 10> kind_names{
+    "hello", "ack", "session", "tensor", "value", "entry", "flush", "step_end", "eos", "final"};
+
+using packer_t = msgpack::packer<msgpack::sbuffer>;
+
+void pack_str(packer_t &p, std::string_view s) {
+  p.pack_str(static_cast<uint32_t>(s.size()));
+  p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+void pack_json(packer_t &p, const nlohmann::ordered_json &j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null:
+    case nlohmann::json::value_t::discarded: p.pack_nil(); break;
+    case nlohmann::json::value_t::boolean: p.pack(j.get<bool>()); break;
+    case nlohmann::json::value_t::number_integer: p.pack(j.get<int64_t>()); break;
+    case nlohmann::json::value_t::number_unsigned: p.pack(j.get<uint64_t>()); break;
+    case nlohmann::json::value_t::number_float: p.pack_double(j.get<double>()); break;
+    case nlohmann::json::value_t::string: pack_str(p, j.get_ref<const std::string &>()); break;
+    case nlohmann::json::value_t::binary: {
+      const auto &b = j.get_binary();
+      p.pack_bin(static_cast<uint32_t>(b.size()));
+      p.pack_bin_body(reinterpret_cast<const char *>(b.data()), static_cast<uint32_t>(b.size()));
+      break;
+    }
+    case nlohmann::json::value_t::array:
+      p.pack_array(static_cast<uint32_t>(j.size()));
+      for (const auto &e : j) pack_json(p, e);
+      break;
+    case nlohmann::json::value_t::object:
+      p.pack_map(static_cast<uint32_t>(j.size()));
+      for (const auto &[k, v] : j.items()) {
+        pack_str(p, k);
+        pack_json(p, v);
+      }
+      break;
+  }
+}
+
+nlohmann::ordered_json object_to_json(const msgpack::object &o) {
+  switch (o.type) {
+    case msgpack::type::NIL: return nullptr;
+    case msgpack::type::BOOLEAN: return o.via.boolean;
+    case msgpack::type::POSITIVE_INTEGER: return o.via.u64;
+    case msgpack::type::NEGATIVE_INTEGER: return o.via.i64;
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: return o.via.f64;
+    case msgpack::type::STR: return std::string(o.via.str.ptr, o.via.str.size);
+    case msgpack::type::BIN: {
+      std::vector<uint8_t> bytes(o.via.bin.ptr, o.via.bin.ptr + o.via.bin.size);
+      return nlohmann::ordered_json::binary(std::move(bytes));
+    }
+    case msgpack::type::ARRAY: {
+      auto arr = nlohmann::ordered_json::array();
+      for (uint32_t i = 0; i < o.via.array.size; ++i) arr.push_back(object_to_json(o.via.array.ptr[i]));
+      return arr;
+    }
+    case msgpack::type::MAP: {
+      auto obj = nlohmann::ordered_json::object();
+      for (uint32_t i = 0; i < o.via.map.size; ++i) {
+        const auto &kv = o.via.map.ptr[i];
+        if (kv.key.type != msgpack::type::STR) throw framing_error("meta map key is not a string");
+        obj[std::string(kv.key.via.str.ptr, kv.key.via.str.size)] = object_to_json(kv.val);
+      }
+      return obj;
+    }
+    case msgpack::type::EXT: break;
+  }
+  throw framing_error("meta holds a msgpack ext value, which tprobe does not use");
+}
+
+void pack_stat(packer_t &p, const stat_value &v) {
+  switch (v.k) {
+    case stat_value::kind::null: p.pack_nil(); break;
+    case stat_value::kind::boolean: p.pack(v.boolean); break;
+    case stat_value::kind::integer: p.pack(v.integer); break;
+    case stat_value::kind::real: p.pack_double(v.real); break;
+  }
+}
+
+// Decoding helpers: each names the key so that a framing_error says what was wrong.
+[[noreturn]] void bad_key(std::string_view key, std::string_view expected) {
+  throw framing_error(fmt::format("header key \"{}\" is not {}", key, expected));
+}
+
+std::string as_str(const msgpack::object &o, std::string_view key) {
+  if (o.type != msgpack::type::STR) bad_key(key, "a string");
+  return {o.via.str.ptr, o.via.str.size};
+}
+
+int64_t as_int(const msgpack::object &o, std::string_view key) {
+  if (o.type == msgpack::type::POSITIVE_INTEGER) {
+    if (o.via.u64 > static_cast<uint64_t>(INT64_MAX)) bad_key(key, "an int64");
+    return static_cast<int64_t>(o.via.u64);
+  }
+  if (o.type == msgpack::type::NEGATIVE_INTEGER) return o.via.i64;
+  bad_key(key, "an integer");
+}
+
+uint64_t as_uint(const msgpack::object &o, std::string_view key) {
+  if (o.type != msgpack::type::POSITIVE_INTEGER) bad_key(key, "an unsigned integer");
+  return o.via.u64;
+}
+
+bool as_bool(const msgpack::object &o, std::string_view key) {
+  if (o.type != msgpack::type::BOOLEAN) bad_key(key, "a bool");
+  return o.via.boolean;
+}
+
+stat_value as_stat(const msgpack::object &o, std::string_view key) {
+  switch (o.type) {
+    case msgpack::type::NIL: return stat_value::none();
+    case msgpack::type::BOOLEAN: return stat_value::of_bool(o.via.boolean);
+    case msgpack::type::POSITIVE_INTEGER:
+    case msgpack::type::NEGATIVE_INTEGER: return stat_value::of_int(as_int(o, key));
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: return stat_value::of_real(o.via.f64);
+    default: bad_key(key, "nil, a bool or a number");
+  }
+}
+
+tensor_stats as_stats(const msgpack::object &o) {
+  if (o.type != msgpack::type::MAP) bad_key("stats", "a map");
+  tensor_stats s;
+  for (uint32_t i = 0; i < o.via.map.size; ++i) {
+    const auto &kv = o.via.map.ptr[i];
+    const std::string key = as_str(kv.key, "stats");
+    if (key == "max") s.max = as_stat(kv.val, "stats.max");
+    else if (key == "min") s.min = as_stat(kv.val, "stats.min");
+    else if (key == "mean") s.mean = as_stat(kv.val, "stats.mean");
+    else if (key == "norm") s.norm = as_stat(kv.val, "stats.norm");
+    else if (key == "nan") s.nan_count = as_uint(kv.val, "stats.nan");
+    else if (key == "inf") s.inf_count = as_uint(kv.val, "stats.inf");
+    else if (key == "crc32") {
+      const uint64_t crc = as_uint(kv.val, "stats.crc32");
+      if (crc > UINT32_MAX) bad_key("stats.crc32", "a 32-bit value");
+      s.crc32 = static_cast<uint32_t>(crc);
+    }
+    // Unknown statistics keys come from a newer minor version: ignored.
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string_view record_kind_name(record_kind k) { return kind_names.at(static_cast<size_t>(k)); }
+
+std::optional<record_kind> record_kind_from_name(std::string_view name) {
+  for (size_t i = 0; i < kind_names.size(); ++i)
+    if (kind_names[i] == name) return static_cast<record_kind>(i);
+  return std::nullopt;
+}
+
+uint64_t record_header::element_count() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+nlohmann::ordered_json tensor_stats_to_json(const tensor_stats &s) {
+  auto stat = [](const stat_value &v) -> nlohmann::ordered_json {
+    switch (v.k) {
+      case stat_value::kind::boolean: return v.boolean;
+      case stat_value::kind::integer: return v.integer;
+      case stat_value::kind::real: return v.real;
+      case stat_value::kind::null: break;
+    }
+    return nullptr;
+  };
+  nlohmann::ordered_json j{{"max", stat(s.max)}, {"min", stat(s.min)},   {"mean", stat(s.mean)},
+                           {"norm", stat(s.norm)}, {"nan", s.nan_count}, {"inf", s.inf_count}};
+  if (s.crc32) j["crc32"] = fmt::format("{:08x}", *s.crc32);
+  return j;
+}
+
+zmq::message_t record_header_encode(const record_header &h) {
+  msgpack::sbuffer buf(256);
+  const char prefix[RECORD_PREFIX_SIZE] = {'T', 'P', static_cast<char>(RECORD_VERSION_MAJOR),
+                                           static_cast<char>(RECORD_VERSION_MINOR)};
+  buf.write(prefix, sizeof prefix);
+  packer_t p(buf);
+
+  const bool is_tensor = h.kind == record_kind::tensor;
+  uint32_t n = 1;  // kind
+  n += !h.run.empty();
+  n += h.rank != -1;
+  n += h.step != 0;
+  n += h.seq != 0;
+  n += !h.entry.empty();
+  n += !h.slot.empty();
+  n += h.path.has_value();
+  n += is_tensor ? 4 : 0;  // dtype, shape, device, requires_grad
+  n += !h.tensor_type.empty();
+  n += h.flags != 0;
+  n += h.codec != record_codec::raw;
+  n += h.stored.has_value() ? 2 : 0;  // length, stored
+  n += h.stats.has_value();
+  n += !h.meta.is_null();
+  p.pack_map(n);
+
+  pack_str(p, "kind");
+  pack_str(p, record_kind_name(h.kind));
+  if (!h.run.empty()) pack_str(p, "run"), pack_str(p, h.run);
+  if (h.rank != -1) pack_str(p, "rank"), p.pack(h.rank);
+  if (h.step != 0) pack_str(p, "step"), p.pack(h.step);
+  if (h.seq != 0) pack_str(p, "seq"), p.pack(h.seq);
+  if (!h.entry.empty()) pack_str(p, "entry"), pack_str(p, h.entry);
+  if (!h.slot.empty()) pack_str(p, "slot"), pack_str(p, h.slot);
+  if (h.path) {
+    pack_str(p, "path");
+    p.pack_array(static_cast<uint32_t>(h.path->size()));
+    for (const auto &e : *h.path) {
+      if (const auto *i = std::get_if<int64_t>(&e)) p.pack(*i);
+      else pack_str(p, std::get<std::string>(e));
+    }
+  }
+  if (is_tensor) {
+    pack_str(p, "dtype");
+    pack_str(p, dtype_name(h.type));
+    pack_str(p, "shape");
+    p.pack_array(static_cast<uint32_t>(h.shape.size()));
+    for (int64_t d : h.shape) p.pack(d);
+    pack_str(p, "device");
+    pack_str(p, h.device);
+    pack_str(p, "requires_grad");
+    p.pack(h.requires_grad);
+  }
+  if (!h.tensor_type.empty()) pack_str(p, "type"), pack_str(p, h.tensor_type);
+  if (h.flags != 0) pack_str(p, "flags"), p.pack(h.flags);
+  if (h.codec != record_codec::raw) pack_str(p, "codec"), pack_str(p, "lz4");
+  if (h.stored) {
+    pack_str(p, "length");
+    p.pack(h.length);
+    pack_str(p, "stored");
+    p.pack(*h.stored);
+  }
+  if (h.stats) {
+    const tensor_stats &s = *h.stats;
+    pack_str(p, "stats");
+    p.pack_map(6 + (s.crc32 ? 1 : 0));
+    pack_str(p, "max"), pack_stat(p, s.max);
+    pack_str(p, "min"), pack_stat(p, s.min);
+    pack_str(p, "mean"), pack_stat(p, s.mean);
+    pack_str(p, "norm"), pack_stat(p, s.norm);
+    pack_str(p, "nan"), p.pack(s.nan_count);
+    pack_str(p, "inf"), p.pack(s.inf_count);
+    if (s.crc32) pack_str(p, "crc32"), p.pack(*s.crc32);
+  }
+  if (!h.meta.is_null()) {
+    pack_str(p, "meta");
+    pack_json(p, h.meta);
+  }
+  return zmq::message_t(buf.data(), buf.size());
+}
+
+record_header record_header_decode(std::span<const std::byte> frame) {
+  if (frame.size() < RECORD_PREFIX_SIZE)
+    throw framing_error(fmt::format("header frame of {} bytes is shorter than the 4-byte prefix", frame.size()));
+  const auto *bytes = reinterpret_cast<const unsigned char *>(frame.data());
+  if (bytes[0] != 'T' || bytes[1] != 'P')
+    throw framing_error(fmt::format("header frame starts with 0x{:02x}{:02x}, not the magic \"TP\"", bytes[0], bytes[1]));
+  if (bytes[2] != RECORD_VERSION_MAJOR)
+    throw framing_error(fmt::format("record format major version {} is not supported (this build reads {})",
+                                    bytes[2], RECORD_VERSION_MAJOR));
+
+  const char *body = reinterpret_cast<const char *>(frame.data()) + RECORD_PREFIX_SIZE;
+  const size_t body_size = frame.size() - RECORD_PREFIX_SIZE;
+  msgpack::object_handle handle;
+  size_t offset = 0;
+  try {
+    handle = msgpack::unpack(body, body_size, offset);
+  } catch (const std::exception &e) {
+    throw framing_error(fmt::format("header is not valid msgpack ({})", e.what()));
+  }
+  if (offset != body_size)
+    throw framing_error(fmt::format("header has {} trailing bytes after its msgpack map", body_size - offset));
+  const msgpack::object &map = handle.get();
+  if (map.type != msgpack::type::MAP) throw framing_error("header is not a msgpack map");
+
+  record_header h;
+  bool have_kind = false, have_dtype = false, have_shape = false, have_length = false;
+  for (uint32_t i = 0; i < map.via.map.size; ++i) {
+    const auto &kv = map.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) throw framing_error("header map has a key that is not a string");
+    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+    const msgpack::object &v = kv.val;
+    if (key == "kind") {
+      const std::string name = as_str(v, key);
+      auto k = record_kind_from_name(name);
+      if (!k) throw framing_error(fmt::format("unknown record kind \"{}\"", name));
+      h.kind = *k;
+      have_kind = true;
+    } else if (key == "run") h.run = as_str(v, key);
+    else if (key == "rank") {
+      const int64_t r = as_int(v, key);
+      if (r < -1 || r > INT32_MAX) bad_key(key, "a rank (-1 or a non-negative int32)");
+      h.rank = static_cast<int32_t>(r);
+    } else if (key == "step") h.step = as_int(v, key);
+    else if (key == "seq") h.seq = as_uint(v, key);
+    else if (key == "entry") h.entry = as_str(v, key);
+    else if (key == "slot") h.slot = as_str(v, key);
+    else if (key == "path") {
+      if (v.type != msgpack::type::ARRAY) bad_key(key, "an array");
+      h.path.emplace();
+      for (uint32_t j = 0; j < v.via.array.size; ++j) {
+        const auto &e = v.via.array.ptr[j];
+        if (e.type == msgpack::type::STR) h.path->emplace_back(as_str(e, key));
+        else h.path->emplace_back(as_int(e, key));
+      }
+    } else if (key == "dtype") {
+      const std::string name = as_str(v, key);
+      auto t = dtype_from_name(name);
+      if (!t) throw framing_error(fmt::format("unknown dtype \"{}\"", name));
+      h.type = *t;
+      have_dtype = true;
+    } else if (key == "shape") {
+      if (v.type != msgpack::type::ARRAY) bad_key(key, "an array");
+      h.shape.reserve(v.via.array.size);
+      for (uint32_t j = 0; j < v.via.array.size; ++j) {
+        const int64_t d = as_int(v.via.array.ptr[j], key);
+        if (d < 0) bad_key(key, "an array of non-negative ints");
+        h.shape.push_back(d);
+      }
+      have_shape = true;
+    } else if (key == "device") h.device = as_str(v, key);
+    else if (key == "requires_grad") h.requires_grad = as_bool(v, key);
+    else if (key == "type") h.tensor_type = as_str(v, key);
+    else if (key == "flags") {
+      const uint64_t f = as_uint(v, key);
+      if (f > UINT32_MAX) bad_key(key, "a 32-bit set");
+      h.flags = static_cast<uint32_t>(f);
+    } else if (key == "codec") {
+      const std::string c = as_str(v, key);
+      if (c == "raw") h.codec = record_codec::raw;
+      else if (c == "lz4") h.codec = record_codec::lz4;
+      else throw framing_error(fmt::format("unknown payload codec \"{}\"", c));
+    } else if (key == "length") h.length = as_uint(v, key), have_length = true;
+    else if (key == "stored") h.stored = as_uint(v, key);
+    else if (key == "stats") h.stats = as_stats(v);
+    else if (key == "meta") h.meta = object_to_json(v);
+    // Any other key comes from a newer minor version: ignored, as the format promises.
+  }
+
+  if (!have_kind) throw framing_error("header has no \"kind\"");
+  if (h.kind == record_kind::tensor && (!have_dtype || !have_shape))
+    throw framing_error(fmt::format("tensor record {} {} lacks \"dtype\" or \"shape\"", h.entry, h.slot));
+  if (h.stored && !have_length) throw framing_error("header has \"stored\" without \"length\"");
+  if (h.stored && h.codec == record_codec::raw && *h.stored != h.length)
+    throw framing_error(fmt::format("raw payload: stored {} != length {}", *h.stored, h.length));
+  if (h.kind == record_kind::tensor && h.stored) {
+    const uint64_t expected = h.element_count() * dtype_size(h.type);
+    if (h.length != expected)
+      throw framing_error(fmt::format("tensor {} {}: payload length {} does not match {} {} (expected {} bytes)",
+                                      h.entry, h.slot, h.length, dtype_name(h.type),
+                                      fmt::join(h.shape, "x"), expected));
+  }
+  return h;
+}
+
+std::span<const std::byte> record::payload_bytes() const {
+  if (!payload_frame_) return {};
+  const auto *data = static_cast<const std::byte *>(payload_frame_->data());
+  if (header.codec == record_codec::raw) return {data, payload_frame_->size()};
+  if (!decoded_valid_) {
+    if (header.length > static_cast<uint64_t>(INT32_MAX))
+      throw framing_error(describe() + ": LZ4 payload larger than 2 GiB");
+    decoded_.resize(header.length);
+    const int n = LZ4_decompress_safe(reinterpret_cast<const char *>(data), reinterpret_cast<char *>(decoded_.data()),
+                                      static_cast<int>(payload_frame_->size()), static_cast<int>(header.length));
+    if (n < 0 || static_cast<uint64_t>(n) != header.length)
+      throw framing_error(describe() + ": corrupt LZ4 payload");
+    decoded_valid_ = true;
+  }
+  return {decoded_.data(), decoded_.size()};
+}
+
+void record::set_payload(std::vector<std::byte> bytes) {
+  // The frame owns the vector's buffer: moving it to the heap avoids a copy of the data.
+  auto *owned = new std::vector<std::byte>(std::move(bytes));
+  header.codec = record_codec::raw;
+  header.length = owned->size();
+  header.stored = owned->size();
+  payload_frame_.emplace(owned->data(), owned->size(),
+                         [](void *, void *hint) { delete static_cast<std::vector<std::byte> *>(hint); }, owned);
+  decoded_valid_ = false;
+}
+
+void record::set_payload_frame(zmq::message_t frame) {
+  header.stored = frame.size();
+  if (header.codec == record_codec::raw) header.length = frame.size();
+  payload_frame_.emplace(std::move(frame));
+  decoded_valid_ = false;
+}
+
+void record::drop_payload() {
+  payload_frame_.reset();
+  decoded_.clear();
+  decoded_valid_ = false;
+  header.stored.reset();
+  header.length = 0;
+  header.codec = record_codec::raw;
+}
+
+std::string record::describe() const {
+  std::string s(record_kind_name(header.kind));
+  s += " record";
+  if (!header.entry.empty()) s += " " + header.entry;
+  if (!header.slot.empty()) s += " " + header.slot;
+  s += fmt::format(" (rank {}, step {}, seq {})", header.rank, header.step, header.seq);
+  return s;
+}
+
+std::vector<zmq::message_t> record_encode(const record &r) {
+  std::vector<zmq::message_t> frames;
+  frames.reserve(2);
+  frames.push_back(record_header_encode(r.header));
+  if (r.has_payload()) {
+    if (!r.payload_frame()) throw std::logic_error("record header says stored but has no payload frame");
+    frames.emplace_back();
+    frames.back().copy(const_cast<zmq::message_t &>(*r.payload_frame()));  // shares large buffers
+  }
+  return frames;
+}
+
+record record_decode(std::vector<zmq::message_t> &frames) {
+  if (frames.empty() || frames.size() > 2)
+    throw framing_error(fmt::format("a record has 1 or 2 frames, not {}", frames.size()));
+  const auto &hf = frames[0];
+  record r(record_header_decode({static_cast<const std::byte *>(hf.data()), hf.size()}));
+  const bool expects_payload = r.header.stored.has_value();
+  if (expects_payload != (frames.size() == 2))
+    throw framing_error(r.describe() + (expects_payload ? ": header announces a payload frame that is missing"
+                                                        : ": unexpected payload frame"));
+  if (expects_payload) {
+    if (frames[1].size() != *r.header.stored)
+      throw framing_error(r.describe() + fmt::format(": payload frame is {} bytes, header says {} (truncated?)",
+                                                     frames[1].size(), *r.header.stored));
+    const uint64_t length = r.header.length;
+    r.set_payload_frame(std::move(frames[1]));
+    r.header.length = length;
+  }
+  return r;
+}
+
+std::optional<zmq::message_t> record_payload_lz4(std::span<const std::byte> bytes) {
+  if (bytes.size() > static_cast<size_t>(LZ4_MAX_INPUT_SIZE)) return std::nullopt;
+  const int bound = LZ4_compressBound(static_cast<int>(bytes.size()));
+  std::vector<char> out(static_cast<size_t>(bound));
+  const int n = LZ4_compress_default(reinterpret_cast<const char *>(bytes.data()), out.data(),
+                                     static_cast<int>(bytes.size()), bound);
+  if (n <= 0 || static_cast<size_t>(n) >= bytes.size()) return std::nullopt;
+  return zmq::message_t(out.data(), static_cast<size_t>(n));
+}
+
+// ---- record files ----
+
+record_file_writer::record_file_writer(const std::string &path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "wb");
+  if (!file_) throw system_error_from_errno("create", path, errno);
+  ::fchmod(fileno(file_), 0640);
+  if (std::fwrite(RECORD_FILE_MAGIC.data(), 1, RECORD_FILE_MAGIC.size(), file_) != RECORD_FILE_MAGIC.size())
+    throw system_error_from_errno("write", path, errno);
+}
+
+record_file_writer::~record_file_writer() {
+  if (file_) std::fclose(file_);
+}
+
+void record_file_writer::write(const record &r) {
+  auto frames = record_encode(r);
+  const uint8_t count = static_cast<uint8_t>(frames.size());
+  bool ok = std::fwrite(&count, 1, 1, file_) == 1;
+  for (const auto &f : frames) {
+    const uint64_t size = f.size();  // little-endian hosts only (x86-64, aarch64)
+    ok = ok && std::fwrite(&size, sizeof size, 1, file_) == 1;
+    ok = ok && (size == 0 || std::fwrite(f.data(), 1, size, file_) == size);
+  }
+  if (!ok) throw system_error_from_errno("write", path_, errno);
+}
+
+void record_file_writer::close() {
+  if (!file_) return;
+  const bool ok = std::fflush(file_) == 0;
+  const int err = errno;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!ok) throw system_error_from_errno("write", path_, err);
+}
+
+record_file_reader::record_file_reader(const std::string &path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "rb");
+  if (!file_) throw system_error_from_errno("open", path, errno);
+  char magic[RECORD_FILE_MAGIC.size()];
+  if (std::fread(magic, 1, sizeof magic, file_) != sizeof magic ||
+      std::string_view(magic, sizeof magic) != RECORD_FILE_MAGIC)
+    throw framing_error(fmt::format("{}: not a tprobe record file (bad magic)", path));
+  offset_ = sizeof magic;
+}
+
+record_file_reader::~record_file_reader() {
+  if (file_) std::fclose(file_);
+}
+
+std::optional<record> record_file_reader::read() {
+  const uint64_t record_offset = offset_;
+  uint8_t count = 0;
+  if (std::fread(&count, 1, 1, file_) != 1) {
+    if (std::ferror(file_)) throw system_error_from_errno("read", path_, errno);
+    return std::nullopt;
+  }
+  offset_ += 1;
+  auto truncated = [&] {
+    return framing_error(fmt::format("{}: record at byte {} is truncated", path_, record_offset));
+  };
+  if (count < 1 || count > 2)
+    throw framing_error(fmt::format("{}: record at byte {} has {} frames (corrupt file)", path_, record_offset, count));
+  std::vector<zmq::message_t> frames;
+  for (uint8_t i = 0; i < count; ++i) {
+    uint64_t size = 0;
+    if (std::fread(&size, sizeof size, 1, file_) != 1) throw truncated();
+    offset_ += sizeof size;
+    if (size > (uint64_t{1} << 40))
+      throw framing_error(fmt::format("{}: record at byte {} claims a {}-byte frame (corrupt file)", path_,
+                                      record_offset, size));
+    zmq::message_t frame(size);
+    if (size && std::fread(frame.data(), 1, size, file_) != size) throw truncated();
+    offset_ += size;
+    frames.push_back(std::move(frame));
+  }
+  try {
+    return record_decode(frames);
+  } catch (const framing_error &e) {
+    throw framing_error(fmt::format("{}: record at byte {}: {}", path_, record_offset, e.what()));
+  }
+}
+
+}  // namespace tprobe

@@ -1,0 +1,253 @@
+// record.h: the tprobe record, on the wire and on disk. This header is the specification;
+// docs/wire-format.md repeats it for readers who do not read C++.
+//
+// 1. Messages
+//
+//    A record is one ZeroMQ multipart message of one or two frames:
+//
+//      frame 0  header   (always)
+//      frame 1  payload  (present iff the header says `stored` is present, see below)
+//
+//    Header frame layout (all multi-byte integers little-endian):
+//
+//      offset  size  field
+//      0       2     magic "TP" (0x54 0x50)
+//      2       1     major version (RECORD_VERSION_MAJOR = 1). A reader rejects any other major.
+//      3       1     minor version (RECORD_VERSION_MINOR). A reader accepts any minor of its major:
+//                    minors only add optional header keys, which older readers ignore.
+//      4       n     msgpack map (str key → value), the header fields below; nothing may follow it.
+//
+//    Header keys (msgpack types; "opt" keys may be absent, readers use the stated default):
+//
+//      key            type              meaning
+//      kind           str               record kind, see 2
+//      run            str               producer run id (opt, ""): one capture session
+//      rank           int               producer rank, -1 when not distributed (opt, -1)
+//      step           int               training step the record belongs to (opt, 0)
+//      seq            uint              producer sequence number, +1 per record sent by that
+//                                       producer (opt, 0); gaps seen on a lossy tap are drops
+//      entry          str               dump entry, msprobe naming: "Functional.linear.0.forward",
+//                                       "Module.conv1.Conv2d.forward.0" (opt, "")
+//      slot           str               place in the entry: "input.0", "input.1.0", "kwargs.dim",
+//                                       "output.0", "parameters.weight", "parameters_grad.weight"
+//                                       (opt, ""); tensor file name = entry + "." + slot + ".npy"
+//      path           array[int|str]    opt: the nesting under the slot's section, ints are list
+//                                       indices and strs dict keys; default: parsed from slot,
+//                                       digit-only segments taken as list indices
+//      dtype          str               element type, dtype_name() of core/dtype.h (tensor)
+//      shape          array[int]        tensor shape, [] for 0-d (tensor)
+//      device         str               "cpu", "cuda:0", … (opt, "cpu")
+//      requires_grad  bool              (opt, false)
+//      type           str               tensor type as dumped, "torch.Tensor" (opt: derived from
+//                                       the session's framework)
+//      flags          uint              bit set, RECORD_FLAG_* below (opt, 0)
+//      codec          str               payload codec: "raw" or "lz4" (opt, "raw")
+//      length         uint              payload bytes after decoding (opt, 0)
+//      stored         uint              payload frame bytes; present iff frame 1 is present
+//      stats          map               opt, statistics when known: keys max, min, mean, norm
+//                                       (nil | bool | int | float64), nan, inf (uint), crc32 (uint)
+//      meta           any msgpack       opt, kind-specific structured data (see 2)
+//
+// 2. Kinds
+//
+//      hello     producer → consumer, first record on a connection. The consumer answers with
+//                ack on the same connection; only then does the producer send data, so a
+//                consumer knows every producer before that producer's data (see endpoint.h).
+//      ack       consumer → producer.
+//      session   a capture session opened: meta = the effective config as a map (task, level,
+//                framework, dump_path, summary_mode, data_mode, …).
+//      tensor    one tensor: header fields above, payload = the contiguous element bytes
+//                (C order, little-endian), optional: a tensor whose statistics are known and
+//                whose data is not needed travels without payload.
+//      value     a non-tensor argument: meta = its msprobe JSON leaf, e.g. {"type":"int","value":1}
+//                or nil for None.
+//      entry     metadata of one dump entry, sent before its tensors: meta = map with optional
+//                keys stack (array of str), parent (str|nil, construct.json), is_recompute (bool).
+//      flush     the producer asks for files to be brought up to date (debugger.stop()).
+//      step_end  the producer finished `step`: files of (step, rank) are final.
+//      eos       end of this producer's stream: meta = {records: uint, dropped: uint}.
+//                A stage that has seen eos from every producer finishes its output, sends its
+//                own eos downstream and exits 0.
+//      final     sent by the launcher to a stage input after the producing command exited:
+//                no new producer will connect.
+//
+// 3. Payload codecs
+//
+//      raw   the bytes themselves; stored == length.
+//      lz4   one LZ4 block (LZ4_compress_default); decoding must yield exactly `length` bytes.
+//
+// 4. Record files ("offline = online")
+//
+//    A recorded stream is a file of the same frames:
+//
+//      "TPROBE-RECORDS\n\0" (16 bytes), then per record:
+//        u8  frame count (1 or 2)
+//        per frame: u64 byte length, then the bytes
+//
+//    Every stage reads its input from an endpoint or from such a file, and a stage output may be a
+//    file: the bytes of each record are the same either way.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "dtype.h"
+#include "tensor_stats.h"
+
+namespace tprobe {
+
+inline constexpr uint8_t RECORD_VERSION_MAJOR = 1;
+inline constexpr uint8_t RECORD_VERSION_MINOR = 0;
+inline constexpr size_t RECORD_PREFIX_SIZE = 4;
+
+enum class record_kind : uint8_t {
+  hello,
+  ack,
+  session,
+  tensor,
+  value,
+  entry,
+  flush,
+  step_end,
+  eos,
+  final,
+};
+std::string_view record_kind_name(record_kind k);
+std::optional<record_kind> record_kind_from_name(std::string_view name);
+
+enum class record_codec : uint8_t { raw, lz4 };
+
+// Flags (header key "flags").
+inline constexpr uint32_t RECORD_FLAG_SAVE = 1u << 0;   // write this tensor's data to a file
+inline constexpr uint32_t RECORD_FLAG_CRC32 = 1u << 1;  // summary_mode md5: compute the CRC-32
+
+// One element of the nesting path under a slot's section.
+using record_path_element = std::variant<int64_t, std::string>;
+
+struct record_header {
+  record_kind kind = record_kind::tensor;
+  std::string run;
+  int32_t rank = -1;
+  int64_t step = 0;
+  uint64_t seq = 0;
+  std::string entry;
+  std::string slot;
+  std::optional<std::vector<record_path_element>> path;
+  dtype type = dtype::float32;
+  std::vector<int64_t> shape;
+  std::string device = "cpu";
+  bool requires_grad = false;
+  std::string tensor_type;  // "" = derived from the session's framework
+  uint32_t flags = 0;
+  record_codec codec = record_codec::raw;
+  uint64_t length = 0;                // decoded payload bytes
+  std::optional<uint64_t> stored;     // payload frame bytes; set iff a payload frame exists
+  std::optional<tensor_stats> stats;  // statistics when known
+  nlohmann::ordered_json meta;        // null when absent
+
+  uint64_t element_count() const;  // product of shape (1 for 0-d)
+};
+
+// A header of the given kind with every other field at its default.
+inline record_header record_header_of(record_kind kind) {
+  record_header h;
+  h.kind = kind;
+  return h;
+}
+
+// A malformed record: wrong magic, unknown major version, bad msgpack, missing or mistyped key,
+// truncated or corrupt payload. what() names the record as far as it could be read.
+class framing_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A decoded record. The payload frame is kept as received (zero copy); payload_bytes() decodes it
+// on first use.
+class record {
+ public:
+  record_header header;
+
+  record() = default;
+  explicit record(record_header h) : header(std::move(h)) {}
+  explicit record(record_kind kind) : header(record_header_of(kind)) {}
+
+  bool has_payload() const { return header.stored.has_value(); }
+  // The decoded payload (header.length bytes). Throws framing_error on a corrupt LZ4 block.
+  std::span<const std::byte> payload_bytes() const;
+  // Set the payload from owned bytes (raw codec); sets length and stored.
+  void set_payload(std::vector<std::byte> bytes);
+  // Take a payload frame as-is (as received, or built by the caller); codec/length must match.
+  void set_payload_frame(zmq::message_t frame);
+  void drop_payload();
+  const zmq::message_t *payload_frame() const { return payload_frame_ ? &*payload_frame_ : nullptr; }
+
+  // "Functional.linear.0.forward input.0 (rank 0, step 1, seq 42)": for error messages.
+  std::string describe() const;
+
+ private:
+  std::optional<zmq::message_t> payload_frame_;
+  mutable std::vector<std::byte> decoded_;  // LZ4 payloads, decoded lazily
+  mutable bool decoded_valid_ = false;
+};
+
+// Encode the header frame (prefix + msgpack map).
+zmq::message_t record_header_encode(const record_header &h);
+// Decode a header frame. Throws framing_error.
+record_header record_header_decode(std::span<const std::byte> frame);
+
+// Encode a record as its frames. The payload frame, if any, is shared, not copied.
+std::vector<zmq::message_t> record_encode(const record &r);
+// Decode frames into a record; takes the payload frame. Throws framing_error.
+record record_decode(std::vector<zmq::message_t> &frames);
+
+// Compress `bytes` into an LZ4 payload frame; returns nullopt when LZ4 would not shrink it.
+std::optional<zmq::message_t> record_payload_lz4(std::span<const std::byte> bytes);
+
+// Record files (section 4).
+inline constexpr std::string_view RECORD_FILE_MAGIC{"TPROBE-RECORDS\n\0", 16};
+
+class record_file_writer {
+ public:
+  // Creates or truncates `path` (mode 0640). Throws system_error.
+  explicit record_file_writer(const std::string &path);
+  ~record_file_writer();
+  record_file_writer(const record_file_writer &) = delete;
+  record_file_writer &operator=(const record_file_writer &) = delete;
+  void write(const record &r);
+  void close();  // flush and close; throws system_error on a failed write
+
+ private:
+  std::string path_;
+  std::FILE *file_ = nullptr;
+};
+
+class record_file_reader {
+ public:
+  // Opens `path` and checks its magic. Throws system_error / framing_error.
+  explicit record_file_reader(const std::string &path);
+  ~record_file_reader();
+  record_file_reader(const record_file_reader &) = delete;
+  record_file_reader &operator=(const record_file_reader &) = delete;
+  // The next record, or nullopt at a clean end of file. Throws framing_error when the file ends
+  // inside a record or a record is malformed (the message names the file and byte offset).
+  std::optional<record> read();
+
+ private:
+  std::string path_;
+  std::FILE *file_ = nullptr;
+  uint64_t offset_ = 0;
+};
+
+// Statistics as the msgpack "stats" map and back (also used by the tap).
+nlohmann::ordered_json tensor_stats_to_json(const tensor_stats &s);
+
+}  // namespace tprobe
