@@ -100,21 +100,57 @@ class output_link {
         while (!socket_.send(frames[i], flags)) {
         }
       } catch (const zmq::error_t &e) {
-        if (e.num() == EINTR) {  // a signal while blocked: the record must still get through
+        if (e.num() == EINTR && !stop_requested()) {  // an unrelated signal: the record must get through
           --i;
           continue;
+        }
+        if (e.num() == EINTR) {
+          // Asked to stop while the consumer does not read (it died, or is stopping too): give up
+          // rather than block forever, and do not let pending records hold the process open.
+          socket_.set(zmq::sockopt::linger, 0);
+          throw system_error(fmt::format("unable to send to {}: stopped while the consumer was not reading", spec_));
         }
         rethrow_zmq(e, "send to", spec_);
       }
     }
   }
 
+  ~output_link() {
+    if (socket_ && stop_requested()) socket_.set(zmq::sockopt::linger, 0);
+  }
+
   void close() {
     if (file_) file_->close();
+    // After a stop request the consumer may be gone: delivering what is queued must not hang the
+    // process; otherwise deliver everything (the main path is lossless).
+    if (socket_ && stop_requested()) socket_.set(zmq::sockopt::linger, 0);
     if (socket_) socket_.close();
   }
 
   bool is_file() const { return file_ != nullptr; }
+
+  // Sends eos and waits for the consumer's ack, which proves that every record before it arrived;
+  // then nothing is pending and the socket closes at once. Delivery is protocol, not linger time:
+  // a dead consumer cannot hold the process open. After a stop request this is best effort.
+  void finish(const record &eos) {
+    if (file_) {
+      file_->write(eos);
+      file_->close();
+      return;
+    }
+    send(eos);
+    if (!stop_requested()) {
+      try {
+        wait_ack(-1);
+      } catch (...) {
+        socket_.set(zmq::sockopt::linger, 0);
+        socket_.close();
+        throw;
+      }
+    }
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.close();
+  }
 
  private:
   void wait_ack(int timeout_ms) {
@@ -135,7 +171,7 @@ class output_link {
         rethrow_zmq(e, "poll", spec_);
       }
       if (items[1].revents & ZMQ_POLLIN || stop_requested())
-        throw system_error(fmt::format("unable to reach {}: interrupted while waiting for the stage", spec_));
+        throw system_error(fmt::format("unable to reach {}: stopped while waiting for its answer", spec_));
       if (!(items[0].revents & ZMQ_POLLIN)) continue;
       std::vector<zmq::message_t> frames;
       zmq::message_t m;
@@ -392,6 +428,7 @@ struct stage_io::impl {
         case record_kind::eos:
           if (it != producers.end()) it->second.done = true;
           if (r.header.meta.is_object()) counts.upstream_dropped += r.header.meta.value("dropped", uint64_t{0});
+          send_ack(id);  // tells the producer that everything before eos arrived
           continue;
         case record_kind::ack:
           throw framing_error(fmt::format("{} sent an ack to {}, which only consumers send", producer_label(id),
@@ -455,10 +492,7 @@ struct stage_io::impl {
   void finish() {
     record eos(record_header_of(record_kind::eos));
     eos.header.meta = {{"records", counts.sent}, {"dropped", counts.upstream_dropped}};
-    for (auto &o : outputs) {
-      o->send(eos);
-      o->close();
-    }
+    for (auto &o : outputs) o->finish(eos);
     outputs.clear();
     if (tap) {
       auto frame = record_header_encode(eos.header);
@@ -536,8 +570,7 @@ void record_sender::send(const record &r) { impl_->link.send(r); }
 void record_sender::finish(uint64_t records, uint64_t dropped) {
   record eos(record_header_of(record_kind::eos));
   eos.header.meta = {{"records", records}, {"dropped", dropped}};
-  impl_->link.send(eos);
-  impl_->link.close();
+  impl_->link.finish(eos);
 }
 
 // ---- final ----

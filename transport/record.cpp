@@ -21,6 +21,17 @@ constexpr std::array<std::string_view, 10> kind_names{
 
 using packer_t = msgpack::packer<msgpack::sbuffer>;
 
+// msgpack-c 4's pack_double() writes integral doubles as integers, which would turn a statistic
+// of 2.0 into 2 and -0.0 into 0. A float64 is always written as one (marker 0xcb, big-endian).
+void pack_float64(packer_t &p, double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  char buf[9];
+  buf[0] = static_cast<char>(0xcb);
+  for (int i = 0; i < 8; ++i) buf[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+  p.pack_bin_body(buf, sizeof buf);  // appends raw bytes to the stream, nothing else
+}
+
 void pack_str(packer_t &p, std::string_view s) {
   p.pack_str(static_cast<uint32_t>(s.size()));
   p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
@@ -33,7 +44,7 @@ void pack_json(packer_t &p, const nlohmann::ordered_json &j) {
     case nlohmann::json::value_t::boolean: p.pack(j.get<bool>()); break;
     case nlohmann::json::value_t::number_integer: p.pack(j.get<int64_t>()); break;
     case nlohmann::json::value_t::number_unsigned: p.pack(j.get<uint64_t>()); break;
-    case nlohmann::json::value_t::number_float: p.pack_double(j.get<double>()); break;
+    case nlohmann::json::value_t::number_float: pack_float64(p, j.get<double>()); break;
     case nlohmann::json::value_t::string: pack_str(p, j.get_ref<const std::string &>()); break;
     case nlohmann::json::value_t::binary: {
       const auto &b = j.get_binary();
@@ -92,7 +103,7 @@ void pack_stat(packer_t &p, const stat_value &v) {
     case stat_value::kind::null: p.pack_nil(); break;
     case stat_value::kind::boolean: p.pack(v.boolean); break;
     case stat_value::kind::integer: p.pack(v.integer); break;
-    case stat_value::kind::real: p.pack_double(v.real); break;
+    case stat_value::kind::real: pack_float64(p, v.real); break;
   }
 }
 

@@ -38,6 +38,10 @@ using clock_type = std::chrono::steady_clock;
 // sun_path holds 108 bytes with the terminating NUL: longer ipc paths cannot be bound.
 constexpr size_t IPC_PATH_MAX = 107;
 constexpr int READY_FD = 3;
+// How long stages and the command get to finish their files after SIGTERM before SIGKILL. The
+// launcher's only timer: it runs on the failure path alone, so that a process stuck past SIGTERM
+// (a handshake with a dead consumer, say) cannot keep an unattended run alive forever.
+constexpr auto STOP_GRACE = std::chrono::seconds(30);
 
 std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
@@ -371,9 +375,15 @@ class launcher {
         console_(::isatty(2) == 1) {}
 
   ~launcher() {
-    // Reached with children still running only when an exception is on its way out.
+    // Children still run here only when an exception is on its way out: stop and reap them, with
+    // the usual grace before SIGKILL; if even that fails, kill without grace.
     progress_.reset();
-    stop_all(SIGTERM);
+    try {
+      stop_all(SIGTERM);
+      wait_for_all();
+    } catch (...) {
+      stop_all(SIGKILL);
+    }
     for (auto &c : children_)
       if (c.running) {
         while (::waitpid(c.pid, &c.status, 0) < 0 && errno == EINTR) {
@@ -462,10 +472,11 @@ class launcher {
     bool closed_without_line = false;
     for (;;) {
       pollfd fds[2] = {{closed_without_line ? -1 : ready_fd, POLLIN, 0}, {signals_.fd(), POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
+      if (::poll(fds, 2, poll_timeout_ms()) < 0) {
         if (errno == EINTR) continue;
         throw system_error_from_errno("poll", "the ready pipe", errno);
       }
+      enforce_stop_grace();
       if (fds[0].revents) {
         char c;
         ssize_t n = ::read(ready_fd, &c, 1);
@@ -542,10 +553,11 @@ class launcher {
     };
     while (any_running()) {
       pollfd fd{signals_.fd(), POLLIN, 0};
-      if (::poll(&fd, 1, -1) < 0) {
+      if (::poll(&fd, 1, poll_timeout_ms()) < 0) {
         if (errno == EINTR) continue;
         throw system_error_from_errno("poll", "the signalfd", errno);
       }
+      enforce_stop_grace();
       handle_signals();
     }
   }
@@ -626,10 +638,29 @@ class launcher {
   // SIGTERM (or SIGKILL) to every running stage's process group and to the command.
   void stop_all(int sig) {
     stopping_ = true;
+    if (sig == SIGTERM && !kill_deadline_) kill_deadline_ = clock_type::now() + STOP_GRACE;
+    if (sig == SIGKILL) killed_ = true;
     for (const auto &c : children_) {
       if (!c.running) continue;
       ::kill(c.is_stage ? -c.pid : c.pid, sig);
     }
+  }
+
+  // -1 (no timeout) unless a SIGTERM is waiting for its SIGKILL.
+  int poll_timeout_ms() const {
+    if (!kill_deadline_ || killed_) return -1;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(*kill_deadline_ - clock_type::now()).count();
+    return static_cast<int>(std::max<decltype(left)>(left, 0));
+  }
+
+  void enforce_stop_grace() {
+    if (!kill_deadline_ || killed_ || clock_type::now() < *kill_deadline_) return;
+    for (const auto &c : children_) {
+      if (!c.running) continue;
+      console_.line("tprobe: " + (c.is_stage ? "stage " + in_quotes(c.name) + " (" + c.program + ")" : "the command") +
+                    " still running " + std::to_string(STOP_GRACE.count()) + " s after SIGTERM: killing it");
+    }
+    stop_all(SIGKILL);
   }
 
   void send_finals() {
@@ -709,6 +740,8 @@ class launcher {
   std::optional<size_t> waiting_for_;
   std::optional<std::string> failure_;
   clock_type::time_point start_time_;
+  std::optional<clock_type::time_point> kill_deadline_;  // set by the first SIGTERM
+  bool killed_ = false;                                   // SIGKILL sent
   bool starting_ = true;
   bool stopping_ = false;
   bool finals_sent_ = false;

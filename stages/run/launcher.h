@@ -32,6 +32,8 @@
 //    usually exits, which ends the run as in 5; without a command it ends the run as in 5 at once.
 //    Second Ctrl-C (or SIGTERM/SIGHUP to the launcher): SIGTERM to every stage and the command.
 //    Third Ctrl-C: SIGKILL to everything still running (the escape hatch for a hung stage).
+//  - Whatever is still running 30 s after its SIGTERM gets SIGKILL, so that a stuck process cannot
+//    keep an unattended run alive. This is the launcher's only timer, and only on this path.
 //
 // Exit status: 111 when a stage failed; else the command's status (128+N when killed by signal N);
 // without a command 0, or 128+N when stopped by signal N (second Ctrl-C: 130); 100 for a bad

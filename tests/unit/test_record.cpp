@@ -1,5 +1,6 @@
 // The wire-format ladder: empty, small, large, LZ4, truncated, wrong version, corrupt; then the
 // record file framing.
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -106,6 +107,26 @@ TEST(record, small_payload_keeps_every_field) {
   auto a = r.payload_bytes(), b = back.payload_bytes();
   ASSERT_EQ(a.size(), 24u);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
+}
+
+TEST(record, integral_and_negative_zero_floats_stay_floats) {
+  record r = tensor_record({2});
+  tensor_stats s;
+  s.max = stat_value::of_real(2.0);
+  s.min = stat_value::of_real(-0.0);
+  s.mean = stat_value::of_real(std::nan(""));
+  s.norm = stat_value::of_real(-INFINITY);
+  r.header.stats = s;
+  r.header.meta = {{"value", 3.0}};
+  record back = round_trip(r);
+  ASSERT_TRUE(back.header.stats);
+  EXPECT_EQ(back.header.stats->max.k, stat_value::kind::real);
+  EXPECT_EQ(back.header.stats->max.real, 2.0);
+  EXPECT_EQ(back.header.stats->min.k, stat_value::kind::real);
+  EXPECT_TRUE(std::signbit(back.header.stats->min.real));
+  EXPECT_TRUE(std::isnan(back.header.stats->mean.real));
+  EXPECT_EQ(back.header.stats->norm.real, -INFINITY);
+  EXPECT_TRUE(back.header.meta["value"].is_number_float());
 }
 
 TEST(record, large_payload_round_trips) {

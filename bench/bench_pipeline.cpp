@@ -1,0 +1,321 @@
+// bench_pipeline.cpp: throughput and latency of the capture -> stats -> writer pipeline, in one
+// process, reported against a memcpy bandwidth baseline measured in the same run.
+//
+//   tprobe-bench-pipeline [--records N] [--steps N] [--big-count N] [--big-mib N]
+//                         [--lat-count N] [--memcpy-reps N] [--keep]
+//
+// All links are ipc:// endpoints in a fresh temporary directory: the capture session creates its
+// own ZeroMQ context, so inproc:// cannot reach the stages from it.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+#include <zmq.hpp>
+
+#include "endpoint.h"
+#include "stats/stats.h"
+#include "tprobe_capture.h"
+#include "writer/writer.h"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+struct args {
+  long records = 2000;     // 1 KiB tensors (larger counts hang, see docs/performance.md) through capture -> stats -> writer
+  long steps = 100;
+  long big_count = 200;    // large tensors through capture -> stats -> null sink
+  long big_mib = 16;
+  long lat_count = 20000;  // capture calls timed per size
+  long memcpy_reps = 20;
+  bool keep = false;
+};
+
+args parse(int argc, char **argv) {
+  args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> long {
+      if (i + 1 >= argc) throw std::runtime_error("missing value after " + k);
+      return std::stol(argv[++i]);
+    };
+    if (k == "--records") a.records = next();
+    else if (k == "--steps") a.steps = next();
+    else if (k == "--big-count") a.big_count = next();
+    else if (k == "--big-mib") a.big_mib = next();
+    else if (k == "--lat-count") a.lat_count = next();
+    else if (k == "--memcpy-reps") a.memcpy_reps = next();
+    else if (k == "--keep") a.keep = true;
+    else if (k == "-h" || k == "--help") {
+      std::printf("usage: %s [--records N] [--steps N] [--big-count N] [--big-mib N] [--lat-count N] "
+                  "[--memcpy-reps N] [--keep]\n", argv[0]);
+      std::exit(0);
+    } else throw std::runtime_error("unknown argument " + k);
+  }
+  if (a.steps < 1) a.steps = 1;
+  return a;
+}
+
+void check(int rc, const char *what) {
+  if (rc == TPROBE_ERROR) throw std::runtime_error(std::string(what) + ": " + tprobe_last_error());
+}
+
+// 1. memcpy bandwidth, best of reps, 16 MiB.
+double memcpy_gbps(size_t bytes, long reps) {
+  std::vector<char> src(bytes), dst(bytes);
+  std::memset(src.data(), 1, bytes);
+  std::memset(dst.data(), 2, bytes);
+  double best = 1e30;
+  for (long r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    double s = seconds_since(t0);
+    best = std::min(best, s);
+    asm volatile("" ::"r"(dst.data()) : "memory");
+  }
+  return bytes / best / 1e9;
+}
+
+struct pipeline_result {
+  double seconds = 0;   // first capture to last stage exit
+  uint64_t received = 0;  // records reaching the end (writer records or sink count)
+  tprobe_session_counts counts{};
+  std::vector<double> latencies_ns;  // per capture call, when asked for
+};
+
+// Runs capture -> stats -> (writer | null sink) with `n` tensors of `elems` float32 over `steps`.
+pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t elems, long steps,
+                             tprobe_stats_mode mode, bool time_calls) {
+  static int run_id = 0;
+  ++run_id;
+  const std::string stats_ep = "ipc://" + dir + "/stats" + std::to_string(run_id);
+  const std::string sink_ep = "ipc://" + dir + "/sink" + std::to_string(run_id);
+  const std::string dump = dir + "/dump" + std::to_string(run_id);
+  const std::string config = dir + "/config" + std::to_string(run_id) + ".json";
+  {
+    std::ofstream f(config);
+    f << R"({"task":"statistics","dump_path":")" << dump
+      << R"(","level":"L1","statistics":{"scope":[],"list":[],"data_mode":["all"],"summary_mode":"statistics"}})";
+  }
+
+  zmq::context_t ctx;
+  pipeline_result res;
+  std::exception_ptr err_sink, err_stats;
+  uint64_t sink_count = 0;
+  uint64_t stats_records = 0;
+
+  std::promise<void> sink_ready, stats_ready;
+  std::thread sink_thread([&] {
+    try {
+      tprobe::stage_io_options o;
+      o.input = sink_ep;
+      o.producers = 1;
+      o.producer_name = writer ? "bench-writer" : "bench-sink";
+      tprobe::stage_io io(ctx, o);
+      sink_ready.set_value();
+      if (writer) {
+        tprobe::writer_stage_options wo;
+        wo.dump_path = dump;
+        auto r = tprobe::writer_run(io, wo);
+        sink_count = r.records;
+      } else {
+        while (io.receive()) ++sink_count;
+      }
+    } catch (...) {
+      err_sink = std::current_exception();
+      try { sink_ready.set_value(); } catch (...) {}
+    }
+  });
+  sink_ready.get_future().wait();
+  if (err_sink) { sink_thread.join(); std::rethrow_exception(err_sink); }
+
+  std::thread stats_thread([&] {
+    try {
+      tprobe::stage_io_options o;
+      o.input = stats_ep;
+      o.producers = 1;
+      o.outputs = {sink_ep};
+      o.producer_name = "bench-stats";
+      tprobe::stage_io io(ctx, o);
+      stats_ready.set_value();
+      auto sr = tprobe::stats_run(io, tprobe::stats_stage_options{});
+      stats_records = sr.records;
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "stats stage failed: %s\n", e.what());
+      err_stats = std::current_exception();
+      try { stats_ready.set_value(); } catch (...) {}
+    } catch (...) {
+      err_stats = std::current_exception();
+      try { stats_ready.set_value(); } catch (...) {}
+    }
+  });
+  stats_ready.get_future().wait();
+  if (err_stats) { stats_thread.join(); sink_thread.join(); std::rethrow_exception(err_stats); }
+
+  std::vector<float> data(elems);
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (auto &x : data) x = dist(rng);
+  int64_t shape[1] = {static_cast<int64_t>(elems)};
+  DLTensor t{};
+  t.data = data.data();
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+
+  tprobe_open_options opts = tprobe_open_options_default();
+  const std::string ep = stats_ep;
+  opts.endpoint = ep.c_str();
+  opts.stats_mode = mode;
+  tprobe_session *s = nullptr;
+  check(tprobe_session_open(config.c_str(), &opts, &s), "tprobe_session_open");
+
+  if (time_calls) res.latencies_ns.reserve(n);
+  const long per_step = (n + steps - 1) / steps;
+  std::vector<std::string> names(per_step);
+  for (long i = 0; i < per_step; ++i) names[i] = "Functional.relu." + std::to_string(i) + ".forward";
+
+  auto t0 = clock_type::now();
+  long done = 0;
+  for (long st = 0; st < steps && done < n; ++st) {
+    check(tprobe_start(s), "tprobe_start");
+    for (long i = 0; i < per_step && done < n; ++i, ++done) {
+      if (time_calls) {
+        auto c0 = clock_type::now();
+        int rc = tprobe_capture_tensor(s, names[i].c_str(), "output.0", &t, 0);
+        auto c1 = clock_type::now();
+        check(rc, "tprobe_capture_tensor");
+        res.latencies_ns.push_back(std::chrono::duration<double, std::nano>(c1 - c0).count());
+      } else {
+        check(tprobe_capture_tensor(s, names[i].c_str(), "output.0", &t, 0), "tprobe_capture_tensor");
+      }
+    }
+    check(tprobe_stop(s), "tprobe_stop");
+    check(tprobe_step(s), "tprobe_step");
+  }
+  tprobe_session_counts_get(s, &res.counts);
+  check(tprobe_session_close(s), "tprobe_session_close");
+  stats_thread.join();
+  if (std::getenv("TPROBE_BENCH_DEBUG"))
+    std::fprintf(stderr, "[debug] capture records %llu, stats stage passed on %llu\n",
+                 static_cast<unsigned long long>(res.counts.records), static_cast<unsigned long long>(stats_records));
+  sink_thread.join();
+  res.seconds = seconds_since(t0);
+  if (err_stats) std::rethrow_exception(err_stats);
+  if (err_sink) std::rethrow_exception(err_sink);
+  res.received = sink_count;
+  return res;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// Per-call memcpy latency of `bytes` (same timer as the capture calls).
+std::vector<double> memcpy_latencies(size_t bytes, long n) {
+  std::vector<char> src(bytes, 1), dst(bytes, 2);
+  std::vector<double> lat;
+  lat.reserve(n);
+  for (long i = 0; i < n; ++i) {
+    auto c0 = clock_type::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    asm volatile("" ::"r"(dst.data()) : "memory");
+    auto c1 = clock_type::now();
+    lat.push_back(std::chrono::duration<double, std::nano>(c1 - c0).count());
+  }
+  return lat;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) try {
+  const args a = parse(argc, argv);
+  char tmpl[] = "/tmp/tprobe-bench-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  const std::string dir = tmpl;
+  auto total0 = clock_type::now();
+
+  std::printf("tprobe pipeline benchmark (tmp dir %s, %u hardware threads)\n", dir.c_str(),
+              std::thread::hardware_concurrency());
+
+  // 1. baseline
+  const size_t mc_bytes = 16u << 20;
+  const double mc = memcpy_gbps(mc_bytes, a.memcpy_reps);
+  std::printf("memcpy GB/s (16 MiB, best of %ld): %.2f\n", a.memcpy_reps, mc);
+  std::fflush(stdout);
+
+  // 2. records/s, 1 KiB float32, capture -> stats -> writer
+  {
+    auto r = run_pipeline(dir, true, a.records, 256, a.steps, TPROBE_STATS_COPY, false);
+    const double rps = a.records / r.seconds;
+    std::printf("records/s (1 KiB, capture->stats->writer): %.0f  (goal >= 200000) %s  "
+                "[%ld tensors, %ld steps, %.3f s, writer records %llu, capture waits %llu]\n",
+                rps, rps >= 200000 ? "MET" : "NOT MET", a.records, a.steps, r.seconds,
+                static_cast<unsigned long long>(r.received), static_cast<unsigned long long>(r.counts.waits));
+    std::fflush(stdout);
+  }
+
+  // 3. GB/s, large float32, capture -> stats -> null sink
+  const size_t big_elems = static_cast<size_t>(a.big_mib) * (1u << 20) / 4;
+  for (auto mode : {TPROBE_STATS_COPY, TPROBE_STATS_AUTO}) {
+    const long steps = std::min<long>(a.steps, std::max<long>(1, a.big_count / 10));
+    auto r = run_pipeline(dir, false, a.big_count, big_elems, steps, mode, false);
+    const double gbps = static_cast<double>(a.big_count) * big_elems * 4 / r.seconds / 1e9;
+    const double ratio = gbps / mc;
+    if (mode == TPROBE_STATS_COPY)
+      std::printf("GB/s (%ld MiB, capture->stats, COPY): %.2f  = %.2fx memcpy  (goal >= 0.5x) %s  "
+                  "[%ld tensors, %.3f s, sink records %llu]\n",
+                  a.big_mib, gbps, ratio, ratio >= 0.5 ? "MET" : "NOT MET", a.big_count, r.seconds,
+                  static_cast<unsigned long long>(r.received));
+    else
+      std::printf("GB/s (%ld MiB, capture->stats, AUTO in-place): %.2f  = %.2fx memcpy  (goal >= 0.5x) %s  "
+                  "[%ld tensors, %.3f s, sink records %llu]\n",
+                  a.big_mib, gbps, ratio, ratio >= 0.5 ? "MET" : "NOT MET", a.big_count, r.seconds,
+                  static_cast<unsigned long long>(r.received));
+    std::fflush(stdout);
+  }
+
+  // 4. capture-call latency, COPY mode, producer thread
+  for (size_t bytes : {size_t{1024}, size_t{64 * 1024}}) {
+    const long n = bytes > 1024 ? std::max<long>(1, a.lat_count / 4) : a.lat_count;
+    auto r = run_pipeline(dir, false, n, bytes / 4, std::min<long>(a.steps, n), TPROBE_STATS_COPY, true);
+    auto mlat = memcpy_latencies(bytes, n);
+    const double p50 = percentile(r.latencies_ns, 0.5) / 1e3, p99 = percentile(r.latencies_ns, 0.99) / 1e3;
+    const double m50 = percentile(mlat, 0.5) / 1e3;
+    const double over = p50 - m50;
+    std::printf("capture latency (%zu KiB, COPY): p50 %.2f us  p99 %.2f us  memcpy p50 %.2f us  "
+                "(goal: p50 within 2 us of the copy: +%.2f us) %s  [%ld calls, capture waits %llu]\n",
+                bytes / 1024, p50, p99, m50, over, over <= 2.0 ? "MET" : "NOT MET", n,
+                static_cast<unsigned long long>(r.counts.waits));
+    std::fflush(stdout);
+  }
+
+  std::printf("total wall time: %.1f s\n", seconds_since(total0));
+  if (!a.keep) std::filesystem::remove_all(dir);
+  return 0;
+} catch (const std::exception &e) {
+  std::fprintf(stderr, "tprobe-bench-pipeline: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what tprobe needs on a fresh Debian 12 machine (idempotent), then configures and builds
+# it into build/. Run as root (or with sudo rights for apt-get).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  g++ cmake make pkg-config
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev nlohmann-json3-dev liblz4-dev libfmt-dev
+  libcli11-dev zlib1g-dev libxlsxwriter-dev libdlpack-dev libgtest-dev libgmock-dev
+  libtorch-dev python3-torch python3-torchvision python3-numpy
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all ${#packages[@]} Debian packages already installed"
+fi
+
+echo "setup: configuring and building tprobe in build/"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
+echo "setup: done; binaries are in build/bin/"
