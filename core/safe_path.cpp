@@ -1,5 +1,7 @@
 #include "safe_path.h"
 
+#include <fmt/format.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -178,7 +180,7 @@ void safe_mkdirs(const std::string &root, const std::string &relative) {
     const bool is_root = i + 1 == root_parts.size();  // ancestors may be links, the root may not
     dir.reset(open_or_create_dir(dir.get(), root_parts[i], so_far, is_root));
   }
-  if (root_parts.empty()) so_far = "/";
+  if (root_parts.empty()) so_far.assign(1, '/');  // not = "/": GCC 12 -Wrestrict false positive
   for (const auto &part : rel_parts) {
     so_far = join(so_far, part);
     dir.reset(open_or_create_dir(dir.get(), part, so_far, true));
@@ -228,9 +230,9 @@ void atomic_write_file(const std::string &path, std::string_view content, bool s
   const std::string abs = absolute_normal_path(path);
   std::string base;
   fd_guard dir(open_parent_dir(abs, base));
-  const std::string suffix = ".tmp." + std::to_string(::getpid()) + "." + std::to_string(temp_counter++);
+  const std::string suffix = fmt::format(".tmp.{}.{}", ::getpid(), temp_counter++);
   const size_t keep = max_name_length - 1 - suffix.size();
-  const std::string tmp = "." + base.substr(0, keep) + suffix;
+  const std::string tmp = fmt::format(".{}{}", base.substr(0, keep), suffix);
   const std::string tmp_path = abs.substr(0, abs.size() - base.size()) + tmp;
 
   const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
