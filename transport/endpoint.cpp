@@ -455,17 +455,17 @@ struct stage_io::impl {
       outputs[o]->send_frames(std::move(copy));
     }
     ++counts.sent;
-    if (tap) publish_tap(frames);
+    if (tap) publish_tap(r, frames);
   }
 
-  void publish_tap(std::vector<zmq::message_t> &frames) {
-    const size_t n = options.tap_payload ? frames.size() : 1;
-    // The header must say whether a payload frame follows; without payloads, re-encode it.
+  void publish_tap(const record &r, std::vector<zmq::message_t> &frames) {
+    // The header must say whether a payload frame follows: a tap without payloads gets a header
+    // encoded without one (only for records that carry a payload).
     std::vector<zmq::message_t> out;
-    if (n == frames.size()) {
+    if (options.tap_payload || frames.size() == 1) {
       out = std::move(frames);
     } else {
-      record_header h = record_header_decode({static_cast<const std::byte *>(frames[0].data()), frames[0].size()});
+      record_header h = r.header;
       h.stored.reset();
       h.codec = record_codec::raw;
       h.length = 0;
