@@ -67,7 +67,7 @@ class output_link {
     socket_ = zmq::socket_t(ctx, zmq::socket_type::dealer);
     socket_.set(zmq::sockopt::sndhwm, hwm);
     socket_.set(zmq::sockopt::rcvhwm, hwm);
-    socket_.set(zmq::sockopt::linger, -1);  // close() must deliver everything: the main path is lossless
+    socket_.set(zmq::sockopt::linger, -1);  // until finish()'s eos ack proves delivery
     try {
       socket_.connect(spec);
     } catch (const zmq::error_t &e) {
@@ -117,14 +117,6 @@ class output_link {
 
   ~output_link() {
     if (socket_ && stop_requested()) socket_.set(zmq::sockopt::linger, 0);
-  }
-
-  void close() {
-    if (file_) file_->close();
-    // After a stop request the consumer may be gone: delivering what is queued must not hang the
-    // process; otherwise deliver everything (the main path is lossless).
-    if (socket_ && stop_requested()) socket_.set(zmq::sockopt::linger, 0);
-    if (socket_) socket_.close();
   }
 
   bool is_file() const { return file_ != nullptr; }

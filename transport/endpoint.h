@@ -10,7 +10,7 @@
 // a record file (record.h section 4).
 //
 // Protocol on a connection (record kinds of record.h):
-//   producer: hello → (waits for ack) → data records … → eos
+//   producer: hello → (waits for ack) → data records … → eos → (waits for ack, then closes)
 //   consumer: on hello registers the producer and answers ack.
 // The consumer's stream ends when registration is closed and every registered producer has sent
 // eos. Registration closes when `producers` producers have registered (producers > 0), or when a
@@ -21,8 +21,9 @@
 // waited for forever. This is the only timed path, and it runs only on that failure.
 //
 // Flow control. The main path is lossless: sends block when the peer's high-water mark is reached
-// (backpressure up to the training thread's bounded queue). Linger is infinite on data sockets
-// so that close() delivers everything. The tap is lossy on purpose: an XPUB socket with
+// (backpressure up to the training thread's bounded queue). The consumer acknowledges eos, which
+// proves every earlier record arrived; only then does the producer close (a dead consumer cannot
+// hold a process open, and after SIGINT/SIGTERM closing is best effort). The tap is lossy on purpose: an XPUB socket with
 // ZMQ_XPUB_NODROP sent with ZMQ_DONTWAIT; a record a slow tap cannot take is counted in
 // tap_dropped(), never blocking the main path.
 //

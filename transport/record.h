@@ -65,7 +65,8 @@
 //                keys stack (array of str), parent (str|nil, construct.json), is_recompute (bool).
 //      flush     the producer asks for files to be brought up to date (debugger.stop()).
 //      step_end  the producer finished `step`: files of (step, rank) are final.
-//      eos       end of this producer's stream: meta = {records: uint, dropped: uint}.
+//      eos       end of this producer's stream: meta = {records: uint, dropped: uint}. The
+//                consumer answers ack: everything before eos has arrived.
 //                A stage that has seen eos from every producer finishes its output, sends its
 //                own eos downstream and exits 0.
 //      final     sent by the launcher to a stage input after the producing command exited:
