@@ -371,32 +371,35 @@ struct stage_io::impl {
         ended = interrupted = true;
         return std::nullopt;
       }
-      bool waiting_on_producer = false;
-      for (const auto &[id, p] : producers) waiting_on_producer |= !p.done;
-      zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
-      try {
-        zmq::poll(items, 2, std::chrono::milliseconds(waiting_on_producer ? 1000 : -1));
-      } catch (const zmq::error_t &e) {
-        if (e.num() == EINTR) continue;
-        rethrow_zmq(e, "poll", input_endpoint);
-      }
-      if (items[1].revents & ZMQ_POLLIN) continue;  // the loop head sees stop_requested()
-      if (!(items[0].revents & ZMQ_POLLIN)) {
-        reap_dead_producers();
-        continue;
-      }
+      // A busy stream is drained without a poll per record (a poll is a system call or two);
+      // only an empty socket makes us wait.
       std::vector<zmq::message_t> frames;
       zmq::message_t m;
       try {
-        do {
-          if (!router.recv(m)) break;
+        if (router.recv(m, zmq::recv_flags::dontwait)) {
           frames.push_back(std::move(m));
-        } while (frames.back().more());
+          while (frames.back().more()) {
+            (void)router.recv(m);  // the rest of a multipart message is already there
+            frames.push_back(std::move(m));
+          }
+        }
       } catch (const zmq::error_t &e) {
         if (e.num() == EINTR) continue;
         rethrow_zmq(e, "receive from", input_endpoint);
       }
-      if (frames.empty()) continue;
+      if (frames.empty()) {
+        bool waiting_on_producer = false;
+        for (const auto &[id, p] : producers) waiting_on_producer |= !p.done;
+        zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
+        try {
+          zmq::poll(items, 2, std::chrono::milliseconds(waiting_on_producer ? 1000 : -1));
+        } catch (const zmq::error_t &e) {
+          if (e.num() == EINTR) continue;
+          rethrow_zmq(e, "poll", input_endpoint);
+        }
+        if (!(items[0].revents & ZMQ_POLLIN) && !(items[1].revents & ZMQ_POLLIN)) reap_dead_producers();
+        continue;  // the loop head sees stop_requested(); the next pass receives
+      }
       const std::string id = frames.front().to_string();
       frames.erase(frames.begin());
       record r;

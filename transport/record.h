@@ -55,7 +55,8 @@
 //                consumer knows every producer before that producer's data (see endpoint.h).
 //      ack       consumer → producer.
 //      session   a capture session opened: meta = the effective config as a map (task, level,
-//                framework, dump_path, summary_mode, data_mode, …).
+//                framework, dump_path, summary_mode, data_mode, rank, …) and, when the
+//                producer is one of a manifest's runs, label (str: the run's name).
 //      tensor    one tensor: header fields above, payload = the contiguous element bytes
 //                (C order, little-endian), optional: a tensor whose statistics are known and
 //                whose data is not needed travels without payload.

@@ -1,5 +1,7 @@
 #include "stage_main.h"
 
+#include <malloc.h>
+
 #include <cerrno>
 #include <cstdio>
 
@@ -74,7 +76,16 @@ void stage_signal_ready(int fd) {
   ::close(fd);
 }
 
+void stage_tune_allocator() {
+  // ZeroMQ allocates each received message; big tensors come one after another at the same
+  // sizes. glibc would hand every one above its mmap threshold fresh pages (a page fault per 4 KiB,
+  // dear in a VM) and return them at free. Keeping such blocks in the heap lets them be reused.
+  mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1024 << 20);
+}
+
 int stage_main_guard(const std::string &program, const std::function<int()> &body) {
+  stage_tune_allocator();
   try {
     return body();
   } catch (const CLI::Success &) {

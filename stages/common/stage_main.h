@@ -66,6 +66,11 @@ void stage_parse(CLI::App &app, int argc, char **argv);
 // Write the readiness line to `fd` (no-op for fd < 0) and close it.
 void stage_signal_ready(int fd);
 
+// Tunes glibc's allocator for a stage process: big received messages are reused from the heap
+// instead of being mapped and unmapped each time. stage_main_guard calls it; a process that hosts
+// stages otherwise (a benchmark) calls it itself. Not for a training process.
+void stage_tune_allocator();
+
 // Runs `body`, mapping exceptions to the exit codes of core/errors.h with one fatal line on stderr
 // prefixed by `program`. CLI11 parse errors are usage errors (100); --help exits 0.
 int stage_main_guard(const std::string &program, const std::function<int()> &body);

@@ -217,6 +217,9 @@ struct exec_spec {
   bool die_with_launcher = false;
   int stdin_fd = -1;  // dup2'ed to 0 when >= 0
   int ready_fd = -1;  // becomes fd READY_FD when >= 0
+  // Close every other fd above 2: a stage gets only what the protocol gives it, not whatever the
+  // launcher inherited from its own parent (the user's command keeps those: it may expect them).
+  bool close_inherited_fds = false;
 };
 
 pid_t spawn(const exec_spec &spec, const sigset_t &child_mask) {
@@ -246,6 +249,7 @@ pid_t spawn(const exec_spec &spec, const sigset_t &child_mask) {
     } else if (spec.ready_fd >= 0) {
       ::dup2(spec.ready_fd, READY_FD);
     }
+    if (spec.close_inherited_fds) ::close_range(spec.ready_fd >= 0 ? READY_FD + 1 : 3, ~0U, 0);
     if (spec.env) {
       ::execve(spec.path.c_str(), argv.data(), envp.data());
     } else {
@@ -448,6 +452,7 @@ class launcher {
       spec.die_with_launcher = true;
       spec.stdin_fd = dev_null;       // a background process group reading the tty would stop
       spec.ready_fd = ready[1];
+      spec.close_inherited_fds = true;
       pid_t pid;
       try {
         pid = spawn(spec, signals_.saved_mask());
@@ -513,28 +518,57 @@ class launcher {
     }
   }
 
+  // The command, once per manifest run (concurrently), or once when the manifest has none.
   void start_command() {
-    exec_spec spec;
-    spec.path = command_path_;
-    spec.argv = options_.command;
-    std::vector<std::string> env;
-    auto overrides = command_environment();
-    for (char **e = environ; *e; ++e) {
-      std::string_view entry = *e;
-      bool replaced = false;
-      for (const auto &[name, value] : overrides) {
-        (void)value;
-        if (entry.size() > name.size() && entry.substr(0, name.size()) == name && entry[name.size()] == '=')
-          replaced = true;
+    std::vector<manifest_run> runs = m_.runs;
+    if (runs.empty()) runs.push_back({});
+    for (const auto &run : runs) {
+      exec_spec spec;
+      spec.path = command_path_;
+      spec.argv = options_.command;
+      spec.argv.insert(spec.argv.end(), run.args.begin(), run.args.end());
+      auto overrides = command_environment();
+      if (!run.name.empty()) overrides.emplace_back("TPROBE_RUN_LABEL", run.name);
+      overrides.insert(overrides.end(), run.env.begin(), run.env.end());
+      std::vector<std::string> env;
+      for (char **e = environ; *e; ++e) {
+        std::string_view entry = *e;
+        bool replaced = false;
+        for (const auto &[name, value] : overrides) {
+          (void)value;
+          if (entry.size() > name.size() && entry.substr(0, name.size()) == name && entry[name.size()] == '=')
+            replaced = true;
+        }
+        if (!replaced) env.emplace_back(entry);
       }
-      if (!replaced) env.emplace_back(entry);
+      for (const auto &[name, value] : overrides) env.push_back(name + "=" + value);
+      spec.env = std::move(env);
+      // Same process group as the launcher: the terminal's Ctrl-C reaches the command directly.
+      pid_t pid = spawn(spec, signals_.saved_mask());
+      children_.push_back({run.name, options_.command.front(), pid, false, true, 0});
+      command_indices_.push_back(children_.size() - 1);
     }
-    for (const auto &[name, value] : overrides) env.push_back(name + "=" + value);
-    spec.env = std::move(env);
-    // Same process group as the launcher: the terminal's Ctrl-C reaches the command directly.
-    pid_t pid = spawn(spec, signals_.saved_mask());
-    children_.push_back({"", options_.command.front(), pid, false, true, 0});
-    command_index_ = children_.size() - 1;
+  }
+
+  bool command_running() const {
+    for (size_t i : command_indices_)
+      if (children_[i].running) return true;
+    return false;
+  }
+
+  // The first run that failed decides the exit status; 0 when all succeeded.
+  int command_exit_code() const {
+    for (size_t i : command_indices_)
+      if (int code = status_exit_code(children_[i].status); code != 0) return code;
+    return EXIT_OK;
+  }
+
+  std::string command_result() const {
+    if (command_indices_.size() == 1) return "command " + status_text(children_[command_indices_[0]].status);
+    std::string text = "commands";
+    for (size_t i : command_indices_)
+      text += (i == command_indices_[0] ? " " : ", ") + children_[i].name + " " + status_text(children_[i].status);
+    return text;
   }
 
   void print_endpoints() {
@@ -595,8 +629,8 @@ class launcher {
   void exited(size_t index) {
     const auto &c = children_[index];
     if (!c.is_stage) {
-      // The command is done: no new producer will come, the stages can drain.
-      if (!failure_ && !stopping_) send_finals();
+      // The last run is done: no new producer will come, the stages can drain.
+      if (!failure_ && !stopping_ && !command_running()) send_finals();
       return;
     }
     if (waiting_for_ == index) return;  // wait_ready() reports it with more context
@@ -624,10 +658,10 @@ class launcher {
       stop_signal_ = SIGINT;
       console_.line("tprobe: interrupted: stopping every stage (Ctrl-C again kills them)");
       stop_all(SIGTERM);
-    } else if (command_index_ && children_[*command_index_].running) {
+    } else if (command_running()) {
       // The command got the same SIGINT from the terminal; its exit ends the run.
       console_.line("tprobe: interrupted: waiting for the command to exit (Ctrl-C again stops everything)");
-    } else if (!command_index_ && !finals_sent_) {
+    } else if (command_indices_.empty() && !finals_sent_) {
       console_.line("tprobe: interrupted: ending the run; stages are finishing (Ctrl-C again stops them)");
       send_finals();
     } else {
@@ -701,19 +735,18 @@ class launcher {
     std::string elapsed = seconds_text(clock_type::now() - start_time_);
     std::string volume = counted ? ", " + volume_text(records, bytes) : "";
     std::string command_result;
-    if (command_index_)
-      command_result = "command " + status_text(children_[*command_index_].status);
+    if (!command_indices_.empty()) command_result = this->command_result();
 
     int code;
     std::string summary;
     if (failure_) {
       code = EXIT_SYSTEM;
       summary = "failed after " + elapsed + ": " + *failure_;
-    } else if (stop_signal_ && !command_index_) {
+    } else if (stop_signal_ && command_indices_.empty()) {
       code = 128 + stop_signal_;
       summary = "stopped by signal " + std::to_string(stop_signal_) + " after " + elapsed;
     } else {
-      code = command_index_ ? status_exit_code(children_[*command_index_].status) : EXIT_OK;
+      code = command_exit_code();
       size_t stages = 0;
       for (const auto &c : children_) stages += c.is_stage;
       summary = (stop_signal_ ? "stopped by signal " + std::to_string(stop_signal_) + " after " : "done in ") +
@@ -736,7 +769,7 @@ class launcher {
   zmq::context_t context_;                  // ZeroMQ threads start with the first socket
   std::optional<progress_meter> progress_;  // before context_ in destruction: it owns a socket
   std::vector<child_process> children_;
-  std::optional<size_t> command_index_;
+  std::vector<size_t> command_indices_;  // one per run
   std::optional<size_t> waiting_for_;
   std::optional<std::string> failure_;
   clock_type::time_point start_time_;

@@ -75,6 +75,45 @@ bool valid_verb(std::string_view verb) {
   return valid_name(verb) && verb.find('_') == std::string_view::npos;
 }
 
+bool valid_env_name(std::string_view name) {
+  auto head = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (name.empty() || !head(name.front())) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return head(c) || (c >= '0' && c <= '9'); });
+}
+
+manifest_run parse_run(const json &doc, size_t index, const manifest &m) {
+  std::string where = m.path + ": runs[" + std::to_string(index) + "]";
+  if (!doc.is_object()) throw usage_error(where + ": must be an object, got " + json_type_of(doc));
+  manifest_run r;
+  auto name = doc.find("name");
+  if (name == doc.end()) throw usage_error(where + ": missing \"name\"");
+  if (!name->is_string() || !valid_name(name->get<std::string>()))
+    throw usage_error(where + ": \"name\" must be a string matching [a-z0-9][a-z0-9_-]*, got " + name->dump());
+  r.name = name->get<std::string>();
+  where = m.path + ": run " + in_quotes(r.name);
+  for (const auto &other : m.runs)
+    if (other.name == r.name) throw usage_error(where + ": a run of that name exists already");
+  check_known_keys(doc, {"name", "args", "env"}, where);
+  if (auto args = doc.find("args"); args != doc.end()) {
+    if (!args->is_array()) throw usage_error(where + ": \"args\" must be an array of strings, got " + json_type_of(*args));
+    for (const auto &a : *args) {
+      if (!a.is_string()) throw usage_error(where + ": \"args\" must hold strings, got " + json_type_of(a));
+      r.args.push_back(a.get<std::string>());
+    }
+  }
+  if (auto env = doc.find("env"); env != doc.end()) {
+    if (!env->is_object()) throw usage_error(where + ": \"env\" must be an object, got " + json_type_of(*env));
+    for (const auto &[key, value] : env->items()) {
+      if (!valid_env_name(key))
+        throw usage_error(where + ": env name " + in_quotes(key) + " must match [A-Za-z_][A-Za-z0-9_]*");
+      if (!value.is_string())
+        throw usage_error(where + ": env " + in_quotes(key) + " must be a string, got " + json_type_of(value));
+      r.env.emplace_back(key, value.get<std::string>());
+    }
+  }
+  return r;
+}
+
 manifest_stage parse_stage(const json &doc, size_t index, const manifest &m) {
   std::string where = m.path + ": stages[" + std::to_string(index) + "]";
   if (!doc.is_object()) throw usage_error(where + ": must be an object, got " + json_type_of(doc));
@@ -226,7 +265,7 @@ manifest manifest_parse(const json &doc, const std::string &path) {
   manifest m;
   m.path = path;
   if (!doc.is_object()) throw usage_error(path + ": a manifest is a JSON object, got " + json_type_of(doc));
-  check_known_keys(doc, {"description", "capture", "stages"}, path);
+  check_known_keys(doc, {"description", "capture", "runs", "stages"}, path);
 
   if (auto d = doc.find("description"); d != doc.end()) {
     if (!d->is_string()) throw usage_error(path + ": \"description\" must be a string, got " + json_type_of(*d));
@@ -247,6 +286,12 @@ manifest manifest_parse(const json &doc, const std::string &path) {
     text("task", m.capture.task);
     text("level", m.capture.level);
     text("dump_path", m.capture.dump_path);
+  }
+
+  if (auto runs = doc.find("runs"); runs != doc.end()) {
+    if (!runs->is_array() || runs->empty())
+      throw usage_error(path + ": \"runs\" must be a non-empty array of runs, got " + json_type_of(*runs));
+    for (size_t i = 0; i < runs->size(); ++i) m.runs.push_back(parse_run((*runs)[i], i, m));
   }
 
   auto stages = doc.find("stages");

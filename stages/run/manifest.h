@@ -8,6 +8,10 @@
 //     "capture": {"task": "tensor", "level": "L1", "dump_path": "./dump"},
 //                                     optional; each key optional; handed to the command's capture
 //                                     as TPROBE_TASK / TPROBE_LEVEL / TPROBE_DUMP_PATH
+//     "runs": [                       optional: run the command once per entry, concurrently
+//       {"name": "a", "args": ["--dtype", "float32"], "env": {"OMP_NUM_THREADS": "1"}},
+//       {"name": "b", "args": ["--dtype", "bfloat16"]}
+//     ],
 //     "stages": [                     required, at least one
 //       {"name": "stats", "stage": "stats", "inputs": ["capture"], "options": {"threads": 1}},
 //       {"name": "writer", "stage": "writer", "inputs": ["stats"]},
@@ -24,6 +28,16 @@
 //   inputs   stage names and/or "capture" (the command's capture); optional, default []. Empty only
 //            for a stage whose --describe says "input": false (a source).
 //   options  object of the stage's options (its --describe table), optional, default {}.
+//
+// A run:
+//   name     required, unique, [a-z0-9][a-z0-9_-]*: the command gets it as TPROBE_RUN_LABEL, and
+//            its capture announces it in its session record (meta "label"), so that a stage reading
+//            several runs (live compare) tells them apart
+//   args     strings appended to the command line, optional
+//   env      object of environment variables (names [A-Za-z_][A-Za-z0-9_]*, string values) set
+//            for this run, optional
+// Without "runs" the command runs once, unlabelled. Every run's capture feeds the same "capture"
+// readers; the launcher sends `final` when the last run has exited.
 //
 // Graph checks (manifest_parse): unique names, every input names a stage or "capture", no stage
 // reads itself, no cycle (the message names it), at least one stage reads "capture" (else the
@@ -60,6 +74,12 @@ struct manifest_capture {
   std::optional<std::string> dump_path;  // → TPROBE_DUMP_PATH
 };
 
+struct manifest_run {
+  std::string name;                                       // → TPROBE_RUN_LABEL
+  std::vector<std::string> args;                          // appended to the command
+  std::vector<std::pair<std::string, std::string>> env;   // in file order
+};
+
 struct manifest_stage {
   std::string name;
   std::string verb;                  // "stage": runs tprobe-<verb>; "" when `exec` is set
@@ -80,6 +100,7 @@ struct manifest {
   std::string path;  // as given; prefixes every message
   std::string description;
   manifest_capture capture;
+  std::vector<manifest_run> runs;  // empty: the command runs once, unlabelled
   std::vector<manifest_stage> stages;  // in file order
   // Indices into `stages`, every stage after the stages it reads (producers first). The launcher
   // starts stages in the reverse order, so that every consumer is bound before its producers.

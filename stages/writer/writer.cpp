@@ -117,6 +117,9 @@ struct dump_doc {
   std::string relative;  // step{S}/rank{R}
   session_info session;
   json data = json::object();
+  // ordered_json finds keys by linear search; entries are found through this index instead
+  // (entry name -> position in data's ordered map, which only ever appends).
+  std::unordered_map<std::string, size_t> entry_index;
   json construct = json::object();
   std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> stacks;  // names, lines
   std::unordered_map<std::string, size_t> stack_index;  // joined lines → index in stacks
@@ -211,7 +214,11 @@ class dump_writer {
     const std::string existing = d.dir + "/dump.json";
     if (reopened_.count(d.dir) && std::filesystem::exists(existing)) {
       json old = pyjson_load_file(existing);
-      if (old.contains("data") && old["data"].is_object()) d.data = old["data"];
+      if (old.contains("data") && old["data"].is_object()) {
+        d.data = std::move(old["data"]);
+        const auto &entries = static_cast<const json::object_t::Container &>(d.data.get_ref<const json::object_t &>());
+        for (size_t i = 0; i < entries.size(); ++i) d.entry_index.emplace(entries[i].first, i);
+      }
       const std::string construct = d.dir + "/construct.json";
       if (std::filesystem::exists(construct)) d.construct = pyjson_load_file(construct);
       load_stacks(d);
@@ -240,8 +247,10 @@ class dump_writer {
 
   json &entry_json(dump_doc &d, const std::string &entry, const json *meta) {
     if (entry.empty()) throw usage_error("a record without an entry name cannot be placed in dump.json");
-    auto it = d.data.find(entry);
-    if (it != d.data.end()) return *it;
+    // The ordered map is a vector underneath: index it directly, and append with the vector's
+    // emplace_back (ordered_map::emplace would search for the key again).
+    auto &entries = static_cast<json::object_t::Container &>(d.data.get_ref<json::object_t &>());
+    if (auto it = d.entry_index.find(entry); it != d.entry_index.end()) return entries[it->second].second;
     json e = json::object();
     const auto &s = d.session;
     const auto shape = classify(entry);
@@ -266,7 +275,21 @@ class dump_writer {
     }
     ++result_.entries;
     d.dirty = true;
-    return d.data[entry] = std::move(e);
+    d.entry_index.emplace(entry, entries.size());
+    // L0 and mix list every entry in construct.json, null parent unless an entry record says.
+    if (has_structure(d)) construct_set(d, entry, nullptr);
+    entries.emplace_back(entry, std::move(e));
+    return entries.back().second;
+  }
+
+  static bool has_structure(const dump_doc &d) { return d.session.level == "L0" || d.session.level == "mix"; }
+
+  // Sets construct.json's parent of entry. The entry is almost always the last one added, which is
+  // checked first so that a long construct.json is not searched key by key.
+  static void construct_set(dump_doc &d, const std::string &entry, json parent) {
+    auto &entries = static_cast<json::object_t::Container &>(d.construct.get_ref<json::object_t &>());
+    if (!entries.empty() && entries.back().first == entry) entries.back().second = std::move(parent);
+    else d.construct[entry] = std::move(parent);
   }
 
   void entry_metadata(const record &r) {
@@ -284,8 +307,7 @@ class dump_writer {
       if (inserted) d.stacks.emplace_back(std::vector<std::string>{}, std::move(lines));
       d.stacks[it->second].first.push_back(h.entry);
     }
-    const bool has_structure = d.session.level == "L0" || d.session.level == "mix";
-    if (has_structure && h.meta.contains("parent")) d.construct[h.entry] = h.meta["parent"];
+    if (has_structure(d) && h.meta.contains("parent")) construct_set(d, h.entry, h.meta["parent"]);
     d.dirty = true;
   }
 
@@ -392,8 +414,18 @@ class dump_writer {
     top["level"] = d.session.level;
     top["framework"] = d.session.framework;
     top["dump_data_dir"] = d.session.tensor_data ? json(d.dir + "/dump_tensor_data") : json(nullptr);
-    top["data"] = d.data;  // a copy: the rewrite must not disturb the live document
-    atomic_write_file(d.dir + "/dump.json", pyjson_dump(top, 1));
+    // Lent to the document for the rewrite and taken back, not copied; the entry index holds
+    // positions, which a move keeps.
+    top["data"] = std::move(d.data);
+    std::string text;
+    try {
+      text = pyjson_dump(top, 1);
+    } catch (...) {
+      d.data = std::move(top["data"]);
+      throw;
+    }
+    d.data = std::move(top["data"]);
+    atomic_write_file(d.dir + "/dump.json", text);
     json stack = json::object();
     for (size_t i = 0; i < d.stacks.size(); ++i)
       stack[std::to_string(i)] = json::array({d.stacks[i].first, d.stacks[i].second});

@@ -4,12 +4,18 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <signal.h>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
+#include "endpoint.h"
 #include "example_model.h"
 #include "npy.h"
 #include "pyjson.h"
@@ -18,6 +24,9 @@
 
 using namespace tprobe;
 using json = nlohmann::ordered_json;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -161,27 +170,36 @@ TEST(pipeline, md5_mode_writes_crc32) {
 TEST(pipeline, killed_stage_leaves_a_valid_dump) {
   test::temp_dir dir;
   const std::string writer_in = "ipc://" + dir.path() + "/writer.in", stats_in = "ipc://" + dir.path() + "/stats.in";
+  const std::string stats_tap = "ipc://" + dir.path() + "/stats.tap";
   test::child_process writer({test::bin("tprobe-writer"), "--input", writer_in, "--flush-interval", "0.05"},
                              dir.path(), {}, true);
   writer.wait_ready();
-  test::child_process stats({test::bin("tprobe-stats"), "--input", stats_in, "--output", writer_in}, dir.path(), {},
-                            true);
+  test::child_process stats({test::bin("tprobe-stats"), "--input", stats_in, "--output", writer_in, "--tap",
+                             stats_tap},
+                            dir.path(), {}, true);
   stats.wait_ready();
+  zmq::context_t ctx;
+  tap_subscriber tap(ctx, stats_tap);
   test::child_process producer({test::bin("tprobe-example-producer"), "--steps", "100000", "--endpoint", stats_in,
                                 "--config", write_config(dir, "statistics")},
                                dir.path());
-  // Wait until the writer has rewritten dump.json at least once with several steps: protocol-free
-  // here because the file itself is what we observe.
-  const std::string step3 = dir.path() + "/dump/step3/rank/dump.json";
-  for (int i = 0; i < 6000 && !std::filesystem::exists(step3); ++i) usleep(10000);
-  ASSERT_TRUE(std::filesystem::exists(step3)) << writer.err() << stats.err();
+  // The stats stage's tap shows what it has passed on. A record of step 4 means the step_end of
+  // steps 0-3 went before it (a stream is ordered), even if the lossy tap dropped those.
+  bool past_step3 = false;
+  while (!past_step3) {
+    auto r = tap.receive(60000);
+    ASSERT_TRUE(r) << "no record of step 4 on the stats tap within 60 s\n" << stats.err() << writer.err();
+    past_step3 = r->header.step >= 4;
+  }
   stats.kill(SIGKILL);
   EXPECT_EQ(stats.wait(), 128 + SIGKILL);
-  writer.kill(SIGTERM);  // as the launcher does when a stage dies
+  // The writer notices that its only producer died (pid gone, silent), counts the stream as
+  // truncated, writes everything it received and exits by itself.
   EXPECT_EQ(writer.wait(), 0) << writer.err();
+  EXPECT_THAT(writer.err(), HasSubstr("without end-of-stream"));
   producer.kill(SIGKILL);
   producer.wait();
-  // Every dump.json that exists parses and holds whole entries.
+  // Every dump.json that exists parses and holds whole entries; steps 0-3 are all there.
   size_t folders = 0;
   for (const auto &e : std::filesystem::directory_iterator(dir.path() + "/dump")) {
     const std::string path = e.path().string() + "/rank/dump.json";
@@ -191,6 +209,8 @@ TEST(pipeline, killed_stage_leaves_a_valid_dump) {
     EXPECT_TRUE(doc["data"].is_object());
   }
   EXPECT_GE(folders, 4u);
+  for (int step = 0; step < 4; ++step)
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/dump/step" + std::to_string(step) + "/rank/dump.json")) << step;
 }
 
 TEST(pipeline, launcher_names_the_stage_that_died) {
@@ -217,4 +237,70 @@ TEST(pipeline, malformed_record_stops_the_stage_with_a_clear_error) {
   raw.send(zmq::str_buffer("TP\x01\x00not msgpack at all"), zmq::send_flags::none);
   EXPECT_EQ(stats.wait(), 100);
   EXPECT_NE(stats.err().find("tprobe-stats: fatal: malformed record"), std::string::npos) << stats.err();
+}
+
+TEST(pipeline, stages_do_not_inherit_the_launchers_fds) {
+  test::temp_dir dir;
+  // An fd the launcher inherits from its parent (as from a shell), far above what ZeroMQ opens.
+  constexpr int inherited = 200;
+  const int fd = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::dup2(fd, inherited), inherited);
+  ::close(fd);
+  // The command lists its own fds and those of its siblings, the stages (same parent).
+  const std::string script = dir / "list-fds.sh";
+  test::write_file(script,
+                   "cd \"$1\"\n"
+                   "ls /proc/$$/fd > command.fds\n"
+                   ": > stages.fds\n"
+                   "for d in /proc/[0-9]*; do\n"
+                   "  [ \"$d\" = /proc/$$ ] && continue\n"
+                   "  p=$(cut -d' ' -f4 $d/stat 2>/dev/null)\n"
+                   "  [ \"$p\" = \"$PPID\" ] && ls $d/fd >> stages.fds && echo stage >> stages.count\n"
+                   "done\n"
+                   "true\n");
+  const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json",
+                                    "--config", write_config(dir, "statistics"), "--", "/bin/sh", script, dir.path()});
+  ::close(inherited);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto lines = [](const std::string &text) {
+    std::vector<std::string> v;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);) v.push_back(l);
+    return v;
+  };
+  EXPECT_EQ(lines(test::read_file(dir / "stages.count")).size(), 2u);  // stats and writer
+  EXPECT_THAT(lines(test::read_file(dir / "stages.fds")), Not(Contains(std::to_string(inherited))));
+  EXPECT_THAT(lines(test::read_file(dir / "command.fds")), Contains(std::to_string(inherited)));
+}
+
+TEST(pipeline, manifest_runs_start_the_command_once_per_run) {
+  test::temp_dir dir;
+  // Two runs of one command into one writer, told apart by their dump paths (env) and arguments.
+  const std::string manifest = dir / "two-runs.json";
+  test::write_file(manifest, R"({"runs": [
+      {"name": "a", "args": ["--steps", "1"], "env": {"TPROBE_DUMP_PATH": ")" + dir.path() + R"(/dump-a"}},
+      {"name": "b", "args": ["--steps", "2"], "env": {"TPROBE_DUMP_PATH": ")" + dir.path() + R"(/dump-b"}}],
+    "stages": [
+      {"name": "stats", "stage": "stats", "inputs": ["capture"]},
+      {"name": "writer", "stage": "writer", "inputs": ["stats"]}]})");
+  const auto r = test::run_process({test::bin("tprobe"), "run", manifest, "--config", write_config(dir, "statistics"),
+                                    "--", test::bin("tprobe-example-producer")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("commands a exited with status 0, b exited with status 0")) << r.err;
+  check_dump(dir / "dump-a", 1, {-1}, false);
+  check_dump(dir / "dump-b", 2, {-1}, false);
+  EXPECT_FALSE(std::filesystem::exists(dir / "dump-a/step1"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "dump"));
+}
+
+TEST(pipeline, a_failing_run_decides_the_exit_status) {
+  test::temp_dir dir;
+  const std::string manifest = dir / "two-runs.json";
+  test::write_file(manifest, R"({"runs": [{"name": "ok", "args": ["0"]}, {"name": "bad", "args": ["3"]}],
+    "stages": [{"name": "stats", "stage": "stats", "inputs": ["capture"]}]})");
+  const auto r = test::run_process({test::bin("tprobe"), "run", manifest, "--", "/bin/sh", "-c",
+                                    "test \"$TPROBE_RUN_LABEL\" = ok -o \"$TPROBE_RUN_LABEL\" = bad && exit $0"});
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ok exited with status 0, bad exited with status 3")) << r.err;
 }

@@ -186,7 +186,7 @@ TEST(ManifestParse, WrongShapesAreUsageErrors) {
 
 TEST(ManifestParse, UnknownKeysAtEveryLevel) {
   EXPECT_EQ(parse_error(R"({"stage": [], "stages": [)" + STATS + "]}"),
-            PATH + ": unknown key \"stage\" (known: description, capture, stages)");
+            PATH + ": unknown key \"stage\" (known: description, capture, runs, stages)");
   EXPECT_EQ(parse_error(R"({"capture": {"task": "tensor", "mode": "x"}, "stages": [)" + STATS + "]}"),
             PATH + ": capture: unknown key \"mode\" (known: task, level, dump_path)");
   EXPECT_EQ(parse_error(with_stages(R"({"name": "stats", "stage": "stats", "input": ["capture"]})")),
@@ -225,6 +225,36 @@ TEST(ManifestParse, StageFields) {
 }
 
 // ---- graph ----
+
+TEST(ManifestRuns, ParsedInOrderWithArgsAndEnv) {
+  const auto m = tprobe::manifest_parse(json::parse(R"({"runs": [
+      {"name": "a", "args": ["--dtype", "float32"], "env": {"OMP_NUM_THREADS": "1", "X_2": ""}},
+      {"name": "b"}], "stages": [)" + STATS + "]}"), PATH);
+  ASSERT_EQ(m.runs.size(), 2u);
+  EXPECT_EQ(m.runs[0].name, "a");
+  EXPECT_EQ(m.runs[0].args, (std::vector<std::string>{"--dtype", "float32"}));
+  ASSERT_EQ(m.runs[0].env.size(), 2u);
+  EXPECT_EQ(m.runs[0].env[0], (std::pair<std::string, std::string>{"OMP_NUM_THREADS", "1"}));
+  EXPECT_EQ(m.runs[1].name, "b");
+  EXPECT_TRUE(m.runs[1].args.empty());
+  EXPECT_TRUE(tprobe::manifest_parse(json::parse(with_stages(STATS)), PATH).runs.empty());
+}
+
+TEST(ManifestRuns, BadRunsAreNamed) {
+  auto runs = [](const std::string &r) { return parse_error(R"({"runs": )" + r + R"(, "stages": [)" + STATS + "]}"); };
+  EXPECT_EQ(runs("[]"), PATH + ": \"runs\" must be a non-empty array of runs, got an array");
+  EXPECT_EQ(runs("{}"), PATH + ": \"runs\" must be a non-empty array of runs, got an object");
+  EXPECT_EQ(runs("[1]"), PATH + ": runs[0]: must be an object, got an integer");
+  EXPECT_EQ(runs(R"([{}])"), PATH + ": runs[0]: missing \"name\"");
+  EXPECT_EQ(runs(R"([{"name": "A b"}])"), PATH + ": runs[0]: \"name\" must be a string matching [a-z0-9][a-z0-9_-]*, got \"A b\"");
+  EXPECT_EQ(runs(R"([{"name": "a"}, {"name": "a"}])"), PATH + ": run \"a\": a run of that name exists already");
+  EXPECT_EQ(runs(R"([{"name": "a", "arg": []}])"), PATH + ": run \"a\": unknown key \"arg\" (known: name, args, env)");
+  EXPECT_EQ(runs(R"([{"name": "a", "args": "x"}])"), PATH + ": run \"a\": \"args\" must be an array of strings, got a string");
+  EXPECT_EQ(runs(R"([{"name": "a", "args": [1]}])"), PATH + ": run \"a\": \"args\" must hold strings, got an integer");
+  EXPECT_EQ(runs(R"([{"name": "a", "env": []}])"), PATH + ": run \"a\": \"env\" must be an object, got an array");
+  EXPECT_EQ(runs(R"([{"name": "a", "env": {"1X": "v"}}])"), PATH + ": run \"a\": env name \"1X\" must match [A-Za-z_][A-Za-z0-9_]*");
+  EXPECT_EQ(runs(R"([{"name": "a", "env": {"X": 1}}])"), PATH + ": run \"a\": env \"X\" must be a string, got an integer");
+}
 
 TEST(ManifestGraph, DuplicateNames) {
   EXPECT_EQ(parse_error(with_stages(STATS + "," + WRITER + "," + STATS)),
@@ -294,7 +324,7 @@ TEST(ManifestLoad, MissingFileAndBadJsonNameTheFile) {
 
   std::string unknown = write_file(dir / "unknown.json", R"({"stagez": []})", false).string();
   EXPECT_EQ(error_of([&] { tprobe::manifest_load(unknown); }),
-            unknown + ": unknown key \"stagez\" (known: description, capture, stages)");
+            unknown + ": unknown key \"stagez\" (known: description, capture, runs, stages)");
 }
 
 // ---- options against the stage's description ----
