@@ -51,6 +51,8 @@ std::string status_text(int status) {
 }
 
 bool status_ok(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+// Exit 1 is a stage's negative answer (a mismatch or an overflow found), not a failure.
+bool status_answer(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == EXIT_NEGATIVE; }
 
 // Shell convention: 128+N for a process killed by signal N.
 int status_exit_code(int status) {
@@ -634,6 +636,11 @@ class launcher {
       return;
     }
     if (waiting_for_ == index) return;  // wait_ready() reports it with more context
+    if (!starting_ && status_answer(c.status)) {
+      negative_answer_ = true;
+      console_.line("tprobe: stage " + in_quotes(c.name) + " (" + c.program + ") found what it looks for (exit 1)");
+      return;
+    }
     if (!failure_ && !stopping_ && (starting_ || !status_ok(c.status))) {
       // During startup any exit is fatal: its producers would wait for it forever.
       fail(c, status_text(c.status) + (starting_ ? " during startup" : ""));
@@ -747,6 +754,7 @@ class launcher {
       summary = "stopped by signal " + std::to_string(stop_signal_) + " after " + elapsed;
     } else {
       code = command_exit_code();
+      if (code == EXIT_OK && negative_answer_) code = EXIT_NEGATIVE;
       size_t stages = 0;
       for (const auto &c : children_) stages += c.is_stage;
       summary = (stop_signal_ ? "stopped by signal " + std::to_string(stop_signal_) + " after " : "done in ") +
@@ -778,6 +786,7 @@ class launcher {
   bool starting_ = true;
   bool stopping_ = false;
   bool finals_sent_ = false;
+  bool negative_answer_ = false;  // a stage exited 1
   int interrupts_ = 0;
   int stop_signal_ = 0;
 };

@@ -1,0 +1,474 @@
+#include "compare.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "errors.h"
+#include "npy.h"
+#include "pyjson.h"
+#include "safe_path.h"
+
+namespace tprobe {
+
+namespace fs = std::filesystem;
+
+size_t compare_report::failing_rows() const {
+  size_t n = 0;
+  for (const auto &p : pairs) n += p.failing;
+  return n;
+}
+
+const stage_description &compare_stage_description() {
+  static const stage_description d{
+      "compare",
+      "compare two dumps (dump.json files or step folders) into msprobe's compare_result xlsx/csv/json and advisor",
+      false,
+      false,
+      {
+          {"output", "string", "", "folder for the result files (created 0750 if missing)"},
+          {"fuzzy-match", "bool", "false", "match names without their call count (msprobe -f)"},
+          {"stack-mode", "bool", "false", "add NPU_Stack_Info from the NPU dump's stack.json (msprobe -s)"},
+          {"highlight", "bool", "false", "colour suspicious rows red/yellow and say why (msprobe -hl)"},
+          {"mapping", "string", "", "data mapping file, 'npu name: bench name' per line (msprobe -dm)"},
+          {"compare-only", "bool", "false", "write no advisor file (msprobe -c)"},
+          {"threads", "int", "0", "threads comparing tensors; 0 = one per hardware thread"},
+      }};
+  return d;
+}
+
+namespace {
+
+std::atomic<compare_pt_reader> pt_reader_hook{nullptr};
+
+// The LibTorch module beside this executable (bin/../lib), loaded once, on the first .pt file.
+compare_pt_reader module_pt_reader(std::string &why) {
+  static std::once_flag once;
+  static compare_pt_reader reader = nullptr;
+  static std::string error;
+  std::call_once(once, [] {
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    const std::string lib = (exe.parent_path().parent_path() / "lib" / "libtprobe_compare_pt.so").string();
+    if (ec || !fs::exists(lib)) {
+      error = "this build has no " + lib;
+      return;
+    }
+    void *handle = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      error = ::dlerror();
+      return;
+    }
+    const auto entry = reinterpret_cast<compare_pt_reader (*)()>(::dlsym(handle, "tprobe_compare_pt_reader"));
+    if (!entry) {
+      error = lib + ": no tprobe_compare_pt_reader";
+      return;
+    }
+    reader = entry();
+  });
+  why = error;
+  return reader;
+}
+
+// A tensor whose dtype has no metric path ('<u2', big-endian, strings): msprobe's "unreadable data".
+struct unreadable_tensor : usage_error {
+  using usage_error::usage_error;
+};
+// .pt without LibTorch: fatal for the whole compare.
+struct pt_unsupported : usage_error {
+  using usage_error::usage_error;
+};
+
+bool ends_with(const std::string &s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// C-order copy of a Fortran-order array (NumPy gives the logical order; pairing needs it).
+std::shared_ptr<std::vector<std::byte>> to_c_order(std::span<const std::byte> data, const std::vector<int64_t> &shape,
+                                                   size_t itemsize) {
+  size_t count = 1;
+  for (const int64_t d : shape) count *= static_cast<size_t>(d);
+  auto out = std::make_shared<std::vector<std::byte>>(count * itemsize);
+  std::vector<size_t> index(shape.size(), 0), fstride(shape.size(), 1);
+  for (size_t k = 1; k < shape.size(); ++k) fstride[k] = fstride[k - 1] * static_cast<size_t>(shape[k - 1]);
+  for (size_t c = 0; c < count; ++c) {
+    size_t f = 0;
+    for (size_t k = 0; k < shape.size(); ++k) f += index[k] * fstride[k];
+    std::memcpy(out->data() + c * itemsize, data.data() + f * itemsize, itemsize);
+    for (size_t k = shape.size(); k-- > 0;) {  // next C-order index: the last axis runs fastest
+      if (++index[k] < static_cast<size_t>(shape[k])) break;
+      index[k] = 0;
+    }
+  }
+  return out;
+}
+
+template <typename F>
+void parallel_for(size_t n, unsigned threads, F &&f) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(n, 1)));
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  const auto work = [&] {
+    for (;;) {
+      const size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      try {
+        f(i);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next.store(n);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work);
+  work();
+  for (auto &t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return std::string(s);
+}
+
+// One YAML scalar: '…' (with '' for '), "…" (with \" and \\), or plain text.
+std::string yaml_scalar(const std::string &s, const std::string &where) {
+  if (s.size() >= 2 && s.front() == '\'' && s.back() == '\'') {
+    std::string out;
+    for (size_t i = 1; i + 1 < s.size(); ++i) {
+      out.push_back(s[i]);
+      if (s[i] == '\'' && s[i + 1] == '\'') ++i;
+    }
+    return out;
+  }
+  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') {
+    std::string out;
+    for (size_t i = 1; i + 1 < s.size(); ++i) {
+      if (s[i] == '\\' && i + 2 < s.size()) ++i;
+      out.push_back(s[i]);
+    }
+    return out;
+  }
+  if (!s.empty() && (s.front() == '\'' || s.front() == '"')) throw usage_error(where + ": unterminated quote");
+  return s;
+}
+
+std::string read_text(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw system_error_from_errno("open", path, errno ? errno : ENOENT);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw system_error_from_errno("read", path, errno ? errno : EIO);
+  return ss.str();
+}
+
+}  // namespace
+
+void compare_set_pt_reader(compare_pt_reader reader) { pt_reader_hook.store(reader); }
+
+loaded_tensor compare_load_tensor(const std::string &path) {
+  if (ends_with(path, ".pt")) {
+    compare_pt_reader reader = pt_reader_hook.load();
+    std::string why;
+    if (!reader) reader = module_pt_reader(why);
+    if (!reader)
+      throw pt_unsupported(path + ": .pt tensors need tprobe-compare built with LibTorch (" + why +
+                           "); dump with tprobe (.npy) or rebuild where LibTorch is installed");
+    return reader(path);
+  }
+  auto mapped = std::make_shared<npy_mapped>(path);
+  const auto type = mapped->type();
+  if (!type) throw unreadable_tensor(path + ": dtype '" + mapped->descr() + "' cannot be compared");
+  loaded_tensor t;
+  t.operand.type = *type;
+  t.operand.shape = mapped->shape();
+  const auto data = mapped->data();
+  if (!data.empty()) {
+    // Read ahead: the kernel streams through the file once.
+    const long page = ::sysconf(_SC_PAGESIZE);
+    const auto begin = reinterpret_cast<uintptr_t>(data.data()) & ~static_cast<uintptr_t>(page - 1);
+    const auto end = reinterpret_cast<uintptr_t>(data.data() + data.size());
+    ::madvise(reinterpret_cast<void *>(begin), end - begin, MADV_SEQUENTIAL);
+    ::madvise(reinterpret_cast<void *>(begin), end - begin, MADV_WILLNEED);
+  }
+  if (mapped->fortran_order() && t.operand.shape.size() > 1) {
+    auto copy = to_c_order(data, t.operand.shape, mapped->itemsize());
+    t.operand.data = std::span<const std::byte>(copy->data(), copy->size());
+    t.owner = std::move(copy);
+  } else {
+    t.operand.data = data;
+    t.owner = std::move(mapped);
+  }
+  return t;
+}
+
+void compare_fill_real_data(compare_table &t, unsigned threads, uint64_t *bytes, std::vector<std::string> *warnings) {
+  std::atomic<uint64_t> compared{0};
+  std::mutex warn_mutex;
+  const auto warn = [&](std::string w) {
+    if (!warnings) return;
+    std::lock_guard lock(warn_mutex);
+    warnings->push_back(std::move(w));
+  };
+  parallel_for(t.rows.size(), threads, [&](size_t i) {
+    const compare_row &row = t.rows[i];
+    const dump_row &n = t.npu->rows[row.npu];
+    const std::string bench_name = row.bench ? t.bench->rows[*row.bench].data_name : "N/A";
+    if (n.data_name == "-1") return compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::npu_no_file));
+    if (bench_name == "-1")
+      return compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::bench_no_file));
+    if (bench_name == "N/A")
+      return compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::bench_unmatched));
+    const auto load = [&](const dump_file &side, const std::string &name) -> std::optional<loaded_tensor> {
+      const std::string path = side.tensor_dir + "/" + name;
+      if (name.find('/') != std::string::npos || name == "..") {
+        warn(fmt::format("{} data_name \"{}\" in {} leaves dump_tensor_data/; not read", side.side, name, side.path));
+        compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::read_failed, path));
+        return std::nullopt;
+      }
+      try {
+        return compare_load_tensor(path);
+      } catch (const pt_unsupported &) {
+        throw;
+      } catch (const unreadable_tensor &e) {
+        warn(e.what());
+        compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::unreadable));
+      } catch (const system_error &e) {
+        warn(e.what());
+        compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::read_failed, path));
+      } catch (const usage_error &e) {
+        warn(e.what());
+        compare_table_set_real_data(
+            t, i,
+            real_data_unavailable(real_data_missing::read_failed,
+                                  "[" + py_str_repr(n.data_name) + ", " + py_str_repr(bench_name) + "]"));
+      }
+      return std::nullopt;
+    };
+    const auto npu_tensor = load(*t.npu, n.data_name);
+    if (!npu_tensor) return;
+    const auto bench_tensor = load(*t.bench, bench_name);
+    if (!bench_tensor) return;
+    compare_table_set_real_data(t, i, compare_real_data(npu_tensor->operand, bench_tensor->operand));
+    compared += npu_tensor->operand.data.size() + bench_tensor->operand.data.size();
+  });
+  if (bytes) *bytes += compared.load();
+}
+
+std::unordered_map<std::string, std::string> compare_load_mapping(const std::string &path) {
+  const std::string text = read_text(path);
+  std::unordered_map<std::string, std::string> mapping;
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') {
+    const auto doc = pyjson_parse(text, path);
+    for (const auto &[key, value] : doc.items()) {
+      if (!value.is_string()) throw usage_error(fmt::format("mapping {}: the value of \"{}\" is not a string", path, key));
+      mapping[key] = value.get<std::string>();
+    }
+  } else {
+    std::istringstream in(text);
+    std::string line;
+    size_t number = 0;
+    while (std::getline(in, line)) {
+      ++number;
+      const std::string where = fmt::format("mapping {} line {}", path, number);
+      std::string s = trim(line);
+      if (s.empty() || s[0] == '#' || s == "---" || s == "...") continue;
+      if (const size_t hash = s.find(" #"); hash != std::string::npos && s.find_first_of("'\"") == std::string::npos)
+        s = trim(s.substr(0, hash));
+      // The key ends at the first ": " (or a final ':') outside quotes.
+      size_t colon = std::string::npos;
+      char quote = 0;
+      for (size_t k = 0; k < s.size(); ++k) {
+        if (quote) {
+          if (s[k] == quote) quote = 0;
+        } else if (s[k] == '\'' || s[k] == '"') {
+          quote = s[k];
+        } else if (s[k] == ':' && (k + 1 == s.size() || s[k + 1] == ' ' || s[k + 1] == '\t')) {
+          colon = k;
+          break;
+        }
+      }
+      if (colon == std::string::npos) throw usage_error(where + ": expected 'npu name: bench name'");
+      const std::string key = yaml_scalar(trim(s.substr(0, colon)), where);
+      const std::string value = yaml_scalar(trim(s.substr(colon + 1)), where);
+      if (key.empty() || value.empty()) throw usage_error(where + ": expected 'npu name: bench name'");
+      mapping[key] = value;
+    }
+  }
+  if (mapping.empty()) throw usage_error(fmt::format("mapping {}: no 'npu name: bench name' entries", path));
+  return mapping;
+}
+
+namespace {
+
+struct run_context {
+  const compare_options &options;
+  const std::unordered_map<std::string, std::string> *mapping;
+  std::string output_dir;
+  compare_report &report;
+};
+
+void compare_pair(run_context &ctx, const std::string &npu_json, const std::string &bench_json, const std::string &rank) {
+  const auto start = std::chrono::steady_clock::now();
+  auto bench_future = std::async(std::launch::async, [&] { return dump_load(bench_json, "bench"); });
+  dump_file npu = dump_load(npu_json, "NPU");
+  dump_file bench = bench_future.get();
+  const compare_mode mode = dump_mode(npu, bench);
+
+  stack_map stacks;
+  if (ctx.options.stack_mode) {
+    const std::string stack_path = (fs::path(npu_json).parent_path() / "stack.json").string();
+    struct stat st {};
+    if (::stat(stack_path.c_str(), &st) != 0)
+      throw usage_error(fmt::format("--stack-mode: no stack.json beside the NPU dump: {}", stack_path));
+    stacks = stack_load(stack_path);
+  }
+  compare_table_options topt;
+  topt.mode = mode;
+  topt.fuzzy_match = ctx.options.fuzzy_match;
+  topt.stack_mode = ctx.options.stack_mode;
+  topt.mapping = ctx.mapping;
+  topt.npu_stacks = ctx.options.stack_mode ? &stacks : nullptr;
+  compare_table table = compare_table_build(npu, bench, topt);
+
+  compare_pair_report pr;
+  pr.rank = rank;
+  pr.npu_path = npu_json;
+  pr.bench_path = bench_json;
+  pr.mode = mode;
+  if (table.rows.empty()) {
+    ctx.report.warnings.push_back(fmt::format("{}: can't match any op (the NPU dump has no rows); no compare result "
+                                              "file generated",
+                                              npu_json));
+    ctx.report.pairs.push_back(std::move(pr));
+    return;
+  }
+  if (mode == compare_mode::all) compare_fill_real_data(table, ctx.options.threads, &pr.tensor_bytes, &ctx.report.warnings);
+  const bool highlighted = ctx.options.highlight && table.rows.size() <= compare_max_excel_rows;
+  if (highlighted) compare_table_highlight(table);
+  pr.advisor = compare_table_advise(table);
+  for (const auto &w : pr.advisor.unmatched_warnings) ctx.report.warnings.push_back(w);
+
+  const std::string suffix = rank.empty() ? "" : "_" + rank;
+  pr.files = compare_output_names(ctx.output_dir, suffix, compare_timestamp());
+  compare_write_xlsx(table, pr.files.xlsx, highlighted);
+  compare_write_csv(table, pr.files.csv);
+  compare_write_json(table, pr.files.json, rank, highlighted, ctx.options.advisor ? &pr.advisor : nullptr);
+  if (ctx.options.advisor)
+    compare_write_advisor(pr.advisor, pr.files.advisor);
+  else
+    pr.files.advisor.clear();
+  pr.rows = table.rows.size();
+  for (size_t i = 0; i < table.rows.size(); ++i) {
+    pr.failing += compare_row_failing(table, i) ? 1 : 0;
+    pr.unmatched += table.rows[i].bench ? 0 : 1;
+  }
+  pr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ctx.report.pairs.push_back(std::move(pr));
+}
+
+// msprobe's get_sorted_ranks: only rank, rank0, rank1, … inside a step folder; sorted by number,
+// "rank" first.
+std::vector<std::string> sorted_ranks(const std::string &dir, const std::string &side) {
+  static const std::regex pattern("^rank(?:0|[1-9][0-9]*)?$");
+  std::vector<std::string> ranks;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!std::regex_match(name, pattern))
+      throw usage_error(fmt::format("{} step folder {}: contains '{}'; expected only rank folders (rank, rank0, "
+                                    "rank1, ...)",
+                                    side, dir, name));
+    ranks.push_back(name);
+  }
+  if (ec) throw system_error_from_errno("read", dir, ec.value());
+  const auto number = [](const std::string &r) { return r.size() > 4 ? std::stoll(r.substr(4)) : -1LL; };
+  std::sort(ranks.begin(), ranks.end(), [&](const auto &a, const auto &b) { return number(a) < number(b); });
+  return ranks;
+}
+
+bool is_file(const std::string &p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+compare_report compare_run(const compare_options &options) {
+  if (options.npu_path.empty() || options.bench_path.empty()) throw usage_error("NPU and BENCH paths are required");
+  struct stat npu_st {}, bench_st {};
+  if (::stat(options.npu_path.c_str(), &npu_st) != 0) throw system_error_from_errno("open", options.npu_path, errno);
+  if (::stat(options.bench_path.c_str(), &bench_st) != 0)
+    throw system_error_from_errno("open", options.bench_path, errno);
+  const bool npu_dir = S_ISDIR(npu_st.st_mode), bench_dir = S_ISDIR(bench_st.st_mode);
+  if (npu_dir != bench_dir)
+    throw usage_error(fmt::format("NPU {} and bench {} must both be dump.json files or both step folders",
+                                  options.npu_path, options.bench_path));
+  if (!npu_dir) {
+    for (const auto *p : {&options.npu_path, &options.bench_path})
+      if (!ends_with(*p, "dump.json"))
+        throw usage_error(fmt::format("{}: expected a dump.json file or a step folder", *p));
+  }
+  std::unordered_map<std::string, std::string> mapping;
+  if (!options.mapping_path.empty()) mapping = compare_load_mapping(options.mapping_path);
+
+  if (options.output_dir.empty()) throw usage_error("an output folder (-o) is required");
+  const std::string output_dir = path_check_create(options.output_dir, "output path");
+  safe_mkdirs(output_dir);
+
+  compare_report report;
+  run_context ctx{options, options.mapping_path.empty() ? nullptr : &mapping, output_dir, report};
+  if (!npu_dir) {
+    compare_pair(ctx, options.npu_path, options.bench_path, "");
+    return report;
+  }
+  const auto npu_ranks = sorted_ranks(options.npu_path, "NPU");
+  const auto bench_ranks = sorted_ranks(options.bench_path, "bench");
+  if (npu_ranks.size() != bench_ranks.size())
+    throw usage_error(fmt::format("NPU {} has {} rank folders, bench {} has {}: ranks are paired by position, so "
+                                  "the counts must be equal",
+                                  options.npu_path, npu_ranks.size(), options.bench_path, bench_ranks.size()));
+  if (npu_ranks.empty())
+    throw usage_error(fmt::format("NPU step folder {}: no rank folders (rank, rank0, ...)", options.npu_path));
+  for (size_t k = 0; k < npu_ranks.size(); ++k) {
+    const std::string npu_json = (fs::path(options.npu_path) / npu_ranks[k] / "dump.json").string();
+    const std::string bench_json = (fs::path(options.bench_path) / bench_ranks[k] / "dump.json").string();
+    if (!is_file(npu_json) || !is_file(bench_json)) {
+      report.warnings.push_back(fmt::format("{}: no dump.json in {}; rank not compared", npu_ranks[k],
+                                            is_file(npu_json) ? bench_json : npu_json));
+      continue;
+    }
+    try {
+      compare_pair(ctx, npu_json, bench_json, npu_ranks[k]);
+    } catch (const pt_unsupported &) {
+      throw;
+    } catch (const usage_error &e) {
+      report.errors.push_back(fmt::format("{}: {}", npu_ranks[k], e.what()));
+    }
+  }
+  return report;
+}
+
+}  // namespace tprobe

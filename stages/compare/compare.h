@@ -1,0 +1,92 @@
+// compare.h: the offline compare stage (tprobe-compare): two dumps in, msprobe's result files out
+// (msprobe-compat.md §3).
+//
+//   tprobe compare NPU BENCH -o OUTDIR [--fuzzy-match] [--stack-mode] [--highlight] [--mapping FILE]
+//
+// NPU and BENCH are both dump.json files (compared into compare_result_{ts}.*) or both step folders
+// (step0/ holding rank0/, rank1/, … or rank/): ranks are sorted by number and paired by position,
+// each pair compared into compare_result_rank{N}_{ts}.* (§3.12). The mode comes from the dumps'
+// task (§3.2): tensor → real data, statistics → Max/Min/Mean/Norm, statistics with md5 → checksums.
+//
+// The pipeline per pair: dump_load (compare_dump.h, both sides in parallel) → compare_table_build
+// (matching, compare_table.h) → in mode all, the tensors of every matched row are memory-mapped and
+// compared on a pool of std::threads, one pass per pair (compare_metrics.h) → highlight (--highlight)
+// → advisor → xlsx, csv, json and advisor files (compare_output.h).
+//
+// Results: a report per pair; compare_report::failing_rows() > 0 means a row did not reach the
+// accuracy criteria (the binary exits 1). Errors: usage_error for bad arguments and bad dumps (exit
+// 100), system_error for files that cannot be read or written (exit 111). In a step-folder compare
+// a rank whose dump is invalid is reported in `errors` and the other ranks are still compared.
+// A tensor file that is missing or unreadable is not an error: its row says so (Err_message), as
+// msprobe's does, and `warnings` carries the reason.
+// Thread-safe: compare_run() may run concurrently with itself (no global state besides the .pt hook).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "compare_metrics.h"
+#include "compare_output.h"
+#include "compare_table.h"
+#include "compare_tensor.h"
+#include "stage_main.h"
+
+namespace tprobe {
+
+struct compare_options {
+  std::string npu_path;    // dump.json or step folder
+  std::string bench_path;  // same kind as npu_path
+  std::string output_dir;  // created (0750) if missing
+  bool fuzzy_match = false;
+  bool stack_mode = false;   // NPU_Stack_Info from the NPU side's stack.json (must exist)
+  bool highlight = false;
+  std::string mapping_path;  // "" = none; flat YAML "npu name: bench name" lines, or a JSON object
+  bool advisor = true;       // write advisor*.txt
+  unsigned threads = 0;      // 0 = every hardware thread
+};
+
+struct compare_pair_report {
+  std::string rank;  // "" for a dump.json pair, else the NPU rank folder ("rank0")
+  std::string npu_path, bench_path;
+  compare_mode mode = compare_mode::all;
+  size_t rows = 0, failing = 0, unmatched = 0;
+  compare_output_files files;  // empty when no row was found (nothing written)
+  advisor_result advisor;
+  uint64_t tensor_bytes = 0;   // bytes of tensor data compared, both sides
+  double seconds = 0;          // wall time of this pair
+};
+
+struct compare_report {
+  std::vector<compare_pair_report> pairs;
+  std::vector<std::string> warnings;  // skipped ranks, unreadable tensor files, advisor notes
+  std::vector<std::string> errors;    // ranks not compared because their dump is invalid
+  [[nodiscard]] size_t failing_rows() const;
+};
+
+const stage_description &compare_stage_description();
+
+[[nodiscard]] compare_report compare_run(const compare_options &options);
+
+// ---- building blocks, also used by tests and the benchmark ----
+
+// .npy files are memory-mapped (any fixed-size little-endian numeric descr; Fortran order is
+// reordered). .pt files are read by the reader installed with compare_set_pt_reader() or, when none
+// is, by lib/libtprobe_compare_pt.so beside the executable's bin/ folder (built where LibTorch is
+// found; loaded on the first .pt file only, so LibTorch costs nothing to .npy compares). Without
+// either: usage_error "PATH: .pt tensors need LibTorch…".
+// Throws system_error when the file cannot be opened, usage_error when it is malformed.
+[[nodiscard]] loaded_tensor compare_load_tensor(const std::string &path);
+void compare_set_pt_reader(compare_pt_reader reader);
+
+// Mode all: the real-data columns of every row of `t`, on `threads` threads. Adds the bytes compared
+// to *bytes and one warning per tensor file that could not be read.
+void compare_fill_real_data(compare_table &t, unsigned threads, uint64_t *bytes, std::vector<std::string> *warnings);
+
+// A data mapping file: flat YAML ("npu name: bench name" per line, '#' comments, optional quotes)
+// or a JSON object of strings. usage_error for anything else.
+[[nodiscard]] std::unordered_map<std::string, std::string> compare_load_mapping(const std::string &path);
+
+}  // namespace tprobe

@@ -1,0 +1,53 @@
+// compare_output.h: the files one compare writes (msprobe-compat.md §3.10, §3.11).
+//
+//   compare_result{suffix}_{ts}.xlsx   msprobe's table. Without highlighting one sheet "Sheet1"
+//                                      (split into "part_0", "part_1", … past 1,048,500 rows) with a
+//                                      bold header, as pandas writes it; with highlighting one sheet
+//                                      "Sheet", red (FF0000) and yellow (FFFF00) rows filled whole,
+//                                      non-numbers written as text and inf/-inf/nan as "inf\t" etc.
+//   compare_result{suffix}_{ts}.csv    the same columns and rows, values as Python's str() prints them
+//                                      (UTF-8, no byte-order mark, "\n" line ends, RFC 4180 quoting).
+//   compare_result{suffix}_{ts}.json   the same table for programs (a report stage), see below.
+//   advisor{suffix}_{ts}.txt           "Line: …\nSuspect Nodes: …\nExpert Advice: …\n".
+//
+// suffix is "" for one pair of dump.json files and "_rankN" (the NPU rank folder's name) for step
+// folders; ts is the local time, %Y%m%d%H%M%S. Files are 0640, written to a temporary name and
+// renamed, so a reader never sees half a file.
+//
+// JSON form (indent 1; NaN / Infinity tokens as in dump.json):
+//   {"format": "tprobe-compare", "version": 1, "mode": "all"|"summary"|"md5",
+//    "npu": "<npu dump.json>", "bench": "<bench dump.json>", "rank": "rank0"|null,
+//    "columns": [...], "rows": [[cell, ...], ...],        cells: number, string, bool or null
+//    "highlight": ["red"|"yellow"|null, ...] (only with highlighting),
+//    "failing_rows": N, "unmatched_rows": N,
+//    "advisor": {"line": "12"|"NA", "suspect_nodes": "...", "expert_advice": "..."} | null}
+#pragma once
+
+#include <string>
+
+#include "compare_table.h"
+
+namespace tprobe {
+
+struct compare_output_files {
+  std::string xlsx, csv, json, advisor;
+};
+
+// The four paths under `dir` for `suffix` and `timestamp` (%Y%m%d%H%M%S).
+[[nodiscard]] compare_output_files compare_output_names(const std::string &dir, const std::string &suffix,
+                                                        const std::string &timestamp);
+// The local time now as %Y%m%d%H%M%S.
+[[nodiscard]] std::string compare_timestamp();
+
+// `highlighted`: the layout of msprobe's -hl workbook (the table was passed to
+// compare_table_highlight()). Throws system_error when the file cannot be written.
+void compare_write_xlsx(const compare_table &t, const std::string &path, bool highlighted);
+void compare_write_csv(const compare_table &t, const std::string &path);
+void compare_write_json(const compare_table &t, const std::string &path, const std::string &rank, bool highlighted,
+                        const advisor_result *advisor);
+void compare_write_advisor(const advisor_result &a, const std::string &path);
+
+// One cell as the CSV shows it (Python's str(); "" for an empty cell).
+[[nodiscard]] std::string compare_csv_field(const cell &c);
+
+}  // namespace tprobe
