@@ -11,6 +11,7 @@
 // next to the memcpy GB/s of a 256 MiB buffer (bytes copied per second, best of --memcpy-reps).
 // The files were just written, so they are in the page cache: this measures the compare, not the
 // disk. The folder is deleted at the end unless --keep.
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,6 +35,13 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+// CPU seconds (user, system) this process used so far, all threads.
+std::pair<double, double> cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return {u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6, u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6};
+}
 
 double memcpy_gbps(size_t bytes, int reps) {
   std::vector<char> a(bytes, 1), b(bytes, 2);
@@ -127,15 +135,22 @@ int main(int argc, char **argv) {
       o.bench_path = root + "/bench/dump.json";
       o.output_dir = root + fmt::format("/out{}", n);
       o.threads = n;
+      const auto cpu0 = cpu_seconds();
       t = clock_type::now();
       const auto report = tprobe::compare_run(o);
       const double s = seconds_since(t);
+      const auto cpu1 = cpu_seconds();
+      const double user = cpu1.first - cpu0.first, sys = cpu1.second - cpu0.second;
       const auto &p = report.pairs.at(0);
       const double gbps = p.tensor_bytes / s / 1e9;
       fmt::print("GB/s compared ({} thread{}, both sides, whole compare_run): {:.2f} = {:.3f}x memcpy  "
                  "(goal >= 1 GB/s on 2 cores) {}  [{:.2f} GB in {:.2f} s, {} rows, {} failing]\n",
                  n, n == 1 ? "" : "s", gbps, gbps / copy, gbps >= 1.0 ? "MET" : "NOT MET", p.tensor_bytes / 1e9, s,
                  p.rows, p.failing);
+      // On a shared machine the wall time includes waiting for a core; the CPU time does not.
+      fmt::print("  cpu: user {:.2f} s + sys {:.2f} s = {:.2f} GB per CPU-second; with {} idle core{}: {:.2f} GB/s\n",
+                 user, sys, p.tensor_bytes / 1e9 / (user + sys), n, n == 1 ? "" : "s",
+                 p.tensor_bytes / 1e9 / ((user + sys) / n));
     }
   } catch (const std::exception &e) {
     fmt::print(stderr, "tprobe-bench-compare: fatal: {}\n", e.what());

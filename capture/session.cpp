@@ -1,5 +1,6 @@
 // The capture session behind tprobe_capture.h: filtering and the copy on the calling thread, a
 // bounded queue, and a sender thread that owns the sockets.
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -88,11 +89,86 @@ bool is_contiguous(const DLTensor &t) {
   return true;
 }
 
-zmq::message_t owned_frame(size_t size) {
-  // new[] without value-initialisation: zeroing first would double the cost of the copy.
-  auto *buf = new std::byte[size ? size : 1];
-  return zmq::message_t(buf, size, [](void *data, void *) { delete[] static_cast<std::byte *>(data); }, nullptr);
-}
+// Payload buffers, recycled. A fresh allocation per tensor costs page faults for big tensors and
+// a cross-thread free (the frame dies on ZeroMQ's I/O thread) for small ones; both cost more than
+// the copy itself. Buffers come in power-of-two classes; the pool keeps at most `limit` bytes
+// idle and frees the rest. It outlives the session while frames are in flight: each frame holds
+// a reference.
+class payload_pool {
+ public:
+  explicit payload_pool(size_t limit) : limit_(limit) {}
+
+  static payload_pool *create(size_t limit) { return new payload_pool(limit); }
+  void release_ref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  zmq::message_t frame(size_t size) {
+    const int cls = class_of(size);
+    std::byte *block = nullptr;
+    if (cls >= 0) {
+      std::lock_guard lock(mutex_);
+      auto &list = free_[cls];
+      if (!list.empty()) {
+        block = list.back();
+        list.pop_back();
+        idle_ -= class_bytes(cls);
+      }
+    }
+    if (!block) block = static_cast<std::byte *>(::operator new(header_bytes + (cls >= 0 ? class_bytes(cls) : size)));
+    auto *h = reinterpret_cast<block_header *>(block);
+    h->pool = this;
+    h->cls = cls;
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    return zmq::message_t(block + header_bytes, size, &payload_pool::free_frame, block);
+  }
+
+ private:
+  struct block_header {
+    payload_pool *pool;
+    int cls;
+  };
+  static constexpr size_t header_bytes = 64;  // keeps the payload cache-line aligned
+  static constexpr int min_shift = 8, max_shift = 28;  // 256 B … 256 MiB
+
+  static int class_of(size_t size) {
+    int shift = min_shift;
+    while (shift <= max_shift && (size_t{1} << shift) < size) ++shift;
+    return shift > max_shift ? -1 : shift - min_shift;
+  }
+  static size_t class_bytes(int cls) { return size_t{1} << (cls + min_shift); }
+
+  static void free_frame(void *, void *hint) {
+    auto *block = static_cast<std::byte *>(hint);
+    auto *h = reinterpret_cast<block_header *>(block);
+    payload_pool *pool = h->pool;
+    pool->give_back(block, h->cls);
+    pool->release_ref();
+  }
+
+  void give_back(std::byte *block, int cls) {
+    if (cls >= 0) {
+      std::lock_guard lock(mutex_);
+      if (idle_ + class_bytes(cls) <= limit_) {
+        free_[cls].push_back(block);
+        idle_ += class_bytes(cls);
+        return;
+      }
+    }
+    ::operator delete(block);
+  }
+
+  ~payload_pool() {
+    for (auto &list : free_)
+      for (std::byte *b : list) ::operator delete(b);
+  }
+
+  std::atomic<int> refs_{1};
+  std::mutex mutex_;
+  std::vector<std::byte *> free_[max_shift - min_shift + 1];
+  size_t idle_ = 0;
+  const size_t limit_;
+};
 
 }  // namespace
 
@@ -104,6 +180,14 @@ struct tprobe_session {
   std::string run_id = random_run_id();
   zmq::context_t ctx{1};
   std::vector<std::unique_ptr<record_sender>> senders;
+  payload_pool *pool = nullptr;  // one reference; frames in flight hold theirs
+
+  tprobe_session() = default;
+  tprobe_session(const tprobe_session &) = delete;
+  tprobe_session &operator=(const tprobe_session &) = delete;
+  ~tprobe_session() {
+    if (pool) pool->release_ref();
+  }
 
   // queue: training thread → sender thread
   std::mutex mutex;
@@ -111,7 +195,9 @@ struct tprobe_session {
   std::deque<record> queue;
   size_t queued_bytes = 0;
   bool closing = false;
-  bool sender_waiting = false;
+  bool sender_waiting = false;     // the sender is in a wait
+  bool sender_deep_sleep = false;  // … and will not look again until woken
+  bool producer_waiting = false;   // a capture call waits for queue space
   std::exception_ptr sender_error;
   std::thread sender;
 
@@ -137,49 +223,75 @@ struct tprobe_session {
     return h;
   }
 
-  void enqueue(record r) {
+  // Waking a sleeping thread is a system call, several microseconds in a VM: more than a small
+  // capture costs. So a capture call does not wake the sender for every record. While records
+  // flow, the sender naps (sender_nap) and drains what piled up; it is woken at once only for
+  // control records (stop, step, close), when a batch is worth it (wake_records, wake_bytes), or
+  // when it has gone to sleep for good after a quiet spell (deep_sleep: nothing for
+  // deep_sleep_after naps), so an idle session costs no wake-ups at all.
+  static constexpr auto sender_nap = std::chrono::milliseconds(1);
+  static constexpr int deep_sleep_after = 50;
+  static constexpr size_t wake_records = 256;
+  static constexpr size_t wake_bytes = size_t{4} << 20;
+
+  void enqueue(record r, bool urgent = false) {
     const size_t size = r.has_payload() ? *r.header.stored : 0;
     std::unique_lock lock(mutex);
     if (sender_error) std::rethrow_exception(sender_error);
     if (!queue.empty() && queued_bytes + size > options.queue_bytes) {
       ++counts.waits;
+      producer_waiting = true;
+      not_empty.notify_one();  // a full queue is worth a wake-up
       has_space.wait(lock, [&] { return queue.empty() || queued_bytes + size <= options.queue_bytes || sender_error; });
+      producer_waiting = false;
       if (sender_error) std::rethrow_exception(sender_error);
     }
     queued_bytes += size;
     queue.push_back(std::move(r));
     ++counts.records;
-    if (sender_waiting) not_empty.notify_one();  // a futex wake only when the sender sleeps
+    if (sender_waiting &&
+        (urgent || sender_deep_sleep || queue.size() >= wake_records || queued_bytes >= wake_bytes))
+      not_empty.notify_one();
   }
 
   void sender_loop() {
     try {
+      std::deque<record> batch;
+      int idle_naps = 0;
       for (;;) {
-        record r;
         {
           std::unique_lock lock(mutex);
-          sender_waiting = true;
-          not_empty.wait(lock, [&] { return !queue.empty() || closing; });
-          sender_waiting = false;
-          if (queue.empty()) return;
-          r = std::move(queue.front());
-          queue.pop_front();
-        }
-        const size_t size = r.has_payload() ? *r.header.stored : 0;
-        if (options.lz4 && r.has_payload() && r.header.codec == record_codec::raw) {
-          if (auto packed = record_payload_lz4(r.payload_bytes())) {
-            const uint64_t length = r.header.length;
-            r.header.codec = record_codec::lz4;
-            r.set_payload_frame(std::move(*packed));
-            r.header.length = length;
+          while (queue.empty() && !closing) {
+            sender_waiting = true;
+            if (idle_naps >= deep_sleep_after) {
+              sender_deep_sleep = true;
+              not_empty.wait(lock);
+            } else if (not_empty.wait_for(lock, sender_nap) == std::cv_status::timeout && queue.empty()) {
+              ++idle_naps;
+            }
+            sender_waiting = sender_deep_sleep = false;
           }
+          if (queue.empty()) return;  // closing, and everything sent
+          idle_naps = 0;
+          batch.swap(queue);  // one lock for everything that piled up
         }
-        for (auto &s : senders) s->send(r);
-        {
+        for (record &r : batch) {
+          const size_t size = r.has_payload() ? *r.header.stored : 0;
+          if (options.lz4 && r.has_payload() && r.header.codec == record_codec::raw) {
+            if (auto packed = record_payload_lz4(r.payload_bytes())) {
+              const uint64_t length = r.header.length;
+              r.header.codec = record_codec::lz4;
+              r.set_payload_frame(std::move(*packed));
+              r.header.length = length;
+            }
+          }
+          for (auto &s : senders) s->send(r);
+          r = record();  // our reference to the payload goes now, not at the end of the batch
           std::lock_guard lock(mutex);
           queued_bytes -= size;
+          if (producer_waiting) has_space.notify_one();
         }
-        has_space.notify_one();
+        batch.clear();
       }
     } catch (...) {
       std::lock_guard lock(mutex);
@@ -193,6 +305,7 @@ struct tprobe_session {
     else options = tprobe_open_options_default();
     if (options.queue_bytes == 0) options.queue_bytes = size_t{256} << 20;
     if (options.handshake_timeout_ms == 0) options.handshake_timeout_ms = 30000;
+    pool = payload_pool::create(options.queue_bytes);
     framework = options.framework ? options.framework : "pytorch";
     options.framework = nullptr;  // not kept: the caller's string may not outlive the call
 
@@ -229,6 +342,8 @@ struct tprobe_session {
     session.header.meta = config.session_meta();
     session.header.meta["framework"] = framework;
     session.header.meta["rank"] = options.rank;
+    // Set by `tprobe run` for a manifest's runs: tells a stage that reads several runs which is which.
+    if (const char *label = std::getenv("TPROBE_RUN_LABEL"); label && *label) session.header.meta["label"] = label;
     for (auto &s : senders) s->send(session);
     sender = std::thread([this] { sender_loop(); });
   }
@@ -252,11 +367,11 @@ struct tprobe_session {
 
   void stop() {
     started = false;
-    enqueue(record(header(record_kind::flush)));
+    enqueue(record(header(record_kind::flush)), true);
   }
 
   void next_step() {
-    enqueue(record(header(record_kind::step_end)));
+    enqueue(record(header(record_kind::step_end)), true);
     ++step;
     entries.clear();
     filter->reset_step();
@@ -264,13 +379,16 @@ struct tprobe_session {
   }
 
   bool entry_begin(const char *entry, const char *parent, const char *const *stack, size_t stack_len,
-                   int is_recompute) {
+                   int is_recompute, bool implicit = false) {
     if (!entry || !*entry) throw usage_error("entry name is empty");
     if (!active()) return false;
     auto [it, inserted] = entries.try_emplace(entry, false);
     if (!inserted) return it->second;
     it->second = filter->entry_enabled(entry);
     if (!it->second) return false;
+    // An implicit announcement (first capture of an unannounced entry) has nothing to say: the
+    // writer creates an entry from its first tensor, so no record is spent on it.
+    if (implicit) return true;
     record r(header(record_kind::entry));
     r.header.entry = entry;
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -288,7 +406,7 @@ struct tprobe_session {
 
   bool slot_wanted(const char *entry, const char *slot) {
     if (!slot || !*slot) throw usage_error(fmt::format("entry \"{}\": slot name is empty", entry ? entry : ""));
-    if (!entry_begin(entry, nullptr, nullptr, 0, -1)) return false;
+    if (!entry_begin(entry, nullptr, nullptr, 0, -1, true)) return false;
     return filter->slot_enabled(entry, slot);
   }
 
@@ -326,7 +444,7 @@ struct tprobe_session {
                                      stats_options{.high_precision = config.precision == "high",
                                                    .crc32 = filter->want_crc32()});
     } else {
-      zmq::message_t frame = owned_frame(bytes);
+      zmq::message_t frame = pool->frame(bytes);
       auto *dst = static_cast<std::byte *>(frame.data());
       if (bytes) {
         if (contiguous) std::memcpy(dst, src, bytes);
@@ -447,5 +565,89 @@ int tprobe_session_counts_get(const tprobe_session *s, tprobe_session_counts *co
 }
 
 const char *tprobe_last_error(void) { return g_last_error.c_str(); }
+
+}  // extern "C"
+
+// ---- Framework captures whose tensors may live on a device (tprobe_capture.h, last section) ----
+namespace {
+
+stat_value stat_from_c(const tprobe_stat &s, const char *what) {
+  switch (s.kind) {
+    case TPROBE_STAT_NULL: return stat_value::none();
+    case TPROBE_STAT_BOOL: return stat_value::of_bool(s.integer != 0);
+    case TPROBE_STAT_INT: return stat_value::of_int(s.integer);
+    case TPROBE_STAT_REAL: return stat_value::of_real(s.real);
+    default: break;
+  }
+  throw usage_error(fmt::format("summary statistic {}: kind {} is not a TPROBE_STAT_* value", what, s.kind));
+}
+
+thread_local std::string g_config_text;
+
+}  // namespace
+
+extern "C" {
+
+int tprobe_capture_query(tprobe_session *s, const char *entry, const char *slot, unsigned *flags) {
+  if (!s) return null_session();
+  return guarded([&] {
+    if (!flags) throw usage_error("tprobe_capture_query: flags is NULL");
+    *flags = 0;
+    if (!s->slot_wanted(entry, slot)) return TPROBE_SKIPPED;
+    if (s->filter->save_tensor(entry)) *flags |= TPROBE_CAPTURE_SAVE;
+    if (s->filter->want_crc32()) *flags |= TPROBE_CAPTURE_CRC32;
+    return TPROBE_OK;
+  });
+}
+
+int tprobe_capture_summary(tprobe_session *s, const char *entry, const char *slot,
+                           const tprobe_tensor_summary *summary) {
+  if (!s) return null_session();
+  return guarded([&] {
+    if (!summary) throw usage_error("tprobe_capture_summary: summary is NULL");
+    if (!s->slot_wanted(entry, slot)) {
+      ++s->counts.skipped;
+      return TPROBE_SKIPPED;
+    }
+    // A summary cannot stand in for data the pipeline must write or hash.
+    if (s->filter->save_tensor(entry) || s->filter->want_crc32())
+      throw usage_error(fmt::format("{} {}: this slot needs the tensor's data (saved or CRC-32), not a summary",
+                                    entry, slot));
+    record r(s->header(record_kind::tensor));
+    auto &h = r.header;
+    h.entry = entry;
+    h.slot = slot;
+    h.type = dtype_from_dlpack(summary->dtype);
+    if (summary->ndim < 0 || (summary->ndim > 0 && !summary->shape))
+      throw usage_error(fmt::format("{} {}: summary shape is missing", entry, slot));
+    h.shape.assign(summary->shape, summary->shape + summary->ndim);
+    for (int64_t d : h.shape)
+      if (d < 0) throw usage_error(fmt::format("{} {}: negative dimension in shape", entry, slot));
+    if (summary->device && *summary->device) h.device = summary->device;
+    h.requires_grad = summary->requires_grad != 0;
+    tensor_stats st;
+    st.max = stat_from_c(summary->max, "max");
+    st.min = stat_from_c(summary->min, "min");
+    st.mean = stat_from_c(summary->mean, "mean");
+    st.norm = stat_from_c(summary->norm, "norm");
+    st.nan_count = summary->nan_count;
+    st.inf_count = summary->inf_count;
+    h.stats = st;
+    s->enqueue(std::move(r));
+    return TPROBE_OK;
+  });
+}
+
+const char *tprobe_session_config(const tprobe_session *s) {
+  if (!s) {
+    null_session();
+    return nullptr;
+  }
+  auto meta = s->config.session_meta();
+  meta["framework"] = s->framework;
+  meta["rank_of_session"] = s->options.rank;
+  g_config_text = meta.dump();
+  return g_config_text.c_str();
+}
 
 }  // extern "C"

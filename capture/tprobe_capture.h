@@ -116,6 +116,53 @@ int tprobe_session_counts_get(const tprobe_session *session, tprobe_session_coun
 /* The message of this thread's last TPROBE_ERROR ("" if none). */
 const char *tprobe_last_error(void);
 
+/* ---- For framework captures whose tensors may live on a device (capture/torch) ---- */
+
+/* What tprobe_capture_query reports about a slot. */
+#define TPROBE_CAPTURE_SAVE 1u  /* the data is written (.npy): hand it over in host memory */
+#define TPROBE_CAPTURE_CRC32 2u /* summary_mode md5: the CRC-32 of its raw bytes is wanted */
+
+/* Decides a capture before the caller touches the tensor (which may sit on a device): returns
+   TPROBE_OK with *flags set (0: only statistics are wanted, so tprobe_capture_summary may be used),
+   or TPROBE_SKIPPED when the rank, step, scope, list or data_mode filters exclude it. Announces the
+   entry as a capture call would; counts nothing. */
+int tprobe_capture_query(tprobe_session *session, const char *entry, const char *slot, unsigned *flags);
+
+/* One statistic as dump.json writes it. */
+#define TPROBE_STAT_NULL 0
+#define TPROBE_STAT_BOOL 1 /* integer is 0 or 1 */
+#define TPROBE_STAT_INT 2  /* integer */
+#define TPROBE_STAT_REAL 3 /* real */
+typedef struct tprobe_stat {
+  int kind;
+  int64_t integer;
+  double real;
+} tprobe_stat;
+
+/* A tensor described by its statistics, computed by the caller (e.g. on the device with the
+   framework's reductions) with the semantics of core/tensor_stats.h. */
+typedef struct tprobe_tensor_summary {
+  DLDataType dtype;
+  int ndim;
+  const int64_t *shape;
+  const char *device; /* "cuda:0"; NULL: "cpu" */
+  int requires_grad;
+  tprobe_stat max, min, mean, norm;
+  uint64_t nan_count, inf_count;
+} tprobe_tensor_summary;
+
+/* Captures a tensor as its summary: only the numbers travel. Fails (TPROBE_ERROR) when the slot
+   needs the data (tprobe_capture_query reported TPROBE_CAPTURE_SAVE or TPROBE_CAPTURE_CRC32);
+   TPROBE_SKIPPED when filtered out (counted like tprobe_capture_tensor). */
+int tprobe_capture_summary(tprobe_session *session, const char *entry, const char *slot,
+                           const tprobe_tensor_summary *summary);
+
+/* The effective configuration as one JSON object (the session record's meta: task, level,
+   dump_path, rank, step, summary_mode, data_mode, scope, list, tensor_list, …). NULL with
+   tprobe_last_error() set when session is NULL. The text stays valid until the next call of this
+   function on the same thread. */
+const char *tprobe_session_config(const tprobe_session *session);
+
 #ifdef __cplusplus
 }
 #endif

@@ -65,7 +65,18 @@ inline typename prec<PT>::V relative_one(typename prec<PN>::V n, typename prec<P
 // vectorises both (a single loop mixing float and double reductions does not vectorise with SSE2).
 // Pass 1, in the precision of the relative error: the inf/nan masks, the values with matching
 // inf/nan set to 0 (written to nz/bz), the relative error's max, NaN flag and counts.
-template <int PN, int PB, int PT>
+// True if the chunk holds an inf or a nan on either side (rare: then the masks must be compared).
+template <typename VN, typename VB>
+bool any_nonfinite(const VN *__restrict np, const VB *__restrict bp, size_t count) {
+  int32_t bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (size_t i = 0; i < count; ++i)
+    bad |= static_cast<int32_t>(!(std::fabs(np[i]) <= std::numeric_limits<VN>::max()) |
+                                !(std::fabs(bp[i]) <= std::numeric_limits<VB>::max()));
+  return bad != 0;
+}
+
+template <int PN, int PB, int PT, bool Finite>
 void relative_pass(const typename prec<PN>::V *__restrict np, const typename prec<PB>::V *__restrict bp, size_t count,
                    typename prec<PN>::V *__restrict nz, typename prec<PB>::V *__restrict bz, kernel_sums &s) {
   using VN = typename prec<PN>::V;
@@ -80,14 +91,16 @@ void relative_pass(const typename prec<PN>::V *__restrict np, const typename pre
   for (size_t i = 0; i < count; ++i) {
     VN n = np[i];
     VB b = bp[i];
-    const bool n_inf = std::fabs(n) == std::numeric_limits<VN>::infinity(), n_nan = n != n;
-    const bool b_inf = std::fabs(b) == std::numeric_limits<VB>::infinity(), b_nan = b != b;
-    mismatch |= static_cast<count_t>((n_inf != b_inf) | (n_nan != b_nan));
-    const bool zero = n_inf | n_nan | b_inf | b_nan;
-    n = zero ? VN(0) : n;
-    b = zero ? VB(0) : b;
-    nz[i] = n;
-    bz[i] = b;
+    if constexpr (!Finite) {
+      const bool n_inf = std::fabs(n) == std::numeric_limits<VN>::infinity(), n_nan = n != n;
+      const bool b_inf = std::fabs(b) == std::numeric_limits<VB>::infinity(), b_nan = b != b;
+      mismatch |= static_cast<count_t>((n_inf != b_inf) | (n_nan != b_nan));
+      const bool zero = n_inf | n_nan | b_inf | b_nan;
+      n = zero ? VN(0) : n;
+      b = zero ? VB(0) : b;
+      nz[i] = n;
+      bz[i] = b;
+    }
     const VT q = relative_one<PN, PB, PT>(n, b);
     rel_nan |= static_cast<count_t>(q != q);
     max_rel = q > max_rel ? q : max_rel;
@@ -100,9 +113,9 @@ void relative_pass(const typename prec<PN>::V *__restrict np, const typename pre
   s.below_thousandth += static_cast<uint64_t>(lt1), s.below_five_thousandths += static_cast<uint64_t>(lt5);
 }
 
-// Pass 2, in float64: N·B, ‖N‖², ‖B‖², ‖N−B‖², max|N−B|.
-template <typename VN, typename VB>
-void float64_pass(const VN *__restrict nz, const VB *__restrict bz, size_t count, kernel_sums &s) {
+// Pass 2, in float64: N·B, ‖N‖², ‖B‖², ‖N−B‖², max|N−B|. (float inputs are widened into double
+// buffers first: a loop reading float and reducing double does not vectorise with SSE2.)
+void float64_pass(const double *__restrict nz, const double *__restrict bz, size_t count, kernel_sums &s) {
   double dot = 0, nn = 0, bb = 0, dd = 0, max_abs = 0;
   int64_t abs_nan = 0;
 #pragma omp simd reduction(+ : dot, nn, bb, dd) reduction(max : max_abs) reduction(| : abs_nan)
@@ -215,13 +228,28 @@ kernel_sums run(dtype nt, const std::byte *n, dtype bt, const std::byte *b, size
   using VB = typename prec<PB>::V;
   alignas(64) VN nbuf[chunk], nzero[chunk];
   alignas(64) VB bbuf[chunk], bzero[chunk];
+  alignas(64) double nwide[chunk], bwide[chunk];
+  const auto widen = [&](const auto *v, double *wide, size_t len) -> const double * {
+    if constexpr (std::is_same_v<std::remove_cv_t<std::remove_reference_t<decltype(*v)>>, double>) {
+      return v;
+    } else {
+      for (size_t i = 0; i < len; ++i) wide[i] = v[i];
+      return wide;
+    }
+  };
   kernel_sums s;
   for (size_t first = 0; first < count; first += chunk) {
     const size_t len = std::min(chunk, count - first);
     const VN *nv = side_values<VN>(nt, n, first, len, nbuf);
     const VB *bv = side_values<VB>(bt, b, first, len, bbuf);
-    relative_pass<PN, PB, PT>(nv, bv, len, nzero, bzero, s);
-    float64_pass(nzero, bzero, len, s);
+    // Most chunks are finite: skip the inf/nan masks and the zeroed copies there.
+    if (any_nonfinite(nv, bv, len)) {
+      relative_pass<PN, PB, PT, false>(nv, bv, len, nzero, bzero, s);
+      float64_pass(widen(nzero, nwide, len), widen(bzero, bwide, len), len, s);
+    } else {
+      relative_pass<PN, PB, PT, true>(nv, bv, len, nzero, bzero, s);
+      float64_pass(widen(nv, nwide, len), widen(bv, bwide, len), len, s);
+    }
   }
   return s;
 }

@@ -388,7 +388,17 @@ class dump_writer {
       leaf = h.meta;
     }
 
-    json *node = &e[section];
+    // A module forward keeps is_recompute last, after a section that arrives later (parameters),
+    // as msprobe writes it (msprobe-compat.md §10.2).
+    if (shape == entry_shape::module_forward && e.contains("is_recompute") && !e.contains(section)) {
+      json flag = std::move(e["is_recompute"]);
+      e.erase("is_recompute");
+      e[section] = nullptr;
+      e["is_recompute"] = std::move(flag);
+    }
+    // A saved variable ("x.0.debug", PrecisionDebugger.save) is the entry's value itself: slot
+    // "debug" is the entry, "debug.0" / "debug.key" its elements.
+    json *node = shape == entry_shape::other && section == "debug" ? &e : &e[section];
     if (path.empty()) {
       *node = std::move(leaf);
     } else {

@@ -406,6 +406,27 @@ TEST(CompareAdvisor, Messages) {
             "Line: NA\nSuspect Nodes: NA\nExpert Advice: All data in comparison result meets the accuracy requirements.\n");
 }
 
+TEST(CompareTable, UnmatchedRowInRealDataMode) {
+  // msprobe overwrites "No bench data matched." with the requires_grad message, then appends the
+  // real-data message (§3.5).
+  const dump_file npu = parse(l1_tensor);
+  const dump_file bench = parse(R"({"task": "tensor", "data": {}})", "bench");
+  compare_table_options o;
+  o.mode = compare_mode::all;
+  compare_table t = compare_table_build(npu, bench, o);
+  ASSERT_EQ(t.rows.size(), 4u);
+  EXPECT_EQ(t.rows[0].err_message, "Requires_grad inconsistent. ");
+  compare_table_set_real_data(t, 0, real_data_unavailable(real_data_missing::bench_unmatched));
+  EXPECT_EQ(t.rows[0].err_message, "Requires_grad inconsistent. Bench api/module unmatched.");
+  EXPECT_EQ(t.rows[0].result, "None");
+  const auto cells = compare_table_row_cells(t, 0);
+  EXPECT_EQ(cells[8], cell::of_text("unsupported"));
+  EXPECT_EQ(cells[18], cell::of_text("N/A"));  // Bench max
+  EXPECT_EQ(cells[22], cell::of_bool(false));  // Requires_grad Consistent
+  EXPECT_EQ(cells.back(), cell::of_text("['Functional.relu.0.forward.input.0.pt', 'N/A']"));
+  EXPECT_FALSE(compare_row_failing(t, 0));
+}
+
 TEST(CompareTable, StackColumnOnTheFirstRowOfAnEntry) {
   const dump_file npu = parse(l1_tensor);
   const stack_map stacks{{"Functional.relu.0.forward", {"File t.py, line 3, in f, \n y = relu(x)"}}};

@@ -1,0 +1,199 @@
+#include "python_stack.h"
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+
+// The CPython functions we use, declared weak: resolved from the interpreter that loaded this
+// library, null anywhere else. PyGILState_STATE is an int-sized enum.
+extern "C" {
+struct _object;
+struct _frame;
+__attribute__((weak)) int Py_IsInitialized(void);
+__attribute__((weak)) int _Py_IsFinalizing(void);  // CPython < 3.13
+__attribute__((weak)) int Py_IsFinalizing(void);   // CPython >= 3.13
+__attribute__((weak)) void *PyGILState_GetThisThreadState(void);
+__attribute__((weak)) int PyGILState_Ensure(void);
+__attribute__((weak)) void PyGILState_Release(int);
+__attribute__((weak)) _frame *PyEval_GetFrame(void);
+__attribute__((weak)) _object *PyFrame_GetCode(_frame *);  // CPython >= 3.9: older ones get no stacks
+__attribute__((weak)) _frame *PyFrame_GetBack(_frame *);
+__attribute__((weak)) int PyFrame_GetLineNumber(_frame *);
+__attribute__((weak)) _object *PyObject_GetAttrString(_object *, const char *);
+__attribute__((weak)) const char *PyUnicode_AsUTF8(_object *);
+__attribute__((weak)) void Py_IncRef(_object *);
+__attribute__((weak)) void Py_DecRef(_object *);
+__attribute__((weak)) void PyErr_Clear(void);
+}
+
+namespace tprobe::torch_capture {
+
+namespace {
+
+constexpr size_t max_frames = 128;
+
+struct stack_entry {
+  std::vector<std::string> lines;
+  std::vector<const char *> pointers;  // into `lines`, which never changes after interning
+};
+
+struct stack_table {
+  std::mutex mutex;
+  std::deque<stack_entry> stacks;                   // id → lines; a deque never moves entries
+  std::unordered_map<std::string, int> by_frames;   // (code, line)… bytes → id
+  std::unordered_map<std::string, int> by_lines;    // joined lines → id
+  std::unordered_map<std::string, std::vector<std::string>> sources;  // file → its lines
+  std::vector<std::string> excluded;
+
+  int add(std::vector<std::string> lines) {
+    std::string joined;
+    for (const auto &l : lines) joined.append(l).push_back('\x1e');
+    auto [it, inserted] = by_lines.try_emplace(std::move(joined), static_cast<int>(stacks.size()));
+    if (!inserted) return it->second;
+    stack_entry &e = stacks.emplace_back();
+    e.lines = std::move(lines);
+    for (const auto &l : e.lines) e.pointers.push_back(l.c_str());
+    return it->second;
+  }
+
+  const std::string &source_line(const std::string &file, int line) {
+    static const std::string none;
+    auto it = sources.find(file);
+    if (it == sources.end()) {
+      std::vector<std::string> text;
+      std::ifstream in(file);
+      for (std::string l; std::getline(in, l);) text.push_back(std::move(l));
+      it = sources.emplace(file, std::move(text)).first;
+    }
+    if (line < 1 || static_cast<size_t>(line) > it->second.size()) return none;
+    return it->second[static_cast<size_t>(line) - 1];
+  }
+
+  bool is_excluded(std::string_view file) const {
+    for (const auto &dir : excluded)
+      if (file.substr(0, dir.size()) == dir) return true;
+    return false;
+  }
+};
+
+stack_table &table() {
+  static auto *t = new stack_table;  // never destroyed: operators may run during exit
+  return *t;
+}
+
+bool python_usable() {
+  if (!Py_IsInitialized || !PyGILState_GetThisThreadState || !PyGILState_Ensure || !PyGILState_Release ||
+      !PyEval_GetFrame || !PyFrame_GetCode || !PyFrame_GetBack || !PyFrame_GetLineNumber || !PyObject_GetAttrString || !PyUnicode_AsUTF8 || !Py_IncRef ||
+      !Py_DecRef)
+    return false;
+  if (!Py_IsInitialized()) return false;
+  if (_Py_IsFinalizing && _Py_IsFinalizing()) return false;
+  if (Py_IsFinalizing && Py_IsFinalizing()) return false;
+  // A thread Python has never seen (an autograd or worker thread) has no frames to show.
+  return PyGILState_GetThisThreadState() != nullptr;
+}
+
+std::string attr_text(_object *object, const char *name) {
+  _object *value = PyObject_GetAttrString(object, name);
+  if (!value) {
+    if (PyErr_Clear) PyErr_Clear();
+    return "?";
+  }
+  const char *text = PyUnicode_AsUTF8(value);
+  std::string result = text ? text : "?";
+  if (!text && PyErr_Clear) PyErr_Clear();
+  Py_DecRef(value);
+  return result;
+}
+
+std::string_view trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+// Walks the frames with the GIL held. Returns the stack id.
+int walk_frames() {
+  struct frame_ref {
+    _object *code;
+    int line;
+  };
+  std::vector<frame_ref> frames;
+  std::string key;
+  _frame *f = PyEval_GetFrame();  // borrowed
+  if (f) Py_IncRef(reinterpret_cast<_object *>(f));
+  while (f && frames.size() < max_frames) {
+    _object *code = PyFrame_GetCode(f);  // new reference
+    const int line = PyFrame_GetLineNumber(f);
+    _frame *back = PyFrame_GetBack(f);  // new reference or null
+    Py_DecRef(reinterpret_cast<_object *>(f));
+    f = back;
+    if (!code) continue;
+    frames.push_back({code, line});
+    key.append(reinterpret_cast<const char *>(&code), sizeof code);
+    key.append(reinterpret_cast<const char *>(&line), sizeof line);
+  }
+  if (f) Py_DecRef(reinterpret_cast<_object *>(f));
+
+  auto &t = table();
+  std::lock_guard lock(t.mutex);
+  int id = -1;
+  if (auto it = t.by_frames.find(key); it != t.by_frames.end()) {
+    id = it->second;
+  } else {
+    std::vector<std::string> lines;
+    for (const auto &fr : frames) {
+      const std::string file = attr_text(fr.code, "co_filename");
+      if (t.is_excluded(file)) continue;
+      const std::string func = attr_text(fr.code, "co_name");
+      std::string text = "File " + file + ", line " + std::to_string(fr.line) + ", in " + func + ", \n ";
+      text.append(trim(t.source_line(file, fr.line)));
+      lines.push_back(std::move(text));
+    }
+    id = t.add(std::move(lines));
+    // The key holds code object addresses: keep them alive so that no other code object can
+    // ever take one of these addresses and be mistaken for it.
+    for (const auto &fr : frames) Py_IncRef(fr.code);
+    t.by_frames.emplace(std::move(key), id);
+  }
+  for (const auto &fr : frames) Py_DecRef(fr.code);
+  return id;
+}
+
+}  // namespace
+
+int python_stack_current() {
+  if (!python_usable()) return -1;
+  const int state = PyGILState_Ensure();
+  const int id = walk_frames();
+  PyGILState_Release(state);
+  return id;
+}
+
+int python_stack_intern(std::vector<std::string> lines) {
+  auto &t = table();
+  std::lock_guard lock(t.mutex);
+  return t.add(std::move(lines));
+}
+
+const std::vector<const char *> &python_stack_lines(int id) {
+  static const std::vector<const char *> none;
+  auto &t = table();
+  std::lock_guard lock(t.mutex);
+  if (id < 0 || static_cast<size_t>(id) >= t.stacks.size()) return none;
+  return t.stacks[static_cast<size_t>(id)].pointers;
+}
+
+void python_stack_exclude(const std::string &dir) {
+  if (dir.empty()) return;
+  auto &t = table();
+  std::lock_guard lock(t.mutex);
+  t.excluded.push_back(dir);
+}
+
+}  // namespace tprobe::torch_capture

@@ -1,0 +1,90 @@
+// torch_capture.h: the PyTorch capture of one process, behind the torch.ops.tprobe operators that
+// python/tprobe calls (torch_ops.cpp registers them; docs/pytorch.md is the user's view).
+//
+// What it observes:
+//  - every ATen operator, through one global at::RecordFunction callback (FUNCTION scope,
+//    registered once per process, enabled only while capturing at level L1 or mix): inputs at
+//    its start, outputs at its end. Only operators called on the thread that called start(),
+//    outside any autograd node, and at most `op_depth` levels deep (1: only the outermost of
+//    nested calls, msprobe's API level) are captured. Entries are named as msprobe does,
+//    "{Prefix}.{api}.{n}.forward" (op_names.h), n counted from 0 per "{Prefix}.{api}." per step.
+//  - the backward pass, through a second callback (BACKWARD_FUNCTION scope): an autograd node's
+//    inputs are the gradients of the forward outputs it belongs to ("{…}.{n}.backward" "input"),
+//    linked to the forward call by the node's (forward thread, sequence number). A node's
+//    RecordFunction carries no outputs, so the gradients of the forward inputs ("output") come
+//    from post hooks the capture adds, at the forward's end, to the nodes the forward created
+//    (sequence numbers in [peek at start, peek at end)) that lead out of the call: the edge to an
+//    input's gradient function tells which input a gradient belongs to. Nothing changes the
+//    graph or the order in which gradients accumulate.
+//  - modules (levels L0 and mix) through module_enter/module_exit, which python/tprobe calls from
+//    its module hooks: the module is the forward parent of the operators inside it (mix), and its
+//    backward is linked exactly as an operator's.
+//
+// Tensors: CPU tensors go to tprobe_capture_tensor (statistics in place on this thread when only
+// statistics are wanted, else a copy for the sender thread, per the session's stats mode). CUDA
+// tensors get their statistics on the device (ATen reductions on the current stream, copied
+// into pinned memory behind an event), and only the numbers travel, without a host sync per
+// operator: they are collected when their event completes, and at stop/step/close at the latest.
+// A CUDA tensor whose data must be written (task tensor, tensor_list) or hashed (md5) is copied
+// to the host. A tensor tprobe cannot represent (sparse, quantized, fp8, …) is dumped with
+// null statistics and counted as "unsupported".
+//
+// Errors: neither an operator callback nor a hook may throw into the model. The first failure
+// (say, the pipeline went away) turns the capture off and is kept; entry/tensor/value then return
+// false, and start/stop/step throw it, one line. Only misuse (no open session) throws at once.
+//
+// Thread-safety: every function may be called from any thread; one mutex serialises the session.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace tprobe::torch_capture {
+
+struct open_options {
+  std::string config_path;  // msprobe config.json ("" = $TPROBE_CONFIG)
+  int rank = -1;            // torch.distributed rank, -1 when not distributed
+  std::string endpoint;     // "" = $TPROBE_ENDPOINT
+  int op_depth = 1;         // operators captured down to this nesting depth
+  bool stats_copy = false;  // copy CPU tensors for the stats stage instead of computing in place
+  bool stacks = true;       // Python stacks for stack.json
+  std::string exclude_dir;  // frames from files under it are left out of stacks
+};
+
+// Opens the process's session; returns the effective configuration as JSON (tprobe_session_config).
+// Throws std::runtime_error (one line) when it cannot be opened, or is open already.
+std::string open(const open_options &options);
+// Collects outstanding device statistics, closes the session (flush, end-of-stream) and returns
+// the counters as JSON (counters()). A no-op returning "{}" when none is open.
+std::string close();
+
+// Capture on; the calling thread is the training thread. Returns whether this rank and step are
+// captured at all (the config's rank and step lists).
+bool start();
+void stop();       // capture off, files brought up to date
+int64_t step();    // ends the step; returns the new step number
+
+// Announces an entry (python side: modules, parameters_grad, save). stack: python_stack id or -1.
+bool entry(const std::string &entry, const std::optional<std::string> &parent, int64_t stack, int64_t is_recompute);
+bool tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);
+bool value(const std::string &entry, const std::string &slot, const std::string &json);
+
+// A module's forward begins: `forward_entry` becomes the parent of the operators inside it (mix),
+// and the gradient edges of `inputs` (tensors requiring grad, at their forward slots "input.0",
+// "kwargs.x", …) are noted. Returns a token for module_exit (0 when its backward is not linked).
+int64_t module_enter(const std::string &forward_entry, const std::vector<at::Tensor> &inputs,
+                     const std::vector<std::string> &slots);
+// The module's forward ended with these outputs (at forward slots "output.0", …): its backward
+// entry is linked as an operator's is. Must follow every module_enter, token 0 included.
+void module_exit(int64_t token, const std::string &backward_entry, const std::optional<std::string> &backward_parent,
+                 const std::vector<at::Tensor> &outputs, const std::vector<std::string> &slots);
+
+// Counters as JSON: records, bytes, skipped, waits (the session's), operators, unsupported,
+// device_summaries, errors, error (the first failure's message or "").
+std::string counters();
+
+}  // namespace tprobe::torch_capture

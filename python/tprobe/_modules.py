@@ -1,0 +1,127 @@
+"""Module hooks for levels L0 and mix (msprobe-compat.md §1.2, §1.5, §1.9).
+
+Entries, counted from 0 per step:
+  Module.{path}.{Class}.forward.{n}          input_args, input_kwargs, output, parameters
+  Module.{path}.{Class}.backward.{n}         input (grads of the outputs), output (grads of the inputs)
+  Module.{path}.{Class}.parameters_grad.{k}  {param: [grad]}, k counted per parameter
+where path is the name from named_modules() (prefixed "{i}." for the i-th model of a list); the
+root module itself is not dumped. A module's forward entry is written when the module returns, so
+the operators inside it come first, as in msprobe's dumps.
+
+The backward is not observed with register_full_backward_hook, which wraps inputs and outputs in
+an extra autograd function (failing with in-place operations on them, and changing the order in
+which gradients accumulate, msprobe's FAQ). The C++ capture links the module's backward from the
+autograd graph instead (module_enter/module_exit): the graph is left as it was.
+"""
+
+from ._values import grad_tensors, output_items, walk
+
+
+def backward_name(forward):
+    head, sep, n = forward.rpartition(".forward.")
+    return f"{head}.backward.{n}" if sep else None
+
+
+class ModuleHooks:
+    def __init__(self, ops, stacks):
+        self._ops = ops
+        self._stacks = stacks
+        self.active = False
+        self._forward_counts = {}
+        self._grad_counts = {}
+        self._running = []   # forward entries of the modules running now
+        self._frames = {}    # id(module) → [(forward entry, parent, token, n)]: modules can recurse
+        self._hooked = set()
+        self._handles = []
+
+    def reset_step(self):
+        self._forward_counts.clear()
+        self._grad_counts.clear()
+        self._running.clear()
+        self._frames.clear()
+
+    def install(self, model):
+        """Hooks every submodule of `model` (a Module, or a list or tuple of them) once."""
+        models = list(model) if isinstance(model, (list, tuple)) else [model]
+        indexed = isinstance(model, (list, tuple))
+        for index, root in enumerate(models):
+            if id(root) in self._hooked:
+                continue
+            self._hooked.add(id(root))
+            for path, module in root.named_modules():
+                if module is root:
+                    continue
+                prefix = f"{index}.{path}" if indexed else path
+                self._hook(module, f"Module.{prefix}.{module.__class__.__name__}")
+
+    def _hook(self, module, name):
+        pre, post = self._forward_hooks(name)
+        try:  # torch >= 2.0 shows keyword arguments to hooks
+            self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(post, with_kwargs=True))
+        except TypeError:
+            self._handles.append(module.register_forward_pre_hook(lambda m, args: pre(m, args, None)))
+            self._handles.append(module.register_forward_hook(lambda m, args, out: post(m, args, None, out)))
+        for param_name, param in module.named_parameters(recurse=False):
+            if param.requires_grad:
+                self._handles.append(param.register_hook(self._grad_hook(name, param_name)))
+
+    def _forward_hooks(self, name):
+        ops = self._ops
+
+        def pre(module, args, kwargs):
+            if not self.active:
+                return None
+            n = self._forward_counts.get(name, 0)
+            self._forward_counts[name] = n + 1
+            forward = f"{name}.forward.{n}"
+            parent = self._running[-1] if self._running else None
+            self._running.append(forward)
+            tensors, slots = [], []
+            for i, a in enumerate(args):  # all of them: those without grad are null in the backward
+                grad_tensors(a, f"input.{i}", tensors, slots, every=True)
+            token = ops.module_enter(forward, tensors, "\n".join(slots))
+            self._frames.setdefault(id(module), []).append((forward, parent, int(token), n))
+            return None
+
+        def post(module, args, kwargs, output):
+            frames = self._frames.get(id(module))
+            if not frames:
+                return None  # the capture started while this module was running
+            forward, parent, token, n = frames.pop()
+            if self._running and self._running[-1] == forward:
+                self._running.pop()
+            if ops.entry(forward, parent, self._stacks.current(), 0):
+                tensor = lambda slot, t: ops.tensor(forward, slot, t)
+                value = lambda slot, text: ops.value(forward, slot, text)
+                for i, a in enumerate(args):
+                    walk(a, f"input.{i}", tensor, value)
+                for k, v in (kwargs or {}).items():
+                    walk(v, f"kwargs.{k}", tensor, value)
+                for i, o in output_items(output):
+                    walk(o, f"output.{i}", tensor, value)
+                for param_name, param in module.named_parameters(recurse=False):
+                    ops.tensor(forward, f"parameters.{param_name}", param)
+            tensors, slots = [], []
+            for i, o in output_items(output):
+                grad_tensors(o, f"output.{i}", tensors, slots)
+            ops.module_exit(token, f"{name}.backward.{n}", backward_name(parent) if parent else None,
+                            tensors, "\n".join(slots))
+            return None
+
+        return pre, post
+
+    def _grad_hook(self, name, param_name):
+        ops = self._ops
+        key = (name, param_name)
+
+        def hook(grad):
+            if self.active:
+                k = self._grad_counts.get(key, 0)
+                self._grad_counts[key] = k + 1
+                entry = f"{name}.parameters_grad.{k}"
+                if ops.entry(entry, None, -1, -1):
+                    ops.tensor(entry, param_name, grad)
+            return None
+
+        return hook

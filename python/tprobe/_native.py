@@ -1,0 +1,73 @@
+"""Finding and loading the C++ side: libtprobe_torch.so, the tprobe binaries and the manifests.
+
+Search order (the first that exists wins; each is documented in docs/pytorch.md):
+  library    $TPROBE_TORCH_LIBRARY (if set, it must exist), then this package's directory, then
+             build/lib of the repository this package sits in (python/tprobe → ../../build/lib)
+  binaries   $TPROBE_BIN_DIR, then ../bin next to the library found, then build/bin
+  manifests  $TPROBE_PIPELINES, then pipelines/ of the repository
+"""
+
+import os
+
+import torch
+
+LIBRARY_NAME = "libtprobe_torch.so"
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(os.path.dirname(PACKAGE_DIR))
+
+_ops = None
+_library_path = None
+
+
+def library_candidates():
+    candidates = []
+    env = os.environ.get("TPROBE_TORCH_LIBRARY")
+    if env:
+        candidates.append(os.path.abspath(env))
+    candidates.append(os.path.join(PACKAGE_DIR, LIBRARY_NAME))
+    candidates.append(os.path.join(REPO_DIR, "build", "lib", LIBRARY_NAME))
+    return candidates
+
+
+def load():
+    """torch.ops.tprobe, loading the library on first use. Raises RuntimeError naming the places
+    searched when it is not built."""
+    global _ops, _library_path
+    if _ops is not None:
+        return _ops
+    env = os.environ.get("TPROBE_TORCH_LIBRARY")
+    if env and not os.path.isfile(env):
+        raise RuntimeError(f"tprobe: TPROBE_TORCH_LIBRARY={env} does not exist")
+    candidates = library_candidates()
+    for path in candidates:
+        if os.path.isfile(path):
+            try:
+                torch.ops.load_library(path)
+            except OSError as e:
+                raise RuntimeError(f"tprobe: cannot load {path}: {e}") from None
+            _library_path = path
+            _ops = torch.ops.tprobe
+            return _ops
+    raise RuntimeError(
+        "tprobe: the C++ capture " + LIBRARY_NAME + " is not built (looked for "
+        + ", ".join(candidates) + "); build it with `cmake -S . -B build && cmake --build build` "
+        "(needs LibTorch: apt-get install libtorch-dev) or set TPROBE_TORCH_LIBRARY")
+
+
+def bin_dir():
+    """Directory of the tprobe binaries (for the direct mode)."""
+    env = os.environ.get("TPROBE_BIN_DIR")
+    if env:
+        return os.path.abspath(env)
+    if _library_path:
+        beside = os.path.join(os.path.dirname(os.path.dirname(_library_path)), "bin")
+        if os.path.isfile(os.path.join(beside, "tprobe")):
+            return beside
+    return os.path.join(REPO_DIR, "build", "bin")
+
+
+def pipelines_dir():
+    env = os.environ.get("TPROBE_PIPELINES")
+    if env:
+        return os.path.abspath(env)
+    return os.path.join(REPO_DIR, "pipelines")

@@ -1,0 +1,106 @@
+"""The direct mode: PrecisionDebugger starts its own pipeline when the script runs outside
+`tprobe run` (no TPROBE_ENDPOINT), and ends it at exit, so the dump is complete when the
+script returns.
+
+It runs `tprobe run MANIFEST` without a command: the launcher starts the manifest's stages, prints
+the endpoints as NAME=VALUE lines and waits; SIGINT then ends the run the clean way (the stages
+drain and write their files, the launcher waits for them). The launcher gets a session of its own,
+so that a Ctrl-C in the terminal reaches the training script first and the capture can still
+close its stream before the pipeline ends; it gets SIGTERM if the training process dies first.
+
+The launcher's chatter (readiness, per-stage summaries) would interleave with the script's own
+output, so its stderr is kept: lines naming a problem ("fatal", "error", "warning") are shown at
+once, and everything if the run ends badly. TPROBE_VERBOSE=1 shows every line as it comes.
+"""
+
+import ctypes
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+
+from . import _native
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+class DirectPipeline:
+    """A `tprobe run` started by this process. `endpoint` is where the capture connects."""
+
+    def __init__(self, task):
+        bin_dir = _native.bin_dir()
+        launcher = os.path.join(bin_dir, "tprobe")
+        if not os.access(launcher, os.X_OK):
+            raise RuntimeError(
+                f"tprobe: direct mode needs the tprobe binaries, but {launcher} does not exist; build them "
+                "(cmake --build build), set TPROBE_BIN_DIR, or run the script under `tprobe run`")
+        name = "tensor.json" if task == "tensor" else "statistics.json"
+        manifest = os.path.join(_native.pipelines_dir(), name)
+        if not os.path.isfile(manifest):
+            raise RuntimeError(f"tprobe: direct mode needs the pipeline manifest {manifest}; set TPROBE_PIPELINES")
+        self.command = [launcher, "run", manifest]
+        self.process = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True, preexec_fn=_die_with_parent)
+        self.messages = []
+        self._verbose = os.environ.get("TPROBE_VERBOSE", "") not in ("", "0")
+        self._stderr = threading.Thread(target=self._relay, daemon=True)
+        self._stderr.start()
+        self.environment = {}
+        for line in self.process.stdout:
+            name, sep, value = line.strip().partition("=")
+            if sep:
+                words = shlex.split(value)
+                self.environment[name] = words[0] if words else ""
+            if "TPROBE_ENDPOINT" in self.environment:
+                break
+        if "TPROBE_ENDPOINT" not in self.environment:
+            status = self.process.wait()
+            self._stderr.join()
+            self._show_all()
+            raise RuntimeError(
+                f"tprobe: the pipeline did not start: `{' '.join(self.command)}` exited with status {status} "
+                "(its messages are above)")
+        self.endpoint = self.environment["TPROBE_ENDPOINT"]
+        # Nothing more is expected on stdout; keep it drained so the launcher never blocks on it.
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for _ in self.process.stdout:
+            pass
+
+    def _relay(self):
+        for line in self.process.stderr:
+            self.messages.append(line)
+            if self._verbose or any(w in line for w in ("fatal", "error", "warning")):
+                sys.stderr.write(line)
+
+    def _show_all(self):
+        if not self._verbose:
+            for line in self.messages:
+                if not any(w in line for w in ("fatal", "error", "warning")):
+                    sys.stderr.write(line)
+
+    def close(self, timeout=300):
+        """Ends the run after the capture sent its end-of-stream; returns the launcher's status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                return self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                print(f"tprobe: the pipeline did not finish within {timeout} s; stopping it", file=sys.stderr)
+                self.process.send_signal(signal.SIGINT)  # a second SIGINT stops every stage
+                self.process.wait()
+        self._stderr.join(timeout=10)
+        if self.process.returncode != 0:
+            self._show_all()
+        return self.process.returncode

@@ -1,0 +1,241 @@
+"""PrecisionDebugger: msprobe's entry point, over tprobe's capture and pipeline.
+
+    debugger = PrecisionDebugger(config_path="./config.json")
+    for x, y in loader:
+        debugger.start(model)      # the model is needed for levels L0 and mix
+        ...
+        debugger.stop()
+        debugger.step()
+
+Levels: L1 observes every ATen operator in C++ (libtprobe_torch.so), L0 every submodule of the
+model through module hooks, mix both (with construct.json parents). Where the records go:
+  - under `tprobe run MANIFEST -- python train.py`, to that run's pipeline (TPROBE_ENDPOINT);
+  - otherwise (direct mode) to a pipeline this object starts itself from the config's task
+    (pipelines/statistics.json or pipelines/tensor.json), ended at exit once everything is written.
+The session opens at the first start(), when torch.distributed (if used) knows this process's
+rank: each rank writes its own step{S}/rank{R}/.
+"""
+
+import atexit
+import json
+import os
+import sys
+import tempfile
+
+import torch
+
+from . import _native
+from ._modules import ModuleHooks
+from ._pipeline import DirectPipeline
+from ._stack import Stacks
+from ._values import grad_tensors, walk
+
+DEFAULT_CONFIG = os.path.join(_native.PACKAGE_DIR, "config.json")
+
+
+def _rank():
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return -1
+
+
+class PrecisionDebugger:
+    """One per process, as msprobe's: constructing it again returns the first one."""
+
+    _instance = None
+
+    def __new__(cls, *args, **kwargs):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+            cls._instance._initialized = False
+        return cls._instance
+
+    def __init__(self, config_path=None, task=None, dump_path=None, level=None, model=None, step=None):
+        if self._initialized:
+            if model is not None:
+                self._model = model
+            return
+        self._ops = _native.load()
+        self._source = config_path or os.environ.get("TPROBE_CONFIG") or DEFAULT_CONFIG
+        self._overrides = {k: v for k, v in (("task", task), ("dump_path", dump_path), ("level", level),
+                                             ("step", step)) if v is not None}
+        if "step" in self._overrides and not isinstance(step, (list, tuple)):
+            raise ValueError(f"tprobe: step must be a list such as [0, 2, \"4-6\"], not {step!r}")
+        self._model = model
+        self._config = None
+        self._pipeline = None
+        self._modules = None
+        self._stacks = None
+        self._session = False
+        self._started = False
+        self._closed = False
+        self._early_steps = 0
+        self._saves = {}
+        atexit.register(self.close)
+        self._initialized = True
+
+    # ---- the msprobe API ----
+
+    def start(self, model=None):
+        """Capture on from here, for this rank and step if the config selects them."""
+        self._check_usable()
+        if model is not None:
+            self._model = model
+        self._open()
+        if self._modules is not None:
+            if self._model is None:
+                raise ValueError(f"tprobe: level {self._config['level']} needs the model: "
+                                 "PrecisionDebugger(model=...) or debugger.start(model)")
+            if not isinstance(self._model, (torch.nn.Module, list, tuple)):
+                raise TypeError(f"tprobe: model must be a torch.nn.Module or a list of them, "
+                                f"not {type(self._model).__name__}")
+            self._modules.install(self._model)
+        capturing = bool(self._ops.start())
+        self._started = True
+        if self._modules is not None:
+            self._modules.active = capturing
+
+    def stop(self):
+        """Capture off; the dump files are brought up to date."""
+        if not self._session or self._closed:
+            return
+        if self._modules is not None:
+            self._modules.active = False
+        self._started = False
+        self._ops.stop()
+
+    def step(self):
+        """Ends the step: its files are final, call counts restart at 0."""
+        if self._closed:
+            return
+        if not self._session:
+            self._early_steps += 1
+            return
+        self._ops.step()
+        if self._modules is not None:
+            self._modules.reset_step()
+        self._saves.clear()
+
+    def save(self, variable, name, save_backward=True):
+        """Dumps `variable` (a tensor, or lists/dicts of them and of values) as entry
+        "{name}.{n}.debug", n counted per name and step, and, with save_backward, the gradients of
+        its tensors that require grad as "{name}_grad.{n}.debug". Captured between start() and
+        stop(); at level debug, save() starts the capture itself."""
+        self._check_usable()
+        if not isinstance(name, str) or not name or "." in name:
+            raise ValueError(f"tprobe: save: name must be a non-empty string without dots, not {name!r}")
+        self._open()
+        if not self._started and self._config["level"] == "debug":
+            self._ops.start()
+            self._started = True
+        n = self._saves.get(name, 0)
+        self._saves[name] = n + 1
+        entry = f"{name}.{n}.debug"
+        ops = self._ops
+        if ops.entry(entry, None, self._stacks.current(), -1):
+            walk(variable, "debug", lambda s, t: ops.tensor(entry, s, t), lambda s, v: ops.value(entry, s, v))
+        if save_backward:
+            tensors, slots = [], []
+            grad_tensors(variable, "debug", tensors, slots)
+            grad_entry = f"{name}_grad.{n}.debug"
+            for t, slot in zip(tensors, slots):
+                t.register_hook(self._save_grad_hook(grad_entry, slot))
+
+    # ---- beyond msprobe ----
+
+    def close(self):
+        """Ends the capture and, in direct mode, the pipeline: the dump is complete on return.
+        Runs by itself at exit; the debugger cannot start again afterwards."""
+        if not self._initialized or self._closed:
+            return
+        self._closed = True
+        if self._modules is not None:
+            self._modules.active = False
+        problems = []
+        if self._session:
+            try:
+                counts = json.loads(self._ops.close())
+                if counts.get("unsupported"):
+                    print(f"tprobe: {counts['unsupported']} tensors were dumped without statistics "
+                          "(a dtype or layout tprobe cannot read)", file=sys.stderr)
+                if counts.get("error"):
+                    problems.append(f"{counts['errors']} capture errors, the first: {counts['error']}")
+            except RuntimeError as e:
+                problems.append(str(e))
+        if self._pipeline is not None:
+            status = self._pipeline.close()
+            if status != 0:
+                problems.append(f"the pipeline (tprobe run) ended with status {status}")
+        for p in problems:
+            print(f"tprobe: {p}", file=sys.stderr)
+
+    def counters(self):
+        """The capture's counters (records, bytes, skipped, operators, unsupported, errors…)."""
+        return json.loads(self._ops.counters())
+
+    # ---- internals ----
+
+    def _check_usable(self):
+        if self._closed:
+            raise RuntimeError("tprobe: the debugger is closed (close() ran, or the process is exiting)")
+
+    def _save_grad_hook(self, entry, slot):
+        def hook(grad):
+            if self._started and self._ops.entry(entry, None, -1, -1):
+                self._ops.tensor(entry, slot, grad)
+            return None
+        return hook
+
+    def _config_file(self):
+        """The config file to open: the user's, or a copy with the constructor's overrides."""
+        if not self._overrides:
+            return self._source, None
+        try:
+            with open(self._source, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise RuntimeError(f"tprobe: cannot read the config {self._source}: {e}") from None
+        if not isinstance(doc, dict):
+            raise RuntimeError(f"tprobe: the config {self._source} is not a JSON object")
+        doc.update(self._overrides)
+        fd, path = tempfile.mkstemp(prefix="tprobe-config-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        return path, path
+
+    def _open(self):
+        if self._session:
+            return
+        path, temporary = self._config_file()
+        try:
+            endpoint = ""
+            if not os.environ.get("TPROBE_ENDPOINT"):
+                with open(path, encoding="utf-8") as f:
+                    task = os.environ.get("TPROBE_TASK") or json.load(f).get("task", "statistics")
+                self._pipeline = DirectPipeline(task)
+                endpoint = self._pipeline.endpoint
+            depth = os.environ.get("TPROBE_OP_DEPTH", "1")
+            if not depth.isdigit() or int(depth) < 1:
+                raise ValueError(f"tprobe: TPROBE_OP_DEPTH must be a positive integer, not {depth!r}")
+            mode = os.environ.get("TPROBE_STATS_MODE", "auto")
+            if mode not in ("auto", "copy"):
+                raise ValueError(f"tprobe: TPROBE_STATS_MODE must be auto or copy, not {mode!r}")
+            options = {"endpoint": endpoint, "op_depth": int(depth), "stats_copy": mode == "copy",
+                       "stacks": True, "exclude_dir": _native.PACKAGE_DIR + "/"}
+            self._config = json.loads(self._ops.open(path, _rank(), json.dumps(options)))
+        except BaseException:
+            if self._pipeline is not None:
+                self._pipeline.close()
+                self._pipeline = None
+            raise
+        finally:
+            if temporary:
+                os.unlink(temporary)
+        self._session = True
+        self._stacks = Stacks(self._ops)
+        if self._config["level"] in ("L0", "mix"):
+            self._modules = ModuleHooks(self._ops, self._stacks)
+        for _ in range(self._early_steps):
+            self._ops.step()
+        self._early_steps = 0

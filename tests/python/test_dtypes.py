@@ -1,0 +1,99 @@
+"""Statistics of every dtype and odd tensor the capture meets (msprobe-compat.md §1.6), and
+non-tensor arguments (§1.7), compared with what torch computes."""
+
+import math
+import unittest
+
+import torch
+
+import tprobe_testing as tt
+
+VALUES = """
+import torch
+torch.manual_seed(0)
+def values():
+    base = torch.randn(4, 6) * 3
+    return {
+        "f32": base, "f64": base.double(), "f16": base.half(), "bf16": base.bfloat16(),
+        "i64": torch.arange(-5, 7).reshape(3, 4), "u8": torch.arange(0, 200, 7, dtype=torch.uint8),
+        "boolean": base > 0, "zero_dim": torch.tensor(423), "empty": torch.zeros(0, 3),
+        "strided": base.t(), "expanded": torch.randn(3, 1).expand(3, 5),
+        "complex": torch.complex(base, base * 2),
+    }
+"""
+
+SCRIPT = VALUES + """
+from tprobe import PrecisionDebugger
+import torch.nn.functional as F
+debugger = PrecisionDebugger(config_path="./config.json", level="debug")
+debugger.save(values(), "v")
+debugger.save([1, 2.5, True, "s", None, slice(1, None, 2), torch.float16, torch.Size([2, 3])], "leaves")
+debugger.step()
+debugger2 = PrecisionDebugger()
+assert debugger2 is debugger  # one per process, as msprobe's
+"""
+
+
+class DtypeTest(tt.CaptureTest):
+    def test_statistics_of_every_dtype(self):
+        run = self.run_script(SCRIPT)
+        dumped = run.data()["v.0.debug"]
+        scope = {}
+        exec(VALUES, scope)
+        for name, t in scope["values"]().items():
+            leaf = dumped[name]
+            self.assertEqual(leaf["dtype"], str(t.dtype), name)
+            self.assertEqual(leaf["shape"], list(t.shape), name)
+            if name == "empty":
+                self.assertEqual([leaf[k] for k in ("Max", "Min", "Mean", "Norm")], [None] * 4)
+                continue
+            if name == "boolean":
+                self.assertEqual((leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"]),
+                                 (bool(t.any()), bool(t.all()), None, None))
+                continue
+            if name == "zero_dim":
+                self.assertEqual([leaf[k] for k in ("Max", "Min", "Mean", "Norm")], [423] * 4)
+                continue
+            if name == "complex":
+                a = t.abs()
+                expected = {"Max": a.max().item(), "Min": a.min().item(), "Mean": a.mean().item(), "Norm": None}
+            else:
+                expected = tt.stats_of(t)
+            for key, want in expected.items():
+                if want is None:
+                    self.assertIsNone(leaf[key], f"{name} {key}")
+                else:
+                    # In-dtype statistics (fp16, bf16) may round their last place differently.
+                    tolerance = {"f16": 2e-3, "bf16": 1e-2}.get(name, 1e-5)
+                    self.assertTrue(math.isclose(leaf[key], want, rel_tol=tolerance, abs_tol=1e-5),
+                                    f"{name} {key}: dump {leaf[key]} != torch {want}")
+
+    def test_non_tensor_leaves(self):
+        run = self.run_script(SCRIPT)
+        self.assertEqual(run.data()["leaves.0.debug"], [
+            {"type": "int", "value": 1}, {"type": "float", "value": 2.5}, {"type": "bool", "value": True},
+            {"type": "str", "value": "s"}, None, {"type": "slice", "value": [1, None, 2]},
+            {"type": "torch.dtype", "value": "torch.float16"}, {"type": "torch.Size", "value": [2, 3]}])
+
+    def test_python_number_operand(self):
+        # `x * 2` passes the 2 as a wrapped 0-d tensor: dumped as the number msprobe shows.
+        script = """
+import torch
+from tprobe import PrecisionDebugger
+debugger = PrecisionDebugger(config_path="./config.json")
+x = torch.ones(3)
+debugger.start()
+y = x * 2
+z = x.sum(dim=0, keepdim=True)
+debugger.stop()
+debugger.step()
+"""
+        data = self.run_script(script).data()
+        self.assertEqual(data["Torch.mul.0.forward"]["input_args"][1], {"type": "int", "value": 2})
+        s = data["Torch.sum.0.forward"]
+        self.assertEqual(s["input_args"][1:], [[{"type": "int", "value": 0}], {"type": "bool", "value": True}])
+        self.assertEqual(s["input_kwargs"], {"dtype": None})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,93 @@
+"""The three lines under `tprobe run` (statistics and tensor manifests) and in direct mode, the
+debugger's API (save, model checks, singleton) and its error messages."""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import tprobe_testing as tt
+from test_structure import FORWARD_BACKWARD
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class PipelineTest(tt.CaptureTest):
+    def test_tprobe_run_statistics(self):
+        run = self.run_script(tt.TRAIN, manifest="statistics.json", steps=2)
+        self.assertIn("Functional.linear.0.forward", run.data(1))
+        self.assertFalse(os.path.exists(os.path.join(run.folder(), "dump_tensor_data")))
+        self.assertIn("tprobe: done", run.result.stderr)
+
+    def test_tprobe_run_tensor(self):
+        # The tensor manifest switches the task: the script's config says statistics.
+        run = self.run_script(tt.TRAIN, manifest="tensor.json")
+        dump = run.load()
+        self.assertEqual(dump["task"], "tensor")
+        leaf = dump["data"]["Functional.linear.0.forward"]["output"][0]
+        self.assertTrue(os.path.isfile(os.path.join(dump["dump_data_dir"], leaf["data_name"])))
+
+    def test_direct_mode_is_quiet_and_complete(self):
+        run = self.run_script(tt.TRAIN, steps=3)
+        for step in range(3):
+            self.assertIn("Functional.linear.2.backward", run.data(step))
+        self.assertNotIn("stages ready", run.result.stderr)
+        self.assertEqual(run.result.stderr.strip(), "")
+
+    def test_constructor_overrides(self):
+        script = tt.TRAIN.replace('PrecisionDebugger(config_path="./config.json")',
+                                  'PrecisionDebugger(config_path="./config.json", task="tensor", '
+                                  'dump_path="./other", level="L0", step=[1])')
+        run = self.run_script(script, steps=2)
+        self.assertEqual(os.listdir(os.path.join(run.dir, "other")), ["step1"])
+        with open(os.path.join(run.dir, "other", "step1", "rank", "dump.json")) as f:
+            dump = json.load(f)
+        self.assertEqual((dump["task"], dump["level"]), ("tensor", "L0"))
+
+    def test_save(self):
+        script = """
+import torch
+from tprobe import PrecisionDebugger
+debugger = PrecisionDebugger(config_path="./config.json", level="debug")
+for step in range(STEPS):
+    x = torch.arange(6.0, requires_grad=True)
+    debugger.save(x, "x")
+    debugger.save({"double": x * 2, "n": [1, 2.5]}, "d", save_backward=False)
+    (x * 3).sum().backward()
+    debugger.step()
+"""
+        run = self.run_script(script, steps=2)
+        for step in (0, 1):
+            data = run.data(step)
+            self.assertEqual(list(data), ["x.0.debug", "d.0.debug", "x_grad.0.debug"])
+            self.assertEqual(data["x.0.debug"]["Max"], 5.0)
+            self.assertAlmostEqual(data["x.0.debug"]["Norm"], 55 ** 0.5, places=5)
+            self.assertEqual(data["d.0.debug"]["double"]["Max"], 10.0)
+            self.assertEqual(data["d.0.debug"]["n"], [{"type": "int", "value": 1}, {"type": "float", "value": 2.5}])
+            self.assertEqual((data["x_grad.0.debug"]["Min"], data["x_grad.0.debug"]["Max"]), (3.0, 3.0))
+
+    def test_level_l0_needs_the_model(self):
+        script = tt.TRAIN.replace("debugger.start(model)", "debugger.start()")
+        run = self.run_script(script, config=tt.default_config(level="L0"), expect_ok=False)
+        self.assertNotEqual(run.result.returncode, 0)
+        self.assertIn("tprobe: level L0 needs the model", run.result.stderr)
+
+    def test_bad_config_names_the_field(self):
+        run = self.run_script(tt.TRAIN, config=tt.default_config(level="L7"), expect_ok=False)
+        self.assertNotEqual(run.result.returncode, 0)
+        self.assertIn("level", run.result.stderr)
+        self.assertIn("config.json", run.result.stderr)
+
+    def test_import_without_the_library(self):
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), TPROBE_TORCH_LIBRARY="/nonexistent/lib.so")
+        ok = subprocess.run([sys.executable, "-c", "import tprobe"], env=env, capture_output=True, text=True)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        bad = subprocess.run([sys.executable, "-c", "import tprobe; tprobe.PrecisionDebugger()"], env=env,
+                             capture_output=True, text=True)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("TPROBE_TORCH_LIBRARY=/nonexistent/lib.so does not exist", bad.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,135 @@
+"""Entry names and counts for a known model at levels L1, L0 and mix; construct.json and
+stack.json; counts restarting at 0 every step."""
+
+import unittest
+
+import tprobe_testing as tt
+
+# Forward and backward only: optimizer internals differ between torch versions.
+FORWARD_BACKWARD = """
+from tprobe import PrecisionDebugger
+from model import make
+import torch.nn.functional as F
+model, x, y = make()
+debugger = PrecisionDebugger(config_path="./config.json")
+for step in range(STEPS):
+    debugger.start(model)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    debugger.stop()
+    debugger.step()
+"""
+
+L1_ENTRIES = [
+    "Functional.linear.0.forward", "Functional.relu.0.forward", "Functional.linear.1.forward",
+    "Functional.relu.1.forward", "Torch.add.0.forward", "Functional.linear.2.forward",
+    "Functional.cross_entropy_loss.0.forward",
+    "Functional.cross_entropy_loss.0.backward", "Functional.linear.2.backward", "Torch.add.0.backward",
+    "Functional.relu.1.backward", "Functional.linear.1.backward", "Functional.relu.0.backward",
+    "Functional.linear.0.backward",
+]
+
+L0_ENTRIES = [
+    "Module.inp.Linear.forward.0", "Module.block.fc.Linear.forward.0", "Module.block.act.ReLU.forward.0",
+    "Module.block.Block.forward.0", "Module.out.Linear.forward.0",
+    "Module.out.Linear.backward.0", "Module.out.Linear.parameters_grad.0", "Module.block.Block.backward.0",
+    "Module.block.act.ReLU.backward.0", "Module.block.fc.Linear.backward.0",
+    "Module.block.fc.Linear.parameters_grad.0", "Module.inp.Linear.backward.0",
+    "Module.inp.Linear.parameters_grad.0",
+]
+
+
+def without_autograd_seed(names):
+    # loss.backward() makes its seed gradient with torch.ones_like: an operator like any other.
+    return [n for n in names if not n.startswith("Torch.ones_like.")]
+
+
+class StructureTest(tt.CaptureTest):
+    def test_l1_names_counts_and_steps(self):
+        run = self.run_script(FORWARD_BACKWARD, steps=2)
+        for step in (0, 1):
+            data = run.data(step)
+            self.assertEqual(without_autograd_seed(list(data)), L1_ENTRIES, f"step {step}")
+        self.assertEqual(run.load("construct.json"), {})
+        dump = run.load()
+        self.assertEqual((dump["task"], dump["level"], dump["framework"], dump["dump_data_dir"]),
+                         ("statistics", "L1", "pytorch", None))
+        # Backward entries: inputs are the output gradients, outputs the input gradients.
+        self.assertEqual(len(run.data()["Functional.linear.0.backward"]["output"]), 3)
+        self.assertEqual(set(run.data()["Functional.relu.0.backward"]), {"input", "output"})
+
+    def test_stack_json(self):
+        run = self.run_script(FORWARD_BACKWARD)
+        stacks = run.load("stack.json")
+        names = [n for group in stacks.values() for n in group[0]]
+        forwards = [n for n in run.data() if n.endswith(".forward")]
+        self.assertEqual(sorted(names), sorted(forwards))  # every forward once, no backward
+        linear0 = next(group[1] for group in stacks.values() if "Functional.linear.0.forward" in group[0])
+        # Innermost first: nn.Linear's forward, then up to the training script.
+        self.assertIn("torch/nn/modules/linear.py", linear0[0])
+        self.assertIn("return F.linear(input, self.weight, self.bias)", linear0[0])
+        script = [line for line in linear0 if "train.py" in line]
+        self.assertEqual(len(script), 1)
+        self.assertRegex(script[0], r"^File .*/train\.py, line 9, in <module>, \n loss = F\.cross_entropy\(model\(x\), y\)$")
+        self.assertFalse(any("/tprobe/" in line for group in stacks.values() for line in group[1]))
+        # linear.1 and linear.2 run from other lines (the block, the net): three stacks for three lines.
+        groups = [g[0] for g in stacks.values() if any(n.startswith("Functional.linear.") for n in g[0])]
+        self.assertEqual(sum(len(g) for g in groups), 3)
+
+    def test_l0_modules_parameters_and_construct(self):
+        run = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="L0"), steps=2)
+        for step in (0, 1):
+            self.assertEqual(list(run.data(step)), L0_ENTRIES, f"step {step}")
+        data = run.data()
+        fc = data["Module.block.fc.Linear.forward.0"]
+        self.assertEqual(list(fc), ["input_args", "input_kwargs", "output", "parameters", "is_recompute"])
+        self.assertEqual(sorted(fc["parameters"]), ["bias", "weight"])
+        self.assertEqual(fc["parameters"]["weight"]["shape"], [8, 8])
+        grads = data["Module.block.fc.Linear.parameters_grad.0"]
+        self.assertEqual(sorted(grads), ["bias", "weight"])
+        self.assertEqual(grads["weight"][0]["shape"], [8, 8])
+        # The first module's input needs no grad: its backward output is null.
+        self.assertEqual(data["Module.inp.Linear.backward.0"]["output"], [None])
+        self.assertEqual(data["Module.block.Block.backward.0"]["output"][0]["shape"], [5, 8])
+        construct = run.load("construct.json")
+        self.assertEqual(construct["Module.block.fc.Linear.forward.0"], "Module.block.Block.forward.0")
+        self.assertEqual(construct["Module.block.act.ReLU.forward.0"], "Module.block.Block.forward.0")
+        self.assertIsNone(construct["Module.block.Block.forward.0"])
+        self.assertEqual(construct["Module.block.fc.Linear.backward.0"], "Module.block.Block.backward.0")
+        self.assertIsNone(construct["Module.inp.Linear.forward.0"])
+
+    def test_mix_parents(self):
+        run = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix"))
+        data = run.data()
+        names = without_autograd_seed(list(data))
+        self.assertEqual(sorted(names), sorted(L1_ENTRIES + L0_ENTRIES))
+        # An operator comes before the module that contains it (the module's entry is written when it returns).
+        self.assertLess(names.index("Functional.linear.1.forward"), names.index("Module.block.fc.Linear.forward.0"))
+        self.assertLess(names.index("Module.block.fc.Linear.forward.0"), names.index("Module.block.Block.forward.0"))
+        construct = run.load("construct.json")
+        expected = {
+            "Functional.linear.0.forward": "Module.inp.Linear.forward.0",
+            "Functional.relu.0.forward": None,  # torch.relu in Net.forward, outside any submodule
+            "Functional.linear.1.forward": "Module.block.fc.Linear.forward.0",
+            "Functional.relu.1.forward": "Module.block.act.ReLU.forward.0",
+            "Torch.add.0.forward": "Module.block.Block.forward.0",
+            "Module.block.fc.Linear.forward.0": "Module.block.Block.forward.0",
+            "Functional.cross_entropy_loss.0.forward": None,
+            "Functional.linear.2.backward": "Module.out.Linear.backward.0",
+            "Torch.add.0.backward": "Module.block.Block.backward.0",
+            "Functional.relu.1.backward": "Module.block.act.ReLU.backward.0",
+            "Module.block.act.ReLU.backward.0": "Module.block.Block.backward.0",
+        }
+        for name, parent in expected.items():
+            self.assertEqual(construct[name], parent, name)
+
+    def test_op_depth_goes_deeper(self):
+        # TPROBE_OP_DEPTH=2 also dumps what runs inside each operator, under the Aten prefix.
+        run = self.run_script(FORWARD_BACKWARD, env={"TPROBE_OP_DEPTH": "2"})
+        names = list(run.data())
+        self.assertIn("Functional.linear.0.forward", names)
+        self.assertTrue(any(n.startswith("Aten.") for n in names), names)
+
+
+if __name__ == "__main__":
+    unittest.main()
