@@ -143,15 +143,6 @@ const std::array<float, 65536> &half_table() {
   return table;
 }
 
-kernel_precision precision(dtype t) {
-  switch (t) {
-    case dtype::float16: return kernel_precision::f16;
-    case dtype::float32:
-    case dtype::bfloat16: return kernel_precision::f32;
-    case dtype::float64: return kernel_precision::f64;
-    default: return kernel_precision::other;
-  }
-}
 
 template <typename T>
 T load(const std::byte *p, size_t i) {
@@ -258,9 +249,19 @@ int bits_of(kernel_precision p) { return p == kernel_precision::f16 ? 16 : p == 
 
 }  // namespace
 
+kernel_precision kernel_precision_of(dtype t) {
+  switch (t) {
+    case dtype::float16: return kernel_precision::f16;
+    case dtype::float32:
+    case dtype::bfloat16: return kernel_precision::f32;
+    case dtype::float64: return kernel_precision::f64;
+    default: return kernel_precision::other;
+  }
+}
+
 kernel_sums compare_kernel_run(dtype npu_type, const std::byte *npu, dtype bench_type, const std::byte *bench,
                                size_t count) {
-  kernel_precision pn = precision(npu_type), pb = precision(bench_type);
+  kernel_precision pn = kernel_precision_of(npu_type), pb = kernel_precision_of(bench_type);
   if (pn == kernel_precision::other || pb == kernel_precision::other) {
     // msprobe casts both sides to float64 when the bench side is not a float type.
     return run<64, 64, 64>(npu_type, npu, bench_type, bench, count);

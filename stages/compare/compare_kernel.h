@@ -20,6 +20,10 @@ namespace tprobe {
 // float32), float64, or "other" (integers, bool, complex) which is cast to float64.
 enum class kernel_precision : uint8_t { f16 = 0, f32 = 1, f64 = 2, other = 3 };
 
+// The precision class of a side for the relative error (NumPy's dtype promotion, §3.6): float16,
+// float32 (and bf16, loaded as float32), float64; everything else is cast to float64.
+kernel_precision kernel_precision_of(dtype t);
+
 struct kernel_sums {
   double dot = 0, npu_sumsq = 0, bench_sumsq = 0, diff_sumsq = 0;
   double max_abs = 0;  // max |N − B| (float64)

@@ -46,18 +46,6 @@ dtype loaded_dtype(dtype t) { return t == dtype::bfloat16 ? dtype::float32 : t; 
 
 bool same_shape(const tensor_operand &a, const tensor_operand &b) { return a.shape == b.shape; }
 
-// The precision class of a side for the relative error (NumPy's dtype promotion, §3.6): float16,
-// float32 (and bf16, loaded as float32), float64; everything else is cast to float64.
-kernel_precision precision_of(dtype t) {
-  switch (t) {
-    case dtype::float16: return kernel_precision::f16;
-    case dtype::float32:
-    case dtype::bfloat16: return kernel_precision::f32;
-    case dtype::float64: return kernel_precision::f64;
-    default: return kernel_precision::other;
-  }
-}
-
 template <typename T>
 T load_as(const std::byte *p) {
   T v;
@@ -127,7 +115,7 @@ double zero_dim_abs_diff(const tensor_operand &npu, const tensor_operand &bench)
       }
     }
   }
-  const kernel_precision pn = precision_of(npu.type), pb = precision_of(bench.type);
+  const kernel_precision pn = kernel_precision_of(npu.type), pb = kernel_precision_of(bench.type);
   const double n = element_double(npu, 0), b = element_double(bench, 0);
   if (pn == kernel_precision::other || pb == kernel_precision::other) return std::fabs(n - b);
   const kernel_precision pt = std::max(pn, pb);
@@ -152,7 +140,7 @@ real_data_result zero_dim_compare(const tensor_operand &npu, const tensor_operan
   r.metrics[METRIC_ONE_THOUSANDTH] = unsupported;
   r.metrics[METRIC_FIVE_THOUSANDTHS] = unsupported;
   const double max_abs = zero_dim_abs_diff(npu, bench);
-  const double rel = relative_error_scalar(precision_of(npu.type), precision_of(bench.type),
+  const double rel = relative_error_scalar(kernel_precision_of(npu.type), kernel_precision_of(bench.type),
                                            element_double(npu, 0), element_double(bench, 0));
   r.metrics[METRIC_MAX_ABS_ERR] = metric_or_nan(max_abs, msg_max_abs_nan, message);
   r.metrics[METRIC_MAX_RELATIVE_ERR] = metric_or_nan(rel, msg_max_rel_nan, message);
