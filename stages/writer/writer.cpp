@@ -55,6 +55,9 @@ session_info session_from_meta(const json &meta) {
   return s;
 }
 
+// msprobe's level "debug" (the single-point save API) writes debug.json in place of dump.json.
+std::string data_file_name(const session_info &s) { return s.level == "debug" ? "debug.json" : "dump.json"; }
+
 enum class entry_shape { api_forward, module_forward, backward, parameters_grad, other };
 
 entry_shape classify(const std::string &entry) {
@@ -211,7 +214,7 @@ class dump_writer {
     d.dir = (std::filesystem::absolute(root) / d.relative).lexically_normal().string();
     // A folder finished earlier (step_end) that receives more: continue from what is on disk
     // rather than overwrite it.
-    const std::string existing = d.dir + "/dump.json";
+    const std::string existing = d.dir + "/" + data_file_name(d.session);
     if (reopened_.count(d.dir) && std::filesystem::exists(existing)) {
       json old = pyjson_load_file(existing);
       if (old.contains("data") && old["data"].is_object()) {
@@ -435,7 +438,7 @@ class dump_writer {
       throw;
     }
     d.data = std::move(top["data"]);
-    atomic_write_file(d.dir + "/dump.json", text);
+    atomic_write_file(d.dir + "/" + data_file_name(d.session), text);
     json stack = json::object();
     for (size_t i = 0; i < d.stacks.size(); ++i)
       stack[std::to_string(i)] = json::array({d.stacks[i].first, d.stacks[i].second});

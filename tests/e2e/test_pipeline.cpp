@@ -304,3 +304,17 @@ TEST(pipeline, a_failing_run_decides_the_exit_status) {
   EXPECT_EQ(r.status, 3) << r.err;
   EXPECT_THAT(r.err, HasSubstr("ok exited with status 0, bad exited with status 3")) << r.err;
 }
+
+TEST(pipeline, level_debug_writes_debug_json) {
+  test::temp_dir dir;
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "statistics", "dump_path": ")" + dir.path() + R"(/dump", "level": "debug"})");
+  const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json",
+                                    "--config", config, "--", test::bin("tprobe-example-producer"), "--steps", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string folder = dir / "dump/step0/rank";
+  EXPECT_FALSE(std::filesystem::exists(folder + "/dump.json"));
+  const json doc = pyjson_load_file(folder + "/debug.json");
+  EXPECT_EQ(doc["level"], "debug");
+  EXPECT_FALSE(doc["data"].empty());
+}

@@ -59,6 +59,8 @@ for step in range(STEPS):
 """
         run = self.run_script(script, steps=2)
         for step in (0, 1):
+            # Level debug writes debug.json, as msprobe's single-point save does.
+            self.assertEqual(sorted(os.listdir(run.folder(step))), ["construct.json", "debug.json", "stack.json"])
             data = run.data(step)
             self.assertEqual(list(data), ["x.0.debug", "d.0.debug", "x_grad.0.debug"])
             self.assertEqual(data["x.0.debug"]["Max"], 5.0)

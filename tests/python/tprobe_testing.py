@@ -103,7 +103,9 @@ class Run:
             return json.load(f)
 
     def data(self, step=0, rank=None):
-        return self.load("dump.json", step, rank)["data"]
+        """The data of dump.json, or of debug.json (level debug writes that one instead)."""
+        debug = os.path.join(self.folder(step, rank), "debug.json")
+        return self.load("debug.json" if os.path.exists(debug) else "dump.json", step, rank)["data"]
 
 
 class CaptureTest(unittest.TestCase):
