@@ -8,19 +8,24 @@ For each model and each configuration (outside steps, statistics L1, L0, mix, md
 prints the median step time with the tool over the median step time without it, next to the goal.
 The bench reports; it never asserts.
 
-How it measures. This process (which never imports tprobe) trains the baseline; one child process
-per configuration trains the same model with the same batches under PrecisionDebugger in direct
-mode (no TPROBE_ENDPOINT, so the child starts its own pipeline, whose stages write into a temp dump
-dir). The two take turns in blocks of steps (baseline block, tool block, baseline block, ...), one
-process running at a time, after warm-up steps on both sides; a block of consecutive tool steps
-lets a capture that outruns its pipeline hit backpressure inside the block. Both sides run the
-examples' own train() loop (examples/train_*.py), timing each step from debugger.start() to
-debugger.step() inclusive. "drain" is the time from the child's last step to its exit (the
-pipeline finishing its writes). For the tensor task it also writes a file of one step's dump size
-with fsync into the same directory and prints that bandwidth, so the reader can see whether the
-disk binds.
+How it measures. The parent only orchestrates. For each configuration it starts two child
+processes that train the same model on the same batches with the examples' own train() loop
+(examples/train_*.py): a baseline child that never imports tprobe, and a tool child under
+PrecisionDebugger in direct mode (no TPROBE_ENDPOINT, so the child starts its own pipeline, whose
+stages write into a temp dump dir). After warm-up steps on both, they take turns in blocks of
+steps (base, tool, tool, base, ...), one process training at a time, each block starting once
+the tool's pipeline has finished the previous block's work (its processes idle), so that this
+work never lands in a baseline block; a block of consecutive tool steps lets a capture that
+outruns its pipeline hit backpressure inside the block, and "sust." counts a tool block until its
+pipeline is idle again. A step is timed
+from debugger.start() to debugger.step() inclusive (wall), and by the child's CPU time (all its
+threads) over the same step. "drain" is the time from the tool child's last step to its exit (the
+pipeline finishing its files); "stages" the CPU time of the pipeline's processes per tool step.
+For the tensor task it also writes a file of one step's dump size with fsync into the same
+directory and prints that bandwidth, so the reader can see whether the disk binds.
 """
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -35,17 +40,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
-import torch  # noqa: E402
-
-import train_resnet18  # noqa: E402
-import train_transformer  # noqa: E402
-
-MODELS = {"resnet18": train_resnet18, "transformer": train_transformer}
+MODELS = {"resnet18": "train_resnet18", "transformer": "train_transformer"}
 DEFAULT_STEPS = {"resnet18": 24, "transformer": 96}
 DEFAULT_ROUNDS = 8
 
-# name, example config, goal (step-time ratio), description
+# name, example config, goal (step-time ratio), description. "control" runs two children without
+# tprobe against each other: how far from 1.00 the measurement itself strays on this machine.
 CONFIGS = [
+    ("control", None, None, "no tprobe on either side: the noise floor"),
     ("outside", "statistics_L1", 1.02, "tool loaded, steps not configured"),
     ("statistics_L1", "statistics_L1", 1.3, "statistics, L1 (operators)"),
     ("statistics_L0", "statistics_L0", 1.05, "statistics, L0 (modules)"),
@@ -54,6 +56,10 @@ CONFIGS = [
     ("tensor", "tensor", 2.5, "tensor, L1 (.npy files)"),
 ]
 OUTSIDE_STEP = 1000000  # the largest step msprobe accepts; never reached
+
+
+def example(model_name):
+    return importlib.import_module(MODELS[model_name])
 
 
 def model_args(module, extra=()):
@@ -123,8 +129,13 @@ class step_clock:
 # --- child: trains under PrecisionDebugger, one block at a time, as told on stdin ---------------
 
 def child_main(model_name, config, dump):
-    module = MODELS[model_name]
-    args = model_args(module, ["--config", config, "--dump-path", dump])
+    """Trains `model_name` one block at a time as told on stdin ("run N", "quit"), under
+    PrecisionDebugger unless `config` is "-". Answers "BENCH ready WALL:CPU ..." after each block
+    and "BENCH done STAGES_CPU" at the end."""
+    import torch
+    module = example(model_name)
+    tool = config != "-"
+    args = model_args(module, ["--config", config, "--dump-path", dump] if tool else [])
     torch.set_num_threads(1)
     model = module.build_model(args)
     pool = list(module.batches(args, 8))
@@ -151,6 +162,46 @@ def child_main(model_name, config, dump):
         debugger.close()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     out.write(f"BENCH done {usage.ru_utime + usage.ru_stime:.6f}\n")
+
+
+def tree_cpu_seconds(root):
+    """CPU seconds (user + system) used so far by process `root` and its descendants."""
+    children, cpu = {}, {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(pid))
+        cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+SETTLE_WINDOW = 0.1  # seconds
+
+
+def settle(proc, timeout=300.0):
+    """Waits until the tool child and its pipeline are idle (under 5 % of a core over a window):
+    the stages may still be working on earlier steps, and on a small machine that work would
+    land in the other side's block. Returns the seconds they were still busy (to a window)."""
+    t0 = time.monotonic()
+    last = tree_cpu_seconds(proc.pid)
+    while time.monotonic() - t0 < timeout:
+        time.sleep(SETTLE_WINDOW)
+        now = tree_cpu_seconds(proc.pid)
+        if now - last < 0.05 * SETTLE_WINDOW:
+            return max(0.0, time.monotonic() - t0 - SETTLE_WINDOW)
+        last = now
+    return time.monotonic() - t0
 
 
 def default_sigint():
@@ -197,13 +248,14 @@ class child:
         return time.perf_counter() - t0, stages_cpu, status
 
 
-# --- parent: baseline training, taking turns with the children --------------------------------
+# --- parent: starts the children and has them take turns -----------------------------------
 
 class measurement:
     def __init__(self, name):
         self.name = name
         self.base, self.tool = [], []  # (wall, cpu) seconds of every measured step
         self.rounds = []  # (baseline block, tool block) of each round
+        self.sustained = []  # per round: (tool block + its pipeline work) / baseline block, wall
         self.tool_steps = 0  # tool steps run, warm-up included
         self.stages_cpu = None  # CPU seconds of the child's pipeline processes
         self.drain = None
@@ -213,89 +265,94 @@ class measurement:
         self.disk_bw = None
 
 
+def start_child(model_name, config, dump, log, m):
+    try:
+        return child(model_name, config, dump, log)
+    except (RuntimeError, BrokenPipeError) as e:
+        m.error = m.error or str(e)
+        return None
+
+
+def bench_config(model_name, name, example_config, opts, tmp, block):
+    m = measurement(name)
+    m.error = opts.tool_error if example_config else None
+    dump = os.path.join(tmp, f"{model_name}-{name}")
+    config = os.path.join(tmp, f"{model_name}-{name}.json")
+    if example_config:
+        with open(os.path.join(ROOT, "examples", "configs", example_config + ".json")) as f:
+            doc = json.load(f)
+        doc["dump_path"] = dump
+        if name == "outside":
+            doc["step"] = [OUTSIDE_STEP]
+        with open(config, "w") as f:
+            json.dump(doc, f)
+    else:
+        config = "-"
+    log_path = os.path.join(tmp, f"{model_name}-{name}.log")
+    with open(log_path, "w") as log:
+        base = start_child(model_name, "-", dump, log, measurement("baseline"))
+        if base is None:
+            raise SystemExit(f"bench_torch: the baseline child failed; see {log_path}")
+        tool = None if m.error else start_child(model_name, config, dump, log, m)
+        base.run(opts.warmup)
+        if tool:
+            try:
+                tool.run(opts.warmup)
+                m.tool_steps += opts.warmup
+            except (RuntimeError, BrokenPipeError) as e:
+                m.error = str(e)
+        for r in range(opts.rounds):
+            # base-tool, then tool-base: a drift in machine load hits both sides alike.
+            order = ["base", "tool"] if r % 2 == 0 else ["tool", "base"]
+            blocks, spans = {}, {}
+            for side in order:
+                if tool and not m.error:
+                    settle(tool.proc)
+                t0 = time.monotonic()
+                if side == "base":
+                    blocks["base"] = base.run(block)
+                    spans["base"] = time.monotonic() - t0
+                elif tool and not m.error:
+                    try:
+                        blocks["tool"] = tool.run(block)
+                    except (RuntimeError, BrokenPipeError) as e:
+                        m.error = str(e)
+                        continue
+                    # Sustained: the block until its pipeline work is done as well.
+                    spans["tool"] = time.monotonic() - t0 + settle(tool.proc)
+            m.base.extend(blocks["base"])
+            if "tool" in blocks:
+                m.tool.extend(blocks["tool"])
+                m.tool_steps += len(blocks["tool"])
+                m.rounds.append((blocks["base"], blocks["tool"]))
+                m.sustained.append(spans["tool"] / spans["base"])
+        base.quit()
+        if tool:
+            try:
+                m.drain, m.stages_cpu, status = tool.quit()
+                if status != 0 and not m.error:
+                    m.error = f"child exited with status {status}"
+            except BrokenPipeError as e:
+                m.error = m.error or str(e)
+                tool.proc.wait()
+    if m.error and m.error != opts.tool_error:
+        with open(log_path) as log:
+            tail = [line.rstrip() for line in log if line.strip()][-2:]
+        if tail:
+            m.error += ": " + " | ".join(tail)
+    m.step_bytes, m.steps_dumped = step_dump_bytes(dump)
+    if name == "tensor" and not m.error:
+        m.disk_bw = disk_write_bandwidth(tmp, m.step_bytes)
+    if not opts.keep:
+        shutil.rmtree(dump, ignore_errors=True)
+    return m
+
+
 def bench_model(model_name, opts, tmp):
-    module = MODELS[model_name]
-    args = model_args(module)
-    torch.set_num_threads(1)
-    model = module.build_model(args)
-    pool = list(module.batches(args, 8))
     steps = opts.steps or DEFAULT_STEPS[model_name]
     block = max(1, -(-steps // opts.rounds))  # steps per block, rounded up
-    wanted = [c for c in CONFIGS if c[0] in opts.configs]
-    results = []
-    clock = step_clock()
-
-    def loader():
-        # Baseline warm-up, then for each configuration: child warm-up, then rounds of
-        # (baseline block, tool block).
-        i = 0
-
-        def batches(n):
-            nonlocal i
-            for _ in range(n):
-                clock.mark()
-                yield pool[i % len(pool)]
-                i += 1
-
-        yield from batches(opts.warmup)
-        for name, example, goal, _ in wanted:
-            m = measurement(name)
-            results.append(m)
-            if opts.tool_error:
-                m.error = opts.tool_error
-            dump = os.path.join(tmp, f"{model_name}-{name}")
-            config = os.path.join(tmp, f"{model_name}-{name}.json")
-            with open(os.path.join(ROOT, "examples", "configs", example + ".json")) as f:
-                doc = json.load(f)
-            doc["dump_path"] = dump
-            if name == "outside":
-                doc["step"] = [OUTSIDE_STEP]
-            with open(config, "w") as f:
-                json.dump(doc, f)
-            log_path = os.path.join(tmp, f"{model_name}-{name}.log")
-            proc = None
-            with open(log_path, "w") as log:
-                try:
-                    if not m.error:
-                        proc = child(model_name, config, dump, log)
-                        proc.run(opts.warmup)
-                        m.tool_steps += opts.warmup
-                except (RuntimeError, BrokenPipeError) as e:
-                    m.error = str(e)
-                for _ in range(opts.rounds):
-                    clock.take()
-                    yield from batches(block)
-                    base = clock.take()
-                    m.base.extend(base)
-                    if proc and not m.error:
-                        try:
-                            tool = proc.run(block)
-                        except (RuntimeError, BrokenPipeError) as e:
-                            m.error = str(e)
-                            continue
-                        m.tool.extend(tool)
-                        m.tool_steps += len(tool)
-                        m.rounds.append((base, tool))
-                if proc:
-                    try:
-                        m.drain, m.stages_cpu, status = proc.quit()
-                        if status != 0 and not m.error:
-                            m.error = f"child exited with status {status}"
-                    except BrokenPipeError as e:
-                        m.error = m.error or str(e)
-                        proc.proc.wait()
-            if m.error:
-                with open(log_path) as log:
-                    tail = [l.rstrip() for l in log if l.strip()][-2:]
-                if tail:
-                    m.error += ": " + " | ".join(tail)
-            m.step_bytes, m.steps_dumped = step_dump_bytes(dump)
-            if name == "tensor" and not m.error:
-                m.disk_bw = disk_write_bandwidth(tmp, m.step_bytes)
-            if not opts.keep:
-                shutil.rmtree(dump, ignore_errors=True)
-
-    module.train(args, model, module.no_debugger(), loader(), clock.on_step)
+    results = [bench_config(model_name, name, example_config, opts, tmp, block)
+               for name, example_config, _, _ in CONFIGS if name in opts.configs]
     return results, block
 
 
@@ -311,24 +368,27 @@ def report(model_name, results, block, opts):
     goals = {c[0]: (c[2], c[3]) for c in CONFIGS}
     print(f"\n{model_name}: {opts.rounds} rounds of {block} baseline + {block} tool steps per "
           f"configuration after {opts.warmup} warm-up steps")
-    print("  ratio: median over rounds of (median tool step / median baseline step, wall time, same round);"
-          " range: lowest and highest round;\n  cpu: the same ratio for the training process's CPU time"
+    print("  ratio: median over rounds of (median tool step / median baseline step of the round), wall time;"
+          " range: lowest and highest round;\n  sust.: the same with each tool block lasting until its"
+          " pipeline has finished its work, to +-0.1 s per block (what a long run sees when the pipeline is the slower);"
+          "\n  cpu: the ratio for the training process's CPU time"
           " (less sensitive to other load); stages: CPU of the pipeline processes per tool step;"
           "\n  drain: from the last step to the end of the process (the pipeline finishing its files)")
-    print(f"  {'configuration':<15} {'base ms':>8} {'tool ms':>8} {'ratio':>6} {'range':>11} {'cpu':>6} "
+    print(f"  {'configuration':<15} {'base ms':>8} {'tool ms':>8} {'ratio':>7} {'range':>11} {'sust.':>6} {'cpu':>6} "
           f"{'goal':>6}  {'result':<9} {'dump/step':>10} {'stages':>9} {'drain':>6}  what")
     for m in results:
         goal, what = goals[m.name]
         if m.error or not m.rounds:
             base = f"{median_of(m.base, 0) * 1e3:8.1f}" if m.base else f"{'-':>8}"
-            print(f"  {m.name:<15} {base} {'-':>8} {'-':>6} {'-':>11} {'-':>6} {goal:>5.2f}x  {'FAILED':<9} "
+            print(f"  {m.name:<15} {base} {'-':>8} {'-':>7} {'-':>11} {'-':>6} {'-':>6} {goal or 0:>5.2f}x  {'FAILED':<9} "
                   f"{'-':>10} {'-':>9} {'-':>6}  {what}: {m.error}")
             continue
+        drain = f"{m.drain:5.1f}s" if m.name != "control" else f"{'-':>6}"
         b, t = median_of(m.base, 0), median_of(m.tool, 0)
         ratios = [median_of(tool, 0) / median_of(base, 0) for base, tool in m.rounds]
         ratio = statistics.median(ratios)
         cpu = statistics.median(median_of(tool, 1) / median_of(base, 1) for base, tool in m.rounds)
-        verdict = "MET" if ratio <= goal else "NOT MET"
+        verdict = "(noise)" if goal is None else "MET" if ratio <= goal else "NOT MET"
         bound = ""
         if m.disk_bw and m.step_bytes:
             disk_s = m.step_bytes / m.disk_bw
@@ -338,10 +398,11 @@ def report(model_name, results, block, opts):
                      f"takes {disk_s * 1e3:.0f} ms = {disk_s / b:.2f}x a baseline step, "
                      f"so the disk allows {1 + disk_s / b:.2f}x")
         spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
-        stages = (f"{m.stages_cpu / m.tool_steps * 1e3:6.0f} ms" if m.stages_cpu is not None and m.tool_steps
+        stages = (f"{m.stages_cpu / m.tool_steps * 1e3:6.0f} ms" if m.stages_cpu and m.tool_steps
                   else f"{'-':>9}")
-        print(f"  {m.name:<15} {b * 1e3:8.1f} {t * 1e3:8.1f} {ratio:5.2f}x {spread:>11} {cpu:5.2f}x {goal:5.2f}x  "
-              f"{verdict:<9} {fmt_bytes(m.step_bytes):>10} {stages} {m.drain:5.1f}s  {what}{bound}")
+        goal_text = f"{goal:5.2f}x" if goal else f"{'-':>6}"
+        print(f"  {m.name:<15} {b * 1e3:8.1f} {t * 1e3:8.1f} {ratio:6.3f}x {spread:>11} {statistics.median(m.sustained):5.2f}x {cpu:5.2f}x {goal_text}  "
+              f"{verdict:<9} {fmt_bytes(m.step_bytes):>10} {stages} {drain}  {what}{bound}")
 
 
 def main():
@@ -351,11 +412,11 @@ def main():
                    f"(default {DEFAULT_STEPS['resnet18']} resnet18, {DEFAULT_STEPS['transformer']} transformer)")
     p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
                    help=f"baseline/tool alternations per configuration ({DEFAULT_ROUNDS})")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up steps on each side (2)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up steps on each side (3)")
     p.add_argument("--configs", default=",".join(c[0] for c in CONFIGS),
                    help="comma-separated subset of " + ", ".join(c[0] for c in CONFIGS))
     p.add_argument("--tmp", help="directory for the dumps (default: a new one under $TMPDIR)")
-    p.add_argument("--keep", action="store_true", help="keep the dumps and child logs")
+    p.add_argument("--keep", action="store_true", help="keep the dumps and the children's logs")
     p.add_argument("--child", nargs=3, metavar=("MODEL", "CONFIG", "DUMP"), help=argparse.SUPPRESS)
     opts = p.parse_args()
     if opts.child:
@@ -366,7 +427,8 @@ def main():
         p.error(f"unknown configurations: {', '.join(sorted(unknown))}")
 
     # The tool is imported only in the children; check once that it can be.
-    check = subprocess.run([sys.executable, "-c", "import tprobe; tprobe.PrecisionDebugger"],
+    check = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, flush=True); "
+                            "import tprobe; tprobe.PrecisionDebugger"],
                            capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "python") + os.pathsep
                                 + os.environ.get("PYTHONPATH", "")})
@@ -377,7 +439,8 @@ def main():
 
     tmp = opts.tmp or tempfile.mkdtemp(prefix="tprobe-bench-torch-")
     os.makedirs(tmp, exist_ok=True)
-    print(f"tprobe PyTorch capture benchmark: torch {torch.__version__}, {os.cpu_count()} CPUs, "
+    torch_version = check.stdout.strip() or "?"
+    print(f"tprobe PyTorch capture benchmark: torch {torch_version}, {os.cpu_count()} CPUs, "
           f"torch threads 1, dumps in {tmp}")
     if opts.tool_error:
         print(f"warning: {opts.tool_error}; only the baseline is measured")

@@ -11,6 +11,8 @@
 #   dump_path/producer/{statistics,tensor}/   the C example producer (2 ranks) through both pipelines
 #   output/compare_resnet18/       tprobe compare: bf16 (as NPU) against fp32 (as bench), statistics
 #   output/compare_transformer/    the same on the tensor dumps (real-data metrics)
+#   output/compare_live/           live compare, no dump: pipelines/compare-live.json runs the
+#                                  transformer twice (float32, bfloat16) into tprobe-compare-live
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -83,11 +85,33 @@ done
 compare resnet18 "$dp/resnet18_bf16/step0" "$dp/resnet18_fp32/step0"
 compare transformer "$dp/transformer_bf16/step0" "$dp/transformer_fp32/step0"
 
+# Live: pipelines/compare-live.json with its result folder set, bfloat16 (run b) as NPU.
+out="$root/output/compare_live"
+rm -rf "$out"
+"$python" - "$root/pipelines/compare-live.json" "$out" "$tmp/compare-live.json" <<'EOF'
+import json, sys
+manifest = json.load(open(sys.argv[1]))
+for stage in manifest["stages"]:
+    if stage["stage"] == "compare-live":
+        stage["options"].update({"output-dir": sys.argv[2], "npu": "b", "bench": "a"})
+json.dump(manifest, open(sys.argv[3], "w"), indent=1)
+EOF
+cfg=$(config tensor "$tmp/unused")
+echo "demo: tprobe run pipelines/compare-live.json -- examples/train_transformer.py (float32 and bfloat16, results in $out)"
+status=0
+build/bin/tprobe run "$tmp/compare-live.json" --config "$cfg" -- \
+  "$python" examples/train_transformer.py --steps "$steps" --config "$cfg" || status=$?
+case $status in
+  0) echo "demo: compare live: no differences beyond the thresholds" ;;
+  1) echo "demo: compare live: differences found (expected for bfloat16 against float32)" ;;
+  *) echo "demo: compare live failed with status $status" >&2; exit "$status" ;;
+esac
+
 echo "demo: done. Dumps (step{N}/rank/dump.json, stack.json, construct.json; dump_tensor_data/ for tensor):"
 for d in resnet18_fp32 resnet18_fp32_run resnet18_bf16 transformer_fp32 transformer_bf16 producer/statistics producer/tensor; do
   echo "  dump_path/$d/"
 done
 echo "Compare results (bfloat16 as NPU, float32 as bench):"
-for d in output/compare_resnet18 output/compare_transformer; do
+for d in output/compare_resnet18 output/compare_transformer output/compare_live; do
   for f in "$d"/*; do echo "  $f"; done
 done
