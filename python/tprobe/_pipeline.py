@@ -28,7 +28,12 @@ PR_SET_PDEATHSIG = 1
 
 def _die_with_parent():
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        # SIGINT is how close() ends the run the clean way. A training process started with SIGINT
+        # ignored (a background job of a non-interactive shell) would hand that on, and the
+        # launcher, which keeps inherited ignored signals ignored, would never end.
+        libc.signal(int(signal.SIGINT), 0)  # SIG_DFL
     except (OSError, AttributeError):
         pass
 
@@ -99,7 +104,12 @@ class DirectPipeline:
             except subprocess.TimeoutExpired:
                 print(f"tprobe: the pipeline did not finish within {timeout} s; stopping it", file=sys.stderr)
                 self.process.send_signal(signal.SIGINT)  # a second SIGINT stops every stage
-                self.process.wait()
+                try:
+                    self.process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    print("tprobe: the pipeline still runs 60 s later; killing it", file=sys.stderr)
+                    self.process.kill()
+                    self.process.wait()
         self._stderr.join(timeout=10)
         if self.process.returncode != 0:
             self._show_all()

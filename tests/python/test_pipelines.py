@@ -69,6 +69,12 @@ for step in range(STEPS):
             self.assertEqual(data["d.0.debug"]["n"], [{"type": "int", "value": 1}, {"type": "float", "value": 2.5}])
             self.assertEqual((data["x_grad.0.debug"]["Min"], data["x_grad.0.debug"]["Max"]), (3.0, 3.0))
 
+    def test_direct_mode_ends_when_started_with_sigint_ignored(self):
+        # Direct mode ends its pipeline with SIGINT; an inherited "ignore SIGINT" must not make the
+        # script hang at exit (subprocess.run's timeout would fail the test).
+        run = self.run_script(tt.TRAIN, ignore_sigint=True, timeout=120)
+        self.assertIn("Functional.linear.0.forward", run.data())
+
     def test_level_l0_needs_the_model(self):
         script = tt.TRAIN.replace("debugger.start(model)", "debugger.start()")
         run = self.run_script(script, config=tt.default_config(level="L0"), expect_ok=False)

@@ -121,7 +121,7 @@ class CaptureTest(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def run_script(self, script, config=None, env=None, manifest=None, steps=1, expect_ok=True, name=None,
-                   timeout=240):
+                   timeout=240, ignore_sigint=False):
         """Writes model.py, config.json and train.py (`script` with STEPS replaced) and runs it with
         /usr/bin/python3: directly (direct mode) or under `tprobe run MANIFEST` if manifest is set."""
         directory = os.path.join(self.tmp, name or self.id().rsplit(".", 1)[-1])
@@ -135,6 +135,8 @@ class CaptureTest(unittest.TestCase):
         command = [PYTHON, "train.py"]
         if manifest:
             command = [os.path.join(BIN_DIR, "tprobe"), "run", os.path.join(PIPELINES, manifest), "--"] + command
+        if ignore_sigint:  # as a background job of a non-interactive shell starts
+            command = ["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh"] + command
         full_env = dict(os.environ)
         full_env.pop("TPROBE_ENDPOINT", None)
         full_env.update(env or {})
