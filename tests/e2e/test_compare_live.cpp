@@ -31,19 +31,29 @@ dtype dtype_of(example::element e) {
   return dtype::float32;
 }
 
+// `tprobe run` of a compare-live manifest around the example producer (with `producer_args`).
+// run_a / run_b: extra keys of the runs' JSON objects, e.g. `, "args": ["--seed", "1"]`, or "".
+// The result files go to dir/out_name.
+test::process_result run_live(const test::temp_dir &dir, const std::string &run_a, const std::string &run_b,
+                              const std::string &out_name, std::vector<std::string> producer_args) {
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "tensor", "dump_path": ")" + dir.path() + R"(/dump", "level": "L1"})");
+  const std::string manifest = dir / "compare-live.json";
+  test::write_file(manifest, R"({"description": "test", "runs": [{"name": "a")" + run_a + R"(},
+      {"name": "b")" + run_b + R"(}], "capture": {"task": "tensor"},
+      "stages": [{"name": "compare", "stage": "compare-live", "inputs": ["capture"],
+                  "options": {"output-dir": ")" + dir.path() + "/" + out_name + R"("}}]})");
+  std::vector<std::string> argv{test::bin("tprobe"), "run", manifest, "--config", config, "--",
+                                test::bin("tprobe-example-producer")};
+  argv.insert(argv.end(), producer_args.begin(), producer_args.end());
+  return test::run_process(argv);
+}
+
 }  // namespace
 
 TEST(compare_live, two_seeds_diverge_and_the_divergence_is_named) {
   test::temp_dir dir;
-  const std::string config = dir / "config.json";
-  test::write_file(config, R"({"task": "tensor", "dump_path": ")" + dir.path() + R"(/dump", "level": "L1"})");
-  const std::string manifest = dir / "compare-live.json";
-  test::write_file(manifest, R"({"description": "test", "runs": [{"name": "a", "args": ["--seed", "1"]},
-      {"name": "b", "args": ["--seed", "2"]}], "capture": {"task": "tensor"},
-      "stages": [{"name": "compare", "stage": "compare-live", "inputs": ["capture"],
-                  "options": {"output-dir": ")" + dir.path() + R"(/out"}}]})");
-  const auto r = test::run_process({test::bin("tprobe"), "run", manifest, "--config", config, "--",
-                                    test::bin("tprobe-example-producer"), "--steps", "1"});
+  const auto r = run_live(dir, R"(, "args": ["--seed", "1"])", R"(, "args": ["--seed", "2"])", "out", {"--steps", "1"});
   // The stage exits 1 (a negative answer), and so does the launcher, the command having succeeded.
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("tprobe-compare-live: a vs b:"));
@@ -80,15 +90,7 @@ TEST(compare_live, two_seeds_diverge_and_the_divergence_is_named) {
 
 TEST(compare_live, same_seed_is_clean) {
   test::temp_dir dir;
-  const std::string config = dir / "config.json";
-  test::write_file(config, R"({"task": "tensor", "dump_path": ")" + dir.path() + R"(/dump", "level": "L1"})");
-  const std::string manifest = dir / "compare-live.json";
-  test::write_file(manifest, R"({"description": "test", "runs": [{"name": "a"}, {"name": "b"}],
-      "capture": {"task": "tensor"},
-      "stages": [{"name": "compare", "stage": "compare-live", "inputs": ["capture"],
-                  "options": {"output-dir": ")" + dir.path() + R"(/out"}}]})");
-  const auto r = test::run_process({test::bin("tprobe"), "run", manifest, "--config", config, "--",
-                                    test::bin("tprobe-example-producer"), "--steps", "2"});
+  const auto r = run_live(dir, "", "", "out", {"--steps", "2"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("first divergence")));
   EXPECT_THAT(r.err, HasSubstr(", 0 failing, 0 unmatched"));
@@ -110,15 +112,8 @@ TEST(compare_live, tables_equal_the_offline_compare) {
                                           dir / "offline"});
   ASSERT_EQ(offline.status, 1) << offline.err;
 
-  const std::string config = dir / "config.json";
-  test::write_file(config, R"({"task": "tensor", "dump_path": ")" + dir.path() + R"(/dump", "level": "L1"})");
-  const std::string manifest = dir / "compare-live.json";
-  test::write_file(manifest, R"({"description": "test", "runs": [{"name": "a", "args": ["--seed", "1"]},
-      {"name": "b", "args": ["--seed", "2"]}], "capture": {"task": "tensor"},
-      "stages": [{"name": "compare", "stage": "compare-live", "inputs": ["capture"],
-                  "options": {"output-dir": ")" + dir.path() + R"(/live"}}]})");
-  const auto live = test::run_process({test::bin("tprobe"), "run", manifest, "--config", config, "--",
-                                       test::bin("tprobe-example-producer"), "--steps", "1", "--world-size", "2"});
+  const auto live = run_live(dir, R"(, "args": ["--seed", "1"])", R"(, "args": ["--seed", "2"])", "live",
+                             {"--steps", "1", "--world-size", "2"});
   EXPECT_THAT(live.err, HasSubstr("first divergence: step 0 rank "));
 
   const auto csv_of = [](const std::string &folder, const std::string &rank) {
