@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <initializer_list>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include "errors.h"
 
@@ -31,8 +33,12 @@ constexpr size_t path_component_max_length = 255;
 const std::vector<std::string> task_names{"tensor",         "statistics", "overflow_check", "free_benchmark",
                                           "run_ut",         "grad_probe", "structure",      "exception_dump"};
 const std::vector<std::string> level_names{"L0", "L1", "L2", "mix", "debug"};
+// "tprobe" is ours (tprobe_keys); msprobe ignores keys it does not know, so a config with it still
+// works there.
 const std::vector<std::string> common_keys{"task",      "dump_path",         "rank",       "step",
-                                           "level",     "enable_dataloader", "async_dump", "precision"};
+                                           "level",     "enable_dataloader", "async_dump", "precision",
+                                           "tprobe"};
+const std::vector<std::string> tprobe_keys{"pipeline_timeout_s", "on_pipeline_failure"};
 const std::vector<std::string> data_mode_names{"all", "forward", "backward", "input", "output"};
 
 // The keys msprobe documents for the section of each task (§2.4-§2.10).
@@ -589,6 +595,23 @@ std::vector<int64_t> config_parse_rank_or_step(const nlohmann::ordered_json &val
   return out;
 }
 
+static void parse_tprobe_section(const ordered_json &section, const std::string &source, capture_config &cfg) {
+  const std::string where_section = field_where(source, "tprobe");
+  if (!section.is_object()) fail(where_section, "expected an object, got " + kind(section));
+  check_keys(section, tprobe_keys, source, "tprobe");
+  auto where = [&](const char *key) { return fmt::format("{}: field \"tprobe.{}\"", source, key); };
+  if (auto *v = get(section, "pipeline_timeout_s")) {
+    if (!v->is_number()) fail(where("pipeline_timeout_s"), "expected a number of seconds, got " + kind(*v));
+    const double seconds = v->get<double>();
+    // -1 (wait forever) is the only negative allowed; the upper bound keeps milliseconds in an int.
+    if (!(seconds == -1 || (seconds > 0 && seconds <= 86400)))
+      fail(where("pipeline_timeout_s"), fmt::format("{} is not -1 (forever) or in (0, 86400]", v->dump()));
+    cfg.pipeline_timeout_s = seconds;
+  }
+  if (auto *v = get(section, "on_pipeline_failure"))
+    cfg.on_pipeline_failure = expect_one_of(*v, {"raise", "warn"}, where("on_pipeline_failure"));
+}
+
 capture_config config_parse(const nlohmann::ordered_json &doc, const std::string &source) {
   if (!doc.is_object()) {
     throw usage_error(fmt::format("{}: expected a JSON object at the top level, got {}", source, kind(doc)));
@@ -612,9 +635,36 @@ capture_config config_parse(const nlohmann::ordered_json &doc, const std::string
   if (auto *v = get(doc, "async_dump")) cfg.async_dump = expect_bool(*v, where("async_dump"));
   if (auto *v = get(doc, "precision")) cfg.precision = expect_one_of(*v, {"low", "high"}, where("precision"));
 
+  if (auto *v = get(doc, "tprobe")) parse_tprobe_section(*v, source, cfg);
+
   parse_task_section(doc, source, cfg);
   validate_cross_fields(cfg, source);
   return cfg;
+}
+
+void config_check_dump_path_usable(const capture_config &cfg) {
+  const std::string where = field_where(cfg.source_name, "dump_path");
+  // The nearest existing ancestor decides: the writer creates what is missing below it.
+  fs::path p = cfg.dump_path;
+  std::error_code ec;
+  while (!fs::exists(fs::symlink_status(p, ec)) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  const auto status = fs::status(p, ec);
+  if (ec) throw system_error_from_errno("inspect", p.string(), ec.value());
+  if (!fs::is_directory(status)) {
+    fail(where, p.string() == cfg.dump_path
+                    ? fmt::format("{} exists and is not a directory", quote(cfg.dump_path))
+                    : fmt::format("{} cannot be created: {} is not a directory", quote(cfg.dump_path), p.string()));
+  }
+  // access() says yes to root on a read-only or special file system; only trying tells. A probe
+  // directory is made and removed at once.
+  std::string probe = (p / ".tprobe-probe-XXXXXX").string();
+  if (::mkdtemp(probe.data()) == nullptr) {
+    const int e = errno;
+    fail(where, fmt::format("{} {}: {}", quote(cfg.dump_path),
+                            p.string() == cfg.dump_path ? "is not writable" : "cannot be created in " + p.string(),
+                            std::strerror(e)));
+  }
+  ::rmdir(probe.c_str());
 }
 
 capture_config config_load(const std::string &path) {

@@ -56,6 +56,12 @@ struct capture_config {
   std::string file_format = "npy";          // npy | bin (only effective for MindSpore L2)
   int64_t overflow_nums = 1;                // overflow_check: -1 (never stop) or > 0
 
+  // tprobe's own section "tprobe" (msprobe ignores it): how long a capture waits on a pipeline
+  // that stopped reading before it detaches (-1: forever), and whether the Python front door
+  // raises (stop/step/close) or only warns once the capture has detached.
+  double pipeline_timeout_s = 60;
+  std::string on_pipeline_failure = "raise";  // raise | warn
+
   nlohmann::ordered_json source;  // the document as given, before overrides
   std::string source_name;        // the input named in messages, e.g. the file's path
 
@@ -68,6 +74,11 @@ struct capture_config {
 // Parses and validates a config document. `source` names it in messages ("config.json").
 // Throws usage_error on the first problem found.
 [[nodiscard]] capture_config config_parse(const nlohmann::ordered_json &doc, const std::string &source);
+
+// The dump_path can be used: it is a writable directory, or its nearest existing ancestor is one
+// (the writer creates the rest). Checked when a capture opens, so that a bad path fails before
+// the first step rather than killing the writer later. Throws usage_error naming the field.
+void config_check_dump_path_usable(const capture_config &cfg);
 
 // Reads and parses the file at `path` (named by its path in messages).
 // Throws system_error when it cannot be opened or read ("unable to open PATH: No such file or

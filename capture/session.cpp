@@ -2,6 +2,7 @@
 // bounded queue, and a sender thread that owns the sockets.
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "config.h"
+#include "safe_path.h"
 #include "endpoint.h"
 #include "errors.h"
 #include "tprobe_capture.h"
@@ -190,7 +192,7 @@ struct tprobe_session {
   }
 
   // queue: training thread → sender thread
-  std::mutex mutex;
+  mutable std::mutex mutex;
   std::condition_variable not_empty, has_space;
   std::deque<record> queue;
   size_t queued_bytes = 0;
@@ -198,8 +200,12 @@ struct tprobe_session {
   bool sender_waiting = false;     // the sender is in a wait
   bool sender_deep_sleep = false;  // … and will not look again until woken
   bool producer_waiting = false;   // a capture call waits for queue space
-  std::exception_ptr sender_error;
+  std::exception_ptr sender_error;  // an error that is not the pipeline's going away
   std::thread sender;
+  // Set by the sender thread when the pipeline stopped reading; read by capture calls without the
+  // lock, so that a detached session costs one load per call.
+  std::atomic<bool> detached{false};
+  std::string detach_reason;  // under mutex
 
   // capture state (training thread only)
   int64_t step = 0;
@@ -210,7 +216,8 @@ struct tprobe_session {
   tprobe_session_counts counts{};
 
   bool active() const {
-    return started && !service_ended && filter->rank_enabled(options.rank) && filter->step_enabled(step);
+    return started && !service_ended && !detached.load(std::memory_order_relaxed) &&
+           filter->rank_enabled(options.rank) && filter->step_enabled(step);
   }
 
   record_header header(record_kind kind) {
@@ -234,17 +241,30 @@ struct tprobe_session {
   static constexpr size_t wake_records = 256;
   static constexpr size_t wake_bytes = size_t{4} << 20;
 
-  void enqueue(record r, bool urgent = false) {
+  // Hands a record to the sender thread; false when the session has detached (the record is
+  // counted as undelivered, never waited for).
+  bool enqueue(record r, bool urgent = false) {
     const size_t size = r.has_payload() ? *r.header.stored : 0;
     std::unique_lock lock(mutex);
     if (sender_error) std::rethrow_exception(sender_error);
+    if (detached.load(std::memory_order_relaxed)) {
+      ++counts.undelivered;
+      return false;
+    }
     if (!queue.empty() && queued_bytes + size > options.queue_bytes) {
       ++counts.waits;
       producer_waiting = true;
       not_empty.notify_one();  // a full queue is worth a wake-up
-      has_space.wait(lock, [&] { return queue.empty() || queued_bytes + size <= options.queue_bytes || sender_error; });
+      // Bounded: the sender detaches when the pipeline stops reading (pipeline_timeout_ms).
+      has_space.wait(lock, [&] {
+        return queue.empty() || queued_bytes + size <= options.queue_bytes || sender_error || detached.load();
+      });
       producer_waiting = false;
       if (sender_error) std::rethrow_exception(sender_error);
+      if (detached.load()) {
+        ++counts.undelivered;
+        return false;
+      }
     }
     queued_bytes += size;
     queue.push_back(std::move(r));
@@ -252,6 +272,35 @@ struct tprobe_session {
     if (sender_waiting &&
         (urgent || sender_deep_sleep || queue.size() >= wake_records || queued_bytes >= wake_bytes))
       not_empty.notify_one();
+    return true;
+  }
+
+  // The sender thread, when the pipeline stopped reading: drop everything, say so once, and let
+  // every later call return at once. Training goes on.
+  void detach(const std::string &reason, uint64_t lost_in_batch) {
+    uint64_t lost;
+    {
+      std::lock_guard lock(mutex);
+      lost = queue.size() + lost_in_batch;
+      counts.undelivered += lost;
+      queue.clear();
+      queued_bytes = 0;
+      detach_reason = reason;
+      detached.store(true);
+      has_space.notify_all();
+    }
+    for (auto &s : senders) s->abandon();
+    std::fprintf(stderr,
+                 "tprobe: warning: the pipeline stopped reading (%s); the capture is detached and training goes "
+                 "on; %llu records were not delivered, and the dump is incomplete\n",
+                 reason.c_str(), static_cast<unsigned long long>(lost));
+  }
+
+  // Control calls (stop, step, close) on a detached session: the dump is incomplete.
+  [[noreturn]] void throw_detached() {
+    std::lock_guard lock(mutex);
+    throw system_error(fmt::format("the capture is detached from its pipeline ({}); {} records were not delivered",
+                                   detach_reason, counts.undelivered));
   }
 
   void sender_loop() {
@@ -275,7 +324,8 @@ struct tprobe_session {
           idle_naps = 0;
           batch.swap(queue);  // one lock for everything that piled up
         }
-        for (record &r : batch) {
+        for (size_t i = 0; i < batch.size(); ++i) {
+          record &r = batch[i];
           const size_t size = r.has_payload() ? *r.header.stored : 0;
           if (options.lz4 && r.has_payload() && r.header.codec == record_codec::raw) {
             if (auto packed = record_payload_lz4(r.payload_bytes())) {
@@ -285,7 +335,12 @@ struct tprobe_session {
               r.header.length = length;
             }
           }
-          for (auto &s : senders) s->send(r);
+          try {
+            for (auto &s : senders) s->send(r);
+          } catch (const consumer_lost_error &e) {
+            detach(e.what(), batch.size() - i);
+            return;
+          }
           r = record();  // our reference to the payload goes now, not at the end of the batch
           std::lock_guard lock(mutex);
           queued_bytes -= size;
@@ -305,6 +360,9 @@ struct tprobe_session {
     else options = tprobe_open_options_default();
     if (options.queue_bytes == 0) options.queue_bytes = size_t{256} << 20;
     if (options.handshake_timeout_ms == 0) options.handshake_timeout_ms = 30000;
+    if (options.watch_pid == 0) {
+      if (const char *env = std::getenv("TPROBE_LAUNCHER_PID"); env && *env) options.watch_pid = std::atoll(env);
+    }
     pool = payload_pool::create(options.queue_bytes);
     framework = options.framework ? options.framework : "pytorch";
     options.framework = nullptr;  // not kept: the caller's string may not outlive the call
@@ -317,7 +375,11 @@ struct tprobe_session {
     }
     config = config_load(path);
     config_apply_overrides(config, config_overrides_from_env());
+    config_check_dump_path_usable(config);
     filter = std::make_unique<capture_filter>(config);
+    if (options.pipeline_timeout_ms == 0)
+      options.pipeline_timeout_ms =
+          config.pipeline_timeout_s < 0 ? -1 : static_cast<int>(config.pipeline_timeout_s * 1000);
 
     std::string endpoints = options.endpoint ? options.endpoint : "";
     options.endpoint = nullptr;
@@ -332,8 +394,11 @@ struct tprobe_session {
       const size_t comma = endpoints.find(',', start);
       const std::string ep = endpoints.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       if (!ep.empty())
-        senders.push_back(std::make_unique<record_sender>(ctx, ep, fmt::format("capture rank {}", options.rank), 1000,
-                                                          options.handshake_timeout_ms));
+        senders.push_back(std::make_unique<record_sender>(
+            ctx, ep, fmt::format("capture rank {}", options.rank), 1000,
+            link_deadlines{.connect_timeout_ms = options.handshake_timeout_ms,
+                           .stall_timeout_ms = options.pipeline_timeout_ms,
+                           .watch_pid = options.watch_pid}));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -349,7 +414,15 @@ struct tprobe_session {
   }
 
   void close() {
-    if (started) stop();
+    // The sender thread is joined whatever stop() says: a session must never be freed with it.
+    std::exception_ptr stop_error;
+    if (started) {
+      try {
+        stop();
+      } catch (...) {
+        stop_error = std::current_exception();
+      }
+    }
     {
       std::lock_guard lock(mutex);
       closing = true;
@@ -357,7 +430,14 @@ struct tprobe_session {
     not_empty.notify_one();
     if (sender.joinable()) sender.join();
     if (sender_error) std::rethrow_exception(sender_error);
-    for (auto &s : senders) s->finish(seq, 0);
+    if (detached) throw_detached();
+    if (stop_error) std::rethrow_exception(stop_error);
+    try {
+      for (auto &s : senders) s->finish(seq, 0);
+    } catch (const consumer_lost_error &e) {
+      detach(e.what(), 0);
+      throw_detached();
+    }
   }
 
   void start() {
@@ -367,15 +447,16 @@ struct tprobe_session {
 
   void stop() {
     started = false;
-    enqueue(record(header(record_kind::flush)), true);
+    if (!enqueue(record(header(record_kind::flush)), true)) throw_detached();
   }
 
   void next_step() {
-    enqueue(record(header(record_kind::step_end)), true);
+    const bool delivered = enqueue(record(header(record_kind::step_end)), true);
     ++step;
     entries.clear();
     filter->reset_step();
     if (filter->past_last_step(step)) service_ended = true;
+    if (!delivered) throw_detached();
   }
 
   bool entry_begin(const char *entry, const char *parent, const char *const *stack, size_t stack_len,
@@ -384,6 +465,12 @@ struct tprobe_session {
     if (!active()) return false;
     auto [it, inserted] = entries.try_emplace(entry, false);
     if (!inserted) return it->second;
+    // Checked once per entry and step, here rather than in the writer, which would have to die
+    // on it and lose the rest of the dump.
+    if (std::string problem = dump_name_problem(entry, TPROBE_ENTRY_NAME_MAX); !problem.empty()) {
+      entries.erase(it);
+      throw usage_error(fmt::format("entry name \"{}\" {}", entry, problem));
+    }
     it->second = filter->entry_enabled(entry);
     if (!it->second) return false;
     // An implicit announcement (first capture of an unannounced entry) has nothing to say: the
@@ -400,8 +487,7 @@ struct tprobe_session {
     meta["parent"] = parent ? nlohmann::ordered_json(parent) : nlohmann::ordered_json(nullptr);
     if (is_recompute >= 0) meta["is_recompute"] = is_recompute != 0;
     r.header.meta = std::move(meta);
-    enqueue(std::move(r));
-    return true;
+    return enqueue(std::move(r));
   }
 
   bool slot_wanted(const char *entry, const char *slot) {
@@ -453,8 +539,7 @@ struct tprobe_session {
       r.set_payload_frame(std::move(frame));
       counts.bytes += bytes;
     }
-    enqueue(std::move(r));
-    return TPROBE_OK;
+    return enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 
   int capture_value(const char *entry, const char *slot, const char *json_text) {
@@ -470,8 +555,7 @@ struct tprobe_session {
     } catch (const nlohmann::json::exception &e) {
       throw usage_error(fmt::format("{} {}: value is not valid JSON: {}", entry, slot, e.what()));
     }
-    enqueue(std::move(r));
-    return TPROBE_OK;
+    return enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 };
 
@@ -560,7 +644,9 @@ int tprobe_capture_value(tprobe_session *s, const char *entry, const char *slot,
 
 int tprobe_session_counts_get(const tprobe_session *s, tprobe_session_counts *counts) {
   if (!s || !counts) return null_session();
+  std::lock_guard lock(s->mutex);  // undelivered is also counted by the sender thread
   *counts = s->counts;
+  counts->detached = s->detached.load() ? 1 : 0;
   return TPROBE_OK;
 }
 
@@ -633,7 +719,37 @@ int tprobe_capture_summary(tprobe_session *s, const char *entry, const char *slo
     st.nan_count = summary->nan_count;
     st.inf_count = summary->inf_count;
     h.stats = st;
-    s->enqueue(std::move(r));
+    return s->enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
+  });
+}
+
+const char *tprobe_config_check(const char *config_path) {
+  g_last_error.clear();
+  try {
+    std::string path = config_path ? config_path : "";
+    if (path.empty()) {
+      const char *env = std::getenv("TPROBE_CONFIG");
+      if (!env || !*env) throw usage_error("no config: pass a config.json path or set TPROBE_CONFIG");
+      path = env;
+    }
+    capture_config config = config_load(path);
+    config_apply_overrides(config, config_overrides_from_env());
+    config_check_dump_path_usable(config);
+    auto meta = config.session_meta();
+    meta["pipeline_timeout_s"] = config.pipeline_timeout_s;
+    meta["on_pipeline_failure"] = config.on_pipeline_failure;
+    g_config_text = meta.dump();
+    return g_config_text.c_str();
+  } catch (const std::exception &e) {
+    g_last_error = e.what();
+    return nullptr;
+  }
+}
+
+int tprobe_entry_name_check(const char *name) {
+  return guarded([&] {
+    const std::string problem = dump_name_problem(name ? name : "", TPROBE_ENTRY_NAME_MAX);
+    if (!problem.empty()) throw usage_error(fmt::format("entry name \"{}\" {}", name ? name : "", problem));
     return TPROBE_OK;
   });
 }
@@ -646,6 +762,8 @@ const char *tprobe_session_config(const tprobe_session *s) {
   auto meta = s->config.session_meta();
   meta["framework"] = s->framework;
   meta["rank_of_session"] = s->options.rank;
+  meta["pipeline_timeout_s"] = s->config.pipeline_timeout_s;
+  meta["on_pipeline_failure"] = s->config.on_pipeline_failure;
   g_config_text = meta.dump();
   return g_config_text.c_str();
 }

@@ -14,8 +14,15 @@
  * returns a status; on TPROBE_ERROR, tprobe_last_error() holds a one-line message for this thread.
  * The caller may overwrite or free a tensor's memory as soon as the capture call returns.
  *
- * Flow control is lossless: when the queue is full (queue_bytes), a capture call waits for the
- * sender thread. Nothing is dropped.
+ * Flow control is lossless while the pipeline is alive: when the queue is full (queue_bytes), a
+ * capture call waits for the sender thread, which waits for the pipeline. Nothing is dropped.
+ *
+ * The training process comes first. When the pipeline stops reading (its first stage or the
+ * launcher is gone, or no record went through for pipeline_timeout_ms), the session *detaches*:
+ * it says so once on stderr, drops what it still holds, and from then on every capture call
+ * returns TPROBE_SKIPPED at once, counted in tprobe_session_counts.undelivered; tprobe_stop,
+ * tprobe_step and tprobe_session_close return TPROBE_ERROR naming the reason (the dump is
+ * incomplete). No call ever waits longer than pipeline_timeout_ms on a stopped pipeline.
  *
  * This header depends on DLPack only (for DLTensor); it exposes no transport library.
  * Link: -ltprobe_capture.
@@ -62,6 +69,13 @@ typedef struct tprobe_open_options {
   /* Compress payloads with LZ4 on the sender thread (worth it over tcp between hosts). */
   int lz4;
   tprobe_stats_mode stats_mode;
+  /* Milliseconds a blocked send (or the end-of-stream's acknowledgement) may wait on a pipeline
+     that reads nothing before the session detaches; 0: the config's tprobe.pipeline_timeout_s
+     (60 s by default); -1: forever. */
+  int pipeline_timeout_ms;
+  /* A process on this host whose end means the pipeline is gone (the launcher); 0: the
+     environment variable TPROBE_LAUNCHER_PID, which `tprobe run` sets, if any. */
+  int64_t watch_pid;
 } tprobe_open_options;
 
 /* Default options: endpoint NULL, rank -1, framework NULL, everything else 0. */
@@ -110,8 +124,23 @@ typedef struct tprobe_session_counts {
   uint64_t bytes;          /* tensor bytes copied */
   uint64_t skipped;        /* capture calls filtered out */
   uint64_t waits;          /* capture calls that waited for queue space */
+  uint64_t undelivered;    /* records the pipeline did not get: held when the session detached,
+                              and captured after that */
+  int detached;            /* 1 once the session detached from a pipeline that stopped reading */
 } tprobe_session_counts;
 int tprobe_session_counts_get(const tprobe_session *session, tprobe_session_counts *counts);
+
+/* Reads and validates a config as tprobe_session_open does (the environment overrides included),
+   and checks that its dump_path can be created and written, without opening anything. Returns the
+   effective configuration as tprobe_session_config does, or NULL with tprobe_last_error() set to a
+   line naming the file and the field. Valid until the next call on the same thread. */
+const char *tprobe_config_check(const char *config_path);
+
+/* Whether `name` can be a dump entry name: it becomes part of file names (NAME.SLOT.npy), so only
+   [a-zA-Z0-9_.-] and at most TPROBE_ENTRY_NAME_MAX characters. TPROBE_OK, or TPROBE_ERROR with
+   tprobe_last_error() saying what is wrong. tprobe_entry_begin and the capture calls check it. */
+#define TPROBE_ENTRY_NAME_MAX 200
+int tprobe_entry_name_check(const char *name);
 
 /* The message of this thread's last TPROBE_ERROR ("" if none). */
 const char *tprobe_last_error(void);

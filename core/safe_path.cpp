@@ -259,4 +259,14 @@ void atomic_write_file(const std::string &path, std::string_view content, bool s
   }
 }
 
+std::string dump_name_problem(std::string_view name, size_t max_length) {
+  if (name.empty()) return "is empty";
+  if (name == "." || name == "..") return "is not a file name";
+  if (name.size() > max_length) return fmt::format("is {} characters long, at most {} allowed", name.size(), max_length);
+  static constexpr std::string_view allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-";
+  if (const size_t bad = name.find_first_not_of(allowed); bad != std::string_view::npos)
+    return fmt::format("contains \"{}\" at position {}; only [a-zA-Z0-9_.-] are allowed", name[bad], bad);
+  return "";
+}
+
 }  // namespace tprobe

@@ -30,6 +30,11 @@ namespace tprobe {
 // Returns the absolute normalised path.
 std::string path_check_create(const std::string &path, const std::string &what);
 
+// What is wrong with `name` as a file name inside the dump tree (an entry name, or the tensor
+// file name NAME.SLOT.npy made from it), or "" when nothing is: msprobe's file-name rule
+// [a-zA-Z0-9_.-], not empty, not "." or "..", at most `max_length` characters.
+[[nodiscard]] std::string dump_name_problem(std::string_view name, size_t max_length = 255);
+
 // Create `root` (parents as needed) and then `relative` (e.g. "step0/rank0/dump_tensor_data")
 // under it. Every directory this call creates gets mode 0750 (chmod'ed, so the umask does not
 // matter); existing directories keep their mode. Symbolic links are followed only in the

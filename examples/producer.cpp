@@ -5,7 +5,10 @@
 //   tprobe run pipelines/statistics.json --config examples/config.json --
 //       build/bin/tprobe-example-producer --steps 3 --world-size 2
 // (one command line)
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -19,14 +22,50 @@
 
 namespace {
 
-int run_rank(const std::string &config, const std::string &endpoint, int rank, int64_t steps, uint64_t seed) {
+struct run_options {
+  std::string config, endpoint;
+  int64_t steps = 3;
+  uint64_t seed = 1;
+  int step_ms = 0;          // simulated compute per step
+  bool keep_going = false;  // a failed stop/step/close is reported and training goes on
+};
+
+using clock_type = std::chrono::steady_clock;
+
+// Times one capture call; the longest is reported at exit, so that a test can tell that no call
+// held the "training" longer than the pipeline deadline.
+struct call_timer {
+  double longest_ms = 0;
+  template <typename F>
+  void operator()(F &&f) {
+    const auto t0 = clock_type::now();
+    f();
+    longest_ms = std::max(longest_ms, std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+  }
+};
+
+int run_rank(const run_options &o, int rank) {
   using namespace tprobe;
   tprobe_open_options options = tprobe_open_options_default();
   options.rank = rank;
-  if (!endpoint.empty()) options.endpoint = endpoint.c_str();
-  capture_session session(config, options);
+  if (!o.endpoint.empty()) options.endpoint = o.endpoint.c_str();
+  capture_session session(o.config, options);
+  call_timer timed;
+  int failures = 0;
+  // What a training script does with a failing debugger call when it wants to go on: say so.
+  auto control = [&](const char *what, auto &&call) {
+    try {
+      timed(call);
+    } catch (const std::exception &e) {
+      if (!o.keep_going) throw;
+      if (failures++ == 0) std::fprintf(stderr, "tprobe-example-producer: %s failed, going on: %s\n", what, e.what());
+    }
+  };
+  const int64_t steps = o.steps;
+  const uint64_t seed = o.seed;
   for (int64_t step = 0; step < steps; ++step) {
-    session.start();
+    if (o.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_ms));
+    control("start", [&] { session.start(); });
     std::string current;
     for (auto &it : example::example_step(seed, rank, step)) {
       if (it.entry != current) {
@@ -34,10 +73,10 @@ int run_rank(const std::string &config, const std::string &endpoint, int rank, i
         const std::vector<std::string> stack{
             "File examples/producer.cpp, line 40, in run_rank, \n session.capture(it.entry, it.slot, tensor)",
             "File examples/producer.cpp, line 75, in main, \n return run_rank(config, endpoint, rank, steps, seed)"};
-        session.entry_begin(it.entry, nullptr, stack, 0);
+        timed([&] { session.entry_begin(it.entry, nullptr, stack, 0); });
       }
       if (!it.is_tensor) {
-        session.capture_value(it.entry, it.slot, it.json);
+        timed([&] { session.capture_value(it.entry, it.slot, it.json); });
         continue;
       }
       DLTensor tensor{};
@@ -46,12 +85,14 @@ int run_rank(const std::string &config, const std::string &endpoint, int rank, i
       tensor.ndim = static_cast<int>(it.shape.size());
       tensor.dtype = {example::element_dl_code(it.type), example::element_bits(it.type), 1};
       tensor.shape = it.shape.data();
-      session.capture(it.entry, it.slot, tensor, it.requires_grad);
+      timed([&] { session.capture(it.entry, it.slot, tensor, it.requires_grad); });
     }
-    session.stop();
-    session.step();
+    control("stop", [&] { session.stop(); });
+    control("step", [&] { session.step(); });
   }
-  session.close();
+  control("close", [&] { session.close(); });
+  std::fprintf(stderr, "tprobe-example-producer: rank %d: %lld steps, longest capture call %.1f ms\n", rank,
+               static_cast<long long>(steps), timed.longest_ms);
   return 0;
 }
 
@@ -59,19 +100,19 @@ int run_rank(const std::string &config, const std::string &endpoint, int rank, i
 
 int main(int argc, char **argv) {
   CLI::App app{"emit a few steps of example tensors through the tprobe capture API", "tprobe-example-producer"};
-  std::string config, endpoint;
-  int64_t steps = 3;
+  run_options o;
   int world_size = 1;
-  uint64_t seed = 1;
-  app.add_option("--config", config, "msprobe config.json (default: $TPROBE_CONFIG)");
-  app.add_option("--endpoint", endpoint, "pipeline endpoint (default: $TPROBE_ENDPOINT)");
-  app.add_option("--steps", steps, "steps to run")->check(CLI::NonNegativeNumber);
+  app.add_option("--config", o.config, "msprobe config.json (default: $TPROBE_CONFIG)");
+  app.add_option("--endpoint", o.endpoint, "pipeline endpoint (default: $TPROBE_ENDPOINT)");
+  app.add_option("--steps", o.steps, "steps to run")->check(CLI::NonNegativeNumber);
   app.add_option("--world-size", world_size, "ranks, each a process; 1 = not distributed")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "seed of the example values");
+  app.add_option("--seed", o.seed, "seed of the example values");
+  app.add_option("--step-ms", o.step_ms, "simulated compute per step, in ms")->check(CLI::NonNegativeNumber);
+  app.add_flag("--keep-going", o.keep_going, "report a failed stop/step/close once and go on (as training would)");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (world_size == 1) return run_rank(config, endpoint, -1, steps, seed);
+    if (world_size == 1) return run_rank(o, -1);
     std::vector<pid_t> children;
     for (int rank = 0; rank < world_size; ++rank) {
       const pid_t pid = fork();
@@ -81,7 +122,7 @@ int main(int argc, char **argv) {
       }
       if (pid == 0) {
         try {
-          _exit(run_rank(config, endpoint, rank, steps, seed));
+          _exit(run_rank(o, rank));
         } catch (const std::exception &e) {
           std::fprintf(stderr, "tprobe-example-producer: fatal: rank %d: %s\n", rank, e.what());
           _exit(111);

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <map>
 
 #include <fcntl.h>
@@ -38,15 +40,23 @@ void ensure_signal_pipe() {
   if (::pipe2(g_signal_pipe, O_NONBLOCK | O_CLOEXEC) != 0) throw system_error_from_errno("create", "signal pipe", errno);
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
-  return buf;
+const std::string &host_name() {
+  static const std::string name = [] {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0) return std::string();
+    return std::string(buf);
+  }();
+  return name;
 }
 
-nlohmann::ordered_json hello_meta(const std::string &name) {
+// Who we are, in hello (producer) and ack (consumer): lets the other side watch this process.
+nlohmann::ordered_json peer_meta(const std::string &name) {
   return {{"name", name}, {"host", host_name()}, {"pid", static_cast<int64_t>(::getpid())}};
 }
+
+// How often a blocked send or a wait for an ack looks at the consumer's process. Only a send that
+// would block pays for it.
+constexpr int watch_interval_ms = 250;
 
 [[noreturn]] void rethrow_zmq(const zmq::error_t &e, const std::string &verb, const std::string &object) {
   throw system_error(fmt::format("unable to {} {}: {}", verb, object, e.what()));
@@ -56,8 +66,8 @@ nlohmann::ordered_json hello_meta(const std::string &name) {
 class output_link {
  public:
   output_link(zmq::context_t &ctx, const std::string &spec, const std::string &producer_name, int hwm,
-              int handshake_timeout_ms)
-      : spec_(spec) {
+              const link_deadlines &deadlines)
+      : spec_(spec), deadlines_(deadlines) {
     std::string path;
     if (endpoint_is_file(spec, &path)) {
       file_ = std::make_unique<record_file_writer>(path);
@@ -68,16 +78,18 @@ class output_link {
     socket_.set(zmq::sockopt::sndhwm, hwm);
     socket_.set(zmq::sockopt::rcvhwm, hwm);
     socket_.set(zmq::sockopt::linger, -1);  // until finish()'s eos ack proves delivery
+    // A send that would block comes back after this long, so that the consumer can be checked.
+    socket_.set(zmq::sockopt::sndtimeo, watch_interval_ms);
     try {
       socket_.connect(spec);
     } catch (const zmq::error_t &e) {
       rethrow_zmq(e, "connect to", spec);
     }
     record hello(record_kind::hello);
-    hello.header.meta = hello_meta(producer_name);
+    hello.header.meta = peer_meta(producer_name);
     send(hello);
     try {
-      wait_ack(handshake_timeout_ms);
+      wait_ack(ack_wait::hello);
     } catch (...) {
       socket_.set(zmq::sockopt::linger, 0);  // the unanswered hello must not hold the context open
       throw;
@@ -96,8 +108,12 @@ class output_link {
     for (size_t i = 0; i < frames.size(); ++i) {
       const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
       try {
-        // Blocking send: at the high-water mark this waits for the consumer (backpressure).
+        // At the high-water mark this waits for the consumer (backpressure), looking at it every
+        // watch interval: a dead or stalled consumer ends the wait (consumer_lost_error).
+        std::optional<clock_type::time_point> blocked_since;
         while (!socket_.send(frames[i], flags)) {
+          if (!blocked_since) blocked_since = clock_type::now() - std::chrono::milliseconds(watch_interval_ms);
+          check_consumer(*blocked_since, "send to");
         }
       } catch (const zmq::error_t &e) {
         if (e.num() == EINTR && !stop_requested()) {  // an unrelated signal: the record must get through
@@ -133,38 +149,78 @@ class output_link {
     send(eos);
     if (!stop_requested()) {
       try {
-        wait_ack(-1);
+        wait_ack(ack_wait::eos);
       } catch (...) {
-        socket_.set(zmq::sockopt::linger, 0);
-        socket_.close();
+        abandon();
         throw;
       }
     }
+    abandon();
+  }
+
+  // Closes at once, dropping what the socket still holds.
+  void abandon() {
+    if (file_) {
+      file_->close();
+      return;
+    }
+    if (!socket_) return;
     socket_.set(zmq::sockopt::linger, 0);
     socket_.close();
   }
 
  private:
-  void wait_ack(int timeout_ms) {
+  enum class ack_wait { hello, eos };
+
+  std::string consumer_text() const {
+    if (consumer_pid_ <= 0) return "the consumer";
+    return fmt::format("{} (pid {})", consumer_name_.empty() ? std::string("the consumer") : consumer_name_,
+                       consumer_pid_);
+  }
+
+  // Called while a send or an eos ack is overdue: throws consumer_lost_error when waiting on is
+  // pointless (the consumer or the watched process is gone) or past the stall deadline.
+  void check_consumer(clock_type::time_point since, const char *verb) {
+    auto lost = [&](const std::string &why) {
+      socket_.set(zmq::sockopt::linger, 0);  // nothing pending may hold the process open now
+      throw consumer_lost_error(fmt::format("unable to {} {}: {}", verb, spec_, why));
+    };
+    if (stop_requested()) lost("stopped while the consumer was not reading");
+    if (consumer_pid_ > 0 && consumer_host_ == host_name() && process_is_gone(consumer_pid_))
+      lost(consumer_text() + " is gone");
+    if (deadlines_.watch_pid > 0 && process_is_gone(deadlines_.watch_pid))
+      lost(fmt::format("the pipeline's launcher (pid {}) is gone", deadlines_.watch_pid));
+    if (deadlines_.stall_timeout_ms >= 0 &&
+        clock_type::now() - since >= std::chrono::milliseconds(deadlines_.stall_timeout_ms))
+      lost(fmt::format("{} has not read for {} ms", consumer_text(), deadlines_.stall_timeout_ms));
+  }
+
+  void wait_ack(ack_wait what) {
     ensure_signal_pipe();
-    const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+    const auto started = clock_type::now();
+    const int timeout_ms = what == ack_wait::hello ? deadlines_.connect_timeout_ms : deadlines_.stall_timeout_ms;
     for (;;) {
       zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
-      long wait = -1;
-      if (timeout_ms >= 0) {
-        wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
-        if (wait <= 0)
-          throw system_error(fmt::format("unable to reach {}: no stage answered within {} ms", spec_, timeout_ms));
-      }
+      if (what == ack_wait::hello && timeout_ms >= 0 &&
+          clock_type::now() - started >= std::chrono::milliseconds(timeout_ms))
+        throw system_error(fmt::format("unable to reach {}: no stage answered within {} ms", spec_, timeout_ms));
       try {
-        zmq::poll(items, 2, std::chrono::milliseconds(wait));
+        zmq::poll(items, 2, std::chrono::milliseconds(watch_interval_ms));
       } catch (const zmq::error_t &e) {
         if (e.num() == EINTR) continue;
         rethrow_zmq(e, "poll", spec_);
       }
       if (items[1].revents & ZMQ_POLLIN || stop_requested())
         throw system_error(fmt::format("unable to reach {}: stopped while waiting for its answer", spec_));
-      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      if (!(items[0].revents & ZMQ_POLLIN)) {
+        if (what == ack_wait::eos) {
+          check_consumer(started, "finish the stream to");
+        } else if (deadlines_.watch_pid > 0 && process_is_gone(deadlines_.watch_pid)) {
+          throw system_error(fmt::format("unable to reach {}: the pipeline's launcher (pid {}) is gone", spec_,
+                                         deadlines_.watch_pid));
+        }
+        continue;
+      }
       std::vector<zmq::message_t> frames;
       zmq::message_t m;
       do {
@@ -173,15 +229,24 @@ class output_link {
       } while (frames.back().more());
       record r = record_decode(frames);
       if (r.header.kind != record_kind::ack)
-        throw framing_error(fmt::format("{} answered hello with a {} record, not ack", spec_,
-                                        record_kind_name(r.header.kind)));
+        throw framing_error(fmt::format("{} answered {} with a {} record, not ack", spec_,
+                                        what == ack_wait::hello ? "hello" : "eos", record_kind_name(r.header.kind)));
+      if (const auto &m = r.header.meta; m.is_object()) {
+        consumer_name_ = m.value("name", std::string{});
+        consumer_host_ = m.value("host", std::string{});
+        consumer_pid_ = m.value("pid", int64_t{0});
+      }
       return;
     }
   }
 
   std::string spec_;
+  link_deadlines deadlines_;
   zmq::socket_t socket_;
   std::unique_ptr<record_file_writer> file_;
+  // From the consumer's ack: watched while a send is blocked.
+  std::string consumer_name_, consumer_host_;
+  int64_t consumer_pid_ = 0;
 };
 
 struct producer_state {
@@ -192,9 +257,24 @@ struct producer_state {
   clock_type::time_point last_seen;
 };
 
-bool process_is_gone(int64_t pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
-
 }  // namespace
+
+bool process_is_gone(int64_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  // A zombie still answers kill(): its parent has not reaped it yet (a training script's child
+  // launcher that died, say). Its state letter in /proc tells.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%lld/stat", static_cast<long long>(pid));
+  FILE *f = std::fopen(path, "re");
+  if (!f) return false;
+  char buffer[512];
+  const size_t n = std::fread(buffer, 1, sizeof buffer - 1, f);
+  std::fclose(f);
+  buffer[n] = '\0';
+  const char *close_paren = std::strrchr(buffer, ')');  // the command name may hold spaces and ')'
+  return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
 
 // ---- endpoint strings ----
 
@@ -309,7 +389,9 @@ struct stage_io::impl {
   }
 
   void send_ack(const std::string &id) {
-    auto frame = record_header_encode(record_header_of(record_kind::ack));
+    record_header ack = record_header_of(record_kind::ack);
+    ack.meta = peer_meta(options.producer_name);
+    auto frame = record_header_encode(ack);
     router.send(zmq::buffer(id), zmq::send_flags::sndmore);
     router.send(frame, zmq::send_flags::none);
   }
@@ -433,6 +515,7 @@ struct stage_io::impl {
             throw framing_error(fmt::format("{} from a producer that did not say hello first on {}", r.describe(),
                                             input_endpoint));
           ++counts.received;
+          if (tap && outputs.empty()) publish_consumed(r);
           return r;
       }
     }
@@ -452,6 +535,35 @@ struct stage_io::impl {
     ++counts.sent;
     if (tap) publish_tap(r, frames);
   }
+
+  // A sink sends nothing, so its tap shows what it consumes: headers only, and only while someone
+  // subscribes (encoding a header per record is not free).
+  void publish_consumed(const record &r) {
+    if (!tap_subscribed()) return;
+    std::vector<zmq::message_t> frames;
+    if (options.tap_payload || !r.has_payload()) {
+      frames = record_encode(r);
+    } else {
+      record_header h = r.header;
+      h.stored.reset();
+      h.codec = record_codec::raw;
+      h.length = 0;
+      frames.push_back(record_header_encode(h));
+    }
+    publish_tap(r, frames);
+  }
+
+  // XPUB hands up one message per change of the subscription to "" (1: subscribed, 0: gone).
+  bool tap_subscribed() {
+    zmq::message_t m;
+    try {
+      while (tap.recv(m, zmq::recv_flags::dontwait))
+        if (m.size() >= 1) tap_subscribed_ = static_cast<const uint8_t *>(m.data())[0] == 1;
+    } catch (const zmq::error_t &) {
+    }
+    return tap_subscribed_;
+  }
+  bool tap_subscribed_ = false;
 
   void publish_tap(const record &r, std::vector<zmq::message_t> &frames) {
     // The header must say whether a payload frame follows: a tap without payloads gets a header
@@ -535,7 +647,7 @@ stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
   }
   for (const auto &out : options.outputs)
     s.outputs.push_back(
-        std::make_unique<output_link>(ctx, out, options.producer_name, options.high_water_mark, -1));
+        std::make_unique<output_link>(ctx, out, options.producer_name, options.high_water_mark, options.deadlines));
 }
 
 stage_io::~stage_io() = default;
@@ -551,16 +663,18 @@ bool stage_io::interrupted() const { return impl_->interrupted; }
 
 struct record_sender::impl {
   output_link link;
-  impl(zmq::context_t &ctx, const std::string &endpoint, const std::string &name, int hwm, int timeout)
-      : link(ctx, endpoint, name, hwm, timeout) {}
+  impl(zmq::context_t &ctx, const std::string &endpoint, const std::string &name, int hwm,
+       const link_deadlines &deadlines)
+      : link(ctx, endpoint, name, hwm, deadlines) {}
 };
 
 record_sender::record_sender(zmq::context_t &ctx, const std::string &endpoint, const std::string &producer_name,
-                             int high_water_mark, int handshake_timeout_ms)
-    : impl_(std::make_unique<impl>(ctx, endpoint, producer_name, high_water_mark, handshake_timeout_ms)) {}
+                             int high_water_mark, link_deadlines deadlines)
+    : impl_(std::make_unique<impl>(ctx, endpoint, producer_name, high_water_mark, deadlines)) {}
 
 record_sender::~record_sender() = default;
 void record_sender::send(const record &r) { impl_->link.send(r); }
+void record_sender::abandon() { impl_->link.abandon(); }
 
 void record_sender::finish(uint64_t records, uint64_t dropped) {
   record eos(record_header_of(record_kind::eos));
@@ -602,7 +716,51 @@ struct tap_subscriber::impl {
   std::string endpoint;
 };
 
-tap_subscriber::tap_subscriber(zmq::context_t &ctx, const std::string &endpoint)
+namespace {
+
+// ZeroMQ connects in the background and retries forever: a SUB connected to an endpoint nobody
+// serves would wait in silence. The socket monitor reports the connection when it is made; its
+// absence by the deadline is the answer.
+void wait_connected(zmq::context_t &ctx, zmq::socket_t &socket, const std::string &endpoint,
+                    const std::function<void()> &connect, int timeout_ms) {
+  static std::atomic<uint64_t> monitors{0};
+  const std::string monitor_address = fmt::format("inproc://tprobe-connect-monitor-{}-{}", ::getpid(), ++monitors);
+  if (zmq_socket_monitor(socket.handle(), monitor_address.c_str(), ZMQ_EVENT_CONNECTED) != 0)
+    throw system_error(fmt::format("unable to monitor the connection to {}: {}", endpoint, zmq_strerror(zmq_errno())));
+  zmq::socket_t monitor(ctx, zmq::socket_type::pair);
+  monitor.set(zmq::sockopt::linger, 0);
+  monitor.connect(monitor_address);
+  connect();
+  ensure_signal_pipe();
+  const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+  bool connected = false;
+  while (!connected) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+    if (left.count() <= 0 || stop_requested()) break;
+    zmq::pollitem_t items[] = {{monitor.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, left);
+    } catch (const zmq::error_t &e) {
+      if (e.num() == EINTR) continue;
+      throw;
+    }
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    zmq::message_t event, address;
+    (void)monitor.recv(event);
+    if (event.more()) (void)monitor.recv(address);
+    uint16_t id = 0;
+    if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
+    connected = id == ZMQ_EVENT_CONNECTED;
+  }
+  zmq_socket_monitor(socket.handle(), nullptr, 0);
+  if (!connected && !stop_requested())
+    throw system_error(fmt::format("unable to connect to {}: nothing answered within {} ms (is the run still going, "
+                                   "and is this its tap?)", endpoint, timeout_ms));
+}
+
+}  // namespace
+
+tap_subscriber::tap_subscriber(zmq::context_t &ctx, const std::string &endpoint, int connect_timeout_ms)
     : impl_(std::make_unique<impl>()) {
   endpoint_check(endpoint);
   if (endpoint_is_file(endpoint)) throw usage_error(fmt::format("tap \"{}\": a tap is an endpoint, not a file", endpoint));
@@ -610,11 +768,16 @@ tap_subscriber::tap_subscriber(zmq::context_t &ctx, const std::string &endpoint)
   impl_->sub = zmq::socket_t(ctx, zmq::socket_type::sub);
   impl_->sub.set(zmq::sockopt::linger, 0);
   impl_->sub.set(zmq::sockopt::subscribe, "");
-  try {
-    impl_->sub.connect(endpoint);
-  } catch (const zmq::error_t &e) {
-    rethrow_zmq(e, "connect to", endpoint);
-  }
+  auto connect = [&] {
+    try {
+      impl_->sub.connect(endpoint);
+    } catch (const zmq::error_t &e) {
+      rethrow_zmq(e, "connect to", endpoint);
+    }
+  };
+  // inproc has no background connection (and no monitor events): it connects or fails at once.
+  if (connect_timeout_ms < 0 || endpoint.rfind("inproc://", 0) == 0) connect();
+  else wait_connected(ctx, impl_->sub, endpoint, connect, connect_timeout_ms);
 }
 
 tap_subscriber::~tap_subscriber() = default;

@@ -23,7 +23,17 @@
 // Flow control. The main path is lossless: sends block when the peer's high-water mark is reached
 // (backpressure up to the training thread's bounded queue). The consumer acknowledges eos, which
 // proves every earlier record arrived; only then does the producer close (a dead consumer cannot
-// hold a process open, and after SIGINT/SIGTERM closing is best effort). The tap is lossy on purpose: an XPUB socket with
+// hold a process open, and after SIGINT/SIGTERM closing is best effort).
+//
+// Deadlines. Every wait on another process is bounded or watched (link_deadlines):
+//  - the hello's ack: connect_timeout_ms (30 s by default), else system_error "unable to reach";
+//  - a blocked send and the eos ack: the consumer named in its ack (pid, host) is checked every
+//    quarter second while blocked; a consumer on this host that is gone (or a zombie), or the
+//    watched process (the launcher, for a capture), ends the wait at once with
+//    consumer_lost_error. A live consumer that does not read is waited for up to
+//    stall_timeout_ms (-1: forever, the default for stages, whose launcher watches them; the
+//    capture sets the config's tprobe.pipeline_timeout_s), then consumer_lost_error too.
+//  These checks cost nothing while sends go through: they run only when a send would block. The tap is lossy on purpose: an XPUB socket with
 // ZMQ_XPUB_NODROP sent with ZMQ_DONTWAIT; a record a slow tap cannot take is counted in
 // tap_dropped(), never blocking the main path.
 //
@@ -38,6 +48,7 @@
 
 #include <zmq.hpp>
 
+#include "errors.h"
 #include "record.h"
 
 namespace tprobe {
@@ -49,6 +60,24 @@ std::string endpoint_bind_address(const std::string &spec);
 // Throws usage_error naming `spec` when it is not one of the forms above.
 void endpoint_check(const std::string &spec);
 
+// The deadlines of one producer connection (see above).
+struct link_deadlines {
+  int connect_timeout_ms = 30000;  // hello → ack; -1 = forever
+  int stall_timeout_ms = -1;       // a blocked send or the eos ack without progress; -1 = forever
+  int64_t watch_pid = 0;           // another process on this host whose end ends the wait (0: none)
+};
+
+// The consumer stopped reading: it is gone, the watched process is gone, or it stalled past the
+// deadline. what() names the endpoint, the consumer and the reason.
+class consumer_lost_error : public system_error {
+ public:
+  using system_error::system_error;
+};
+
+// True when `pid` names no running process on this host: it does not exist or is a zombie
+// (exited, not yet reaped by its parent). False for pid <= 0.
+bool process_is_gone(int64_t pid);
+
 struct stage_io_options {
   std::string input;                 // "" = this stage has no input
   int producers = 1;                 // see above; 0 = until a `final` record
@@ -56,7 +85,8 @@ struct stage_io_options {
   std::string tap;                   // "" = no tap; else an endpoint to bind an XPUB on
   bool tap_payload = false;          // also publish payload frames on the tap
   int high_water_mark = 1000;        // records queued per connection before sends block
-  std::string producer_name;         // sent in hello, shown in messages ("tprobe-stats")
+  std::string producer_name;         // sent in hello and ack, shown in messages ("tprobe-stats")
+  link_deadlines deadlines;          // of the outputs (stall: forever by default, see above)
 };
 
 struct stage_io_counts {
@@ -111,15 +141,19 @@ void request_stop();  // as if a signal arrived (tests)
 class record_sender {
  public:
   // Connects to `endpoint` (or opens a record file) and completes the hello/ack handshake.
-  // Throws system_error if no consumer answers within `handshake_timeout_ms` (-1 = wait forever).
+  // Throws system_error if no consumer answers within deadlines.connect_timeout_ms.
   record_sender(zmq::context_t &ctx, const std::string &endpoint, const std::string &producer_name,
-                int high_water_mark = 1000, int handshake_timeout_ms = -1);
+                int high_water_mark = 1000, link_deadlines deadlines = {});
   ~record_sender();
   record_sender(const record_sender &) = delete;
   record_sender &operator=(const record_sender &) = delete;
-  void send(const record &r);  // blocking
-  // eos with the given counts, then close (delivers everything first).
+  // Blocking (backpressure); consumer_lost_error when the consumer is gone or stalled (above).
+  void send(const record &r);
+  // eos with the given counts, then close (delivers everything first); consumer_lost_error as
+  // send, when the eos is not acknowledged.
   void finish(uint64_t records, uint64_t dropped);
+  // Closes without eos, dropping whatever the socket still holds (after consumer_lost_error).
+  void abandon();
 
  private:
   struct impl;
@@ -134,7 +168,9 @@ bool endpoint_send_final(zmq::context_t &ctx, const std::string &endpoint, int t
 // The live-tap side: subscribes to a stage's tap and yields what it publishes. Lossy by design.
 class tap_subscriber {
  public:
-  tap_subscriber(zmq::context_t &ctx, const std::string &endpoint);
+  // Connects and waits until the connection is made: system_error "unable to connect to
+  // ENDPOINT: nothing answered within N ms" when nobody serves it (-1 = do not wait).
+  tap_subscriber(zmq::context_t &ctx, const std::string &endpoint, int connect_timeout_ms = 5000);
   ~tap_subscriber();
   // Next record, or nullopt after `timeout_ms` without one (-1 = wait) or on stop_requested().
   std::optional<record> receive(int timeout_ms);

@@ -366,8 +366,19 @@ struct state {
     ++errors;
     if (!failure.empty()) return;
     failure = what;
-    std::fprintf(stderr, "tprobe: capture failed, capture is off from here: %s\n", what.c_str());
+    // A detached session has said so itself, once (tprobe_capture.h).
+    tprobe_session_counts c{};
+    if (!session || tprobe_session_counts_get(session, &c) != TPROBE_OK || !c.detached)
+      std::fprintf(stderr, "tprobe: capture failed, capture is off from here: %s\n", what.c_str());
     update_callbacks();
+  }
+
+  // A control call of the C API failed (a detached session, say): the capture goes off, as for
+  // any failure, and the caller hears of it.
+  [[noreturn]] void fail_and_throw(const char *what) {
+    const std::string message = std::string(what) + ": " + tprobe_last_error();
+    fail(message);
+    throw std::runtime_error(message);
   }
 
   void check_failure() const {
@@ -904,6 +915,7 @@ std::string open(const open_options &options) {
   o.framework = "pytorch";
   if (!options.endpoint.empty()) o.endpoint = options.endpoint.c_str();
   o.stats_mode = options.stats_copy ? TPROBE_STATS_COPY : TPROBE_STATS_AUTO;
+  o.watch_pid = options.watch_pid;
   tprobe_session *session = nullptr;
   checked(tprobe_session_open(options.config_path.empty() ? nullptr : options.config_path.c_str(), &o, &session),
           "tprobe: cannot open the capture");
@@ -963,6 +975,17 @@ std::string close() {
   return result;
 }
 
+std::string config_check(const std::string &config_path) {
+  const char *text = tprobe_config_check(config_path.empty() ? nullptr : config_path.c_str());
+  if (!text) throw std::runtime_error(std::string("tprobe: ") + tprobe_last_error());
+  return text;
+}
+
+void entry_name_check(const std::string &name) {
+  if (tprobe_entry_name_check(name.c_str()) != TPROBE_OK)
+    throw std::runtime_error(std::string("tprobe: ") + tprobe_last_error());
+}
+
 bool start() {
   state &s = the_state();
   std::lock_guard lock(s.mutex);
@@ -984,7 +1007,7 @@ void stop() {
   s.collect_collectives();
   s.collect_device(true);
   s.check_failure();
-  checked(tprobe_stop(s.session), "tprobe: stop");
+  if (tprobe_stop(s.session) == TPROBE_ERROR) s.fail_and_throw("tprobe: stop");
 }
 
 int64_t step() {
@@ -994,11 +1017,12 @@ int64_t step() {
   s.collect_collectives();
   s.collect_device(true);
   s.check_failure();
-  checked(tprobe_step(s.session), "tprobe: step");
+  const int rc = tprobe_step(s.session);  // the step advances even when it reports a detached session
   s.call_counts.clear();
   s.node_inputs.clear();
   s.open_modules.clear();
   s.module_stack.clear();
+  if (rc == TPROBE_ERROR) s.fail_and_throw("tprobe: step");
   s.update_callbacks();
   return tprobe_current_step(s.session);
 }
@@ -1087,6 +1111,7 @@ std::string counters() {
   if (s.session) tprobe_session_counts_get(s.session, &c);
   json j{{"records", c.records},           {"bytes", c.bytes},
          {"skipped", c.skipped},           {"waits", c.waits},
+         {"undelivered", c.undelivered},   {"detached", c.detached != 0},
          {"operators", s.operators},       {"unsupported", s.unsupported},
          {"device_summaries", s.device_summaries}, {"errors", s.errors},
          {"error", s.failure}};

@@ -53,7 +53,14 @@ struct open_options {
   bool stats_copy = false;  // copy CPU tensors for the stats stage instead of computing in place
   bool stacks = true;       // Python stacks for stack.json
   std::string exclude_dir;  // frames from files under it are left out of stacks
+  int64_t watch_pid = 0;    // the launcher of a direct-mode pipeline (tprobe_open_options)
 };
+
+// Validates a config like open() would (tprobe_config_check); returns the effective config as JSON.
+// Throws std::runtime_error with the one-line message naming the file and field.
+std::string config_check(const std::string &config_path);
+// Throws std::runtime_error when `name` cannot be an entry name (tprobe_entry_name_check).
+void entry_name_check(const std::string &name);
 
 // Opens the process's session; returns the effective configuration as JSON (tprobe_session_config).
 // Throws std::runtime_error (one line) when it cannot be opened, or is open already.

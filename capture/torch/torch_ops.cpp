@@ -46,8 +46,12 @@ std::string op_open(std::string config_path, int64_t rank, std::string options_j
   o.stats_copy = j.value("stats_copy", false);
   o.stacks = j.value("stacks", true);
   o.exclude_dir = j.value("exclude_dir", "");
+  o.watch_pid = j.value("watch_pid", int64_t{0});
   return tc::open(o);
 }
+
+std::string op_config_check(std::string config_path) { return tc::config_check(config_path); }
+void op_entry_name_check(std::string name) { tc::entry_name_check(name); }
 
 std::string op_close() { return tc::close(); }
 bool op_start() { return tc::start(); }
@@ -85,6 +89,8 @@ void op_module_exit(int64_t token, std::string backward_entry, c10::optional<std
 TORCH_LIBRARY(tprobe, m) {
   m.def("open(str config_path, int rank, str options) -> str", &op_open);
   m.def("close() -> str", &op_close);
+  m.def("config_check(str config_path) -> str", &op_config_check);
+  m.def("entry_name_check(str name) -> ()", &op_entry_name_check);
   m.def("start() -> bool", &op_start);
   m.def("stop() -> ()", &op_stop);
   m.def("step() -> int", &op_step);

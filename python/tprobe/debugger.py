@@ -63,6 +63,10 @@ class PrecisionDebugger:
         if "step" in self._overrides and not isinstance(step, (list, tuple)):
             raise ValueError(f"tprobe: step must be a list such as [0, 2, \"4-6\"], not {step!r}")
         self._model = model
+        # Checked now, as msprobe does, so that a bad config or dump_path fails here, before the
+        # first step, with one line naming the file and the field.
+        self._checked = self._check_config()
+        self._failure_reported = False
         self._config = None
         self._pipeline = None
         self._modules = None
@@ -72,7 +76,7 @@ class PrecisionDebugger:
         self._closed = False
         self._early_steps = 0
         self._saves = {}
-        atexit.register(self.close)
+        atexit.register(self.close, explicit=False)
         self._initialized = True
 
     # ---- the msprobe API ----
@@ -103,7 +107,10 @@ class PrecisionDebugger:
         if self._modules is not None:
             self._modules.active = False
         self._started = False
-        self._ops.stop()
+        try:
+            self._ops.stop()
+        except RuntimeError as e:
+            self._capture_failed(e)
 
     def step(self):
         """Ends the step: its files are final, call counts restart at 0."""
@@ -112,10 +119,13 @@ class PrecisionDebugger:
         if not self._session:
             self._early_steps += 1
             return
-        self._ops.step()
         if self._modules is not None:
             self._modules.reset_step()
         self._saves.clear()
+        try:
+            self._ops.step()
+        except RuntimeError as e:
+            self._capture_failed(e)
 
     def save(self, variable, name, save_backward=True):
         """Dumps `variable` (a tensor, or lists/dicts of them and of values) as entry
@@ -125,6 +135,10 @@ class PrecisionDebugger:
         self._check_usable()
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError(f"tprobe: save: name must be a non-empty string without dots, not {name!r}")
+        try:  # the longest entry this name makes; the writer would otherwise die on it
+            self._ops.entry_name_check(f"{name}_grad.{self._saves.get(name, 0)}.debug")
+        except RuntimeError as e:
+            raise ValueError(f"tprobe: save: name {name!r} cannot be used: {e}".replace(": tprobe: ", ": ")) from None
         self._open()
         if not self._started and self._config["level"] == "debug":
             self._ops.start()
@@ -144,9 +158,11 @@ class PrecisionDebugger:
 
     # ---- beyond msprobe ----
 
-    def close(self):
+    def close(self, explicit=True):
         """Ends the capture and, in direct mode, the pipeline: the dump is complete on return.
-        Runs by itself at exit; the debugger cannot start again afterwards."""
+        Runs by itself at exit; the debugger cannot start again afterwards. Raises RuntimeError when
+        the dump is incomplete (the pipeline failed), unless the config's
+        tprobe.on_pipeline_failure is "warn" or the failure was reported already."""
         if not self._initialized or self._closed:
             return
         self._closed = True
@@ -159,16 +175,20 @@ class PrecisionDebugger:
                 if counts.get("unsupported"):
                     print(f"tprobe: {counts['unsupported']} tensors were dumped without statistics "
                           "(a dtype or layout tprobe cannot read)", file=sys.stderr)
-                if counts.get("error"):
+                if counts.get("error") and not self._failure_reported:
                     problems.append(f"{counts['errors']} capture errors, the first: {counts['error']}")
             except RuntimeError as e:
-                problems.append(str(e))
+                if not self._failure_reported:
+                    problems.append(str(e))
         if self._pipeline is not None:
             status = self._pipeline.close()
             if status != 0:
                 problems.append(f"the pipeline (tprobe run) ended with status {status}")
         for p in problems:
             print(f"tprobe: {p}", file=sys.stderr)
+        if problems and explicit and not self._failure_reported and self._raises():
+            self._failure_reported = True
+            raise RuntimeError("tprobe: the dump is incomplete: " + "; ".join(problems))
 
     def counters(self):
         """The capture's counters (records, bytes, skipped, operators, unsupported, errors…)."""
@@ -179,6 +199,29 @@ class PrecisionDebugger:
     def _check_usable(self):
         if self._closed:
             raise RuntimeError("tprobe: the debugger is closed (close() ran, or the process is exiting)")
+
+    def _raises(self):
+        return self._checked.get("on_pipeline_failure", "raise") == "raise"
+
+    def _capture_failed(self, error):
+        """stop() or step() found the capture off (the pipeline stopped reading, or the capture
+        failed): the training goes on without it. Raised once by default, since the user asked
+        for a synchronous dump; only warned with tprobe.on_pipeline_failure "warn"."""
+        if self._failure_reported:
+            return
+        self._failure_reported = True
+        if self._raises():
+            raise RuntimeError(f"{error} (the capture is off; training can go on: later calls do not raise again)") \
+                from None
+        print(f"tprobe: warning: {error}; the capture is off, training goes on", file=sys.stderr)
+
+    def _check_config(self):
+        path, temporary = self._config_file()
+        try:
+            return json.loads(self._ops.config_check(path))
+        finally:
+            if temporary:
+                os.unlink(temporary)
 
     def _save_grad_hook(self, entry, slot):
         def hook(grad):
@@ -210,11 +253,11 @@ class PrecisionDebugger:
         path, temporary = self._config_file()
         try:
             endpoint = ""
+            watch_pid = 0
             if not os.environ.get("TPROBE_ENDPOINT"):
-                with open(path, encoding="utf-8") as f:
-                    task = os.environ.get("TPROBE_TASK") or json.load(f).get("task", "statistics")
-                self._pipeline = DirectPipeline(task)
+                self._pipeline = DirectPipeline(self._checked["task"])
                 endpoint = self._pipeline.endpoint
+                watch_pid = self._pipeline.process.pid  # its end means the pipeline is gone
             depth = os.environ.get("TPROBE_OP_DEPTH", "1")
             if not depth.isdigit() or int(depth) < 1:
                 raise ValueError(f"tprobe: TPROBE_OP_DEPTH must be a positive integer, not {depth!r}")
@@ -222,7 +265,7 @@ class PrecisionDebugger:
             if mode not in ("auto", "copy"):
                 raise ValueError(f"tprobe: TPROBE_STATS_MODE must be auto or copy, not {mode!r}")
             options = {"endpoint": endpoint, "op_depth": int(depth), "stats_copy": mode == "copy",
-                       "stacks": True, "exclude_dir": _native.PACKAGE_DIR + "/"}
+                       "stacks": True, "exclude_dir": _native.PACKAGE_DIR + "/", "watch_pid": watch_pid}
             self._config = json.loads(self._ops.open(path, _rank(), json.dumps(options)))
         except BaseException:
             if self._pipeline is not None:

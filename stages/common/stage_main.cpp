@@ -21,9 +21,23 @@ std::string stage_describe_json(const stage_description &d) {
   j["input"] = d.has_input;
   j["output"] = d.has_output;
   j["options"] = nlohmann::ordered_json::array();
-  for (const auto &o : d.options)
-    j["options"].push_back({{"name", o.name}, {"type", o.type}, {"default", o.default_value}, {"doc", o.doc}});
+  auto add = [&](const stage_option_spec &o) {
+    nlohmann::ordered_json option{{"name", o.name}, {"type", o.type}, {"default", o.default_value}, {"doc", o.doc}};
+    if (o.min) option["min"] = *o.min;
+    if (o.max) option["max"] = *o.max;
+    j["options"].push_back(std::move(option));
+  };
+  for (const auto &o : d.options) add(o);
+  for (const auto &o : stage_common_option_specs()) add(o);
   return j.dump(1);
+}
+
+const std::vector<stage_option_spec> &stage_common_option_specs() {
+  static const std::vector<stage_option_spec> specs{
+      {"hwm", "int", "1000", "records queued per connection before sends block", 1, 1e9},
+      {"tap-payload", "bool", "false", "publish payload frames on the tap too", {}, {}},
+  };
+  return specs;
 }
 
 void stage_add_common_options(CLI::App &app, const stage_description &d, stage_common_args &args) {

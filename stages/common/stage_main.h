@@ -14,9 +14,11 @@
 //
 // --describe prints one JSON object:
 //   {"stage": "stats", "summary": "…", "input": true, "output": true,
-//    "options": [{"name": "threads", "type": "int", "default": "1", "doc": "…"}, …]}
-// with type one of "string", "int", "float", "bool", "list" (repeatable string). The launcher
-// type-checks a manifest's options against it before starting anything.
+//    "options": [{"name": "threads", "type": "int", "default": "1", "doc": "…", "min": 1}, …]}
+// with type one of "string", "int", "float", "bool", "list" (repeatable string), and optional
+// "min"/"max" (numbers) for int and float. The launcher type- and range-checks a manifest's
+// options against it before starting anything. The common options a manifest may set (hwm,
+// tap-payload) are listed too.
 //
 // Exit codes and messages: see core/errors.h. stage_main_guard() prints
 //   tprobe-stats: fatal: <what>
@@ -24,6 +26,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,7 @@ struct stage_option_spec {
   std::string type;           // string | int | float | bool | list
   std::string default_value;  // as text; "" for none
   std::string doc;            // one line
+  std::optional<double> min = {}, max = {};  // int and float: the allowed range, checked by the launcher
 };
 
 struct stage_description {
@@ -50,6 +54,8 @@ struct stage_description {
 };
 
 std::string stage_describe_json(const stage_description &d);
+// The common options (below) that a manifest may set like a stage's own: hwm, tap-payload.
+const std::vector<stage_option_spec> &stage_common_option_specs();
 
 // The common options above, parsed into `io` and `ready_fd`. `describe` is set by --describe.
 struct stage_common_args {

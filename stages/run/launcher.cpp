@@ -22,6 +22,7 @@
 
 #include <zmq.hpp>
 
+#include "config.h"
 #include "endpoint.h"
 #include "errors.h"
 #include "run/manifest.h"
@@ -95,6 +96,19 @@ std::string resolve_config(const std::string &path) {
   std::error_code ignored;
   if (!fs::is_regular_file(out, ignored)) throw usage_error("config " + path + " is not a regular file");
   return out;
+}
+
+// The config as the command's capture will read it (the manifest's "capture" section overrides
+// it through the environment), so that a bad field or dump_path fails before anything starts
+// rather than in the training process.
+void check_config(const std::string &path, const manifest_capture &capture) {
+  capture_config cfg = config_load(path);
+  config_overrides overrides;
+  overrides.task = capture.task;
+  overrides.level = capture.level;
+  overrides.dump_path = capture.dump_path;
+  config_apply_overrides(cfg, overrides);
+  config_check_dump_path_usable(cfg);
 }
 
 bool executable_file(const std::string &path) {
@@ -364,6 +378,7 @@ struct child_process {
   pid_t pid = -1;
   bool is_stage = true;
   bool running = false;
+  bool signalled = false;  // got SIGTERM or SIGKILL from the launcher
   int status = 0;  // waitpid() status once !running
 };
 
@@ -425,8 +440,18 @@ class launcher {
     std::string endpoints;
     for (const auto &e : capture_endpoints()) endpoints += (endpoints.empty() ? "" : ",") + e;
     std::vector<std::pair<std::string, std::string>> env{{"TPROBE_ENDPOINT", endpoints},
-                                                         {"TPROBE_RUN_DIR", run_dir_.path()}};
+                                                         {"TPROBE_RUN_DIR", run_dir_.path()},
+                                                         {"TPROBE_LAUNCHER_PID", std::to_string(::getpid())}};
     if (!config_.empty()) env.emplace_back("TPROBE_CONFIG", config_);
+#ifdef TPROBE_PYTHON_DIR
+    // The checkout's python/tprobe, unless the user's own PYTHONPATH or an installed tprobe is meant
+    // to win: it goes last.
+    if (std::error_code e; fs::is_regular_file(TPROBE_PYTHON_DIR "/tprobe/__init__.py", e)) {
+      const char *current = std::getenv("PYTHONPATH");
+      env.emplace_back("PYTHONPATH", current && *current ? std::string(current) + ":" TPROBE_PYTHON_DIR
+                                                          : std::string(TPROBE_PYTHON_DIR));
+    }
+#endif
     if (m_.capture.task) env.emplace_back("TPROBE_TASK", *m_.capture.task);
     if (m_.capture.level) env.emplace_back("TPROBE_LEVEL", *m_.capture.level);
     if (m_.capture.dump_path) env.emplace_back("TPROBE_DUMP_PATH", *m_.capture.dump_path);
@@ -470,6 +495,9 @@ class launcher {
       if (!ok) return false;
     }
     starting_ = false;
+    std::string taps;
+    for (const auto &st : m_.stages) taps += " " + st.name + "=" + manifest_tap_endpoint(run_dir_.path(), st.name);
+    console_.line("tprobe: ready; run dir " + run_dir_.path() + "; taps:" + taps);
     return true;
   }
 
@@ -477,13 +505,29 @@ class launcher {
   bool wait_ready(size_t index, int ready_fd) {
     waiting_for_ = index;
     bool closed_without_line = false;
+    const auto deadline = clock_type::now() + std::chrono::seconds(options_.startup_timeout_s);
     for (;;) {
       pollfd fds[2] = {{closed_without_line ? -1 : ready_fd, POLLIN, 0}, {signals_.fd(), POLLIN, 0}};
-      if (::poll(fds, 2, poll_timeout_ms()) < 0) {
+      int timeout = poll_timeout_ms();
+      if (!failure_) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock_type::now()).count();
+        const int startup_left = static_cast<int>(std::max<decltype(left)>(left, 0));
+        timeout = timeout < 0 ? startup_left : std::min(timeout, startup_left);
+      }
+      if (::poll(fds, 2, timeout) < 0) {
         if (errno == EINTR) continue;
         throw system_error_from_errno("poll", "the ready pipe", errno);
       }
       enforce_stop_grace();
+      if (!failure_ && !fds[0].revents && clock_type::now() >= deadline) {
+        std::string consumers;
+        for (size_t c : m_.consumers_of(m_index_of(children_[index].name)))
+          consumers += (consumers.empty() ? "" : ", ") + in_quotes(m_.stages[c].name);
+        fail(children_[index], "did not report ready within " + std::to_string(options_.startup_timeout_s) + " s" +
+                                   (consumers.empty() ? "" : " (it first connects to " + consumers + ")"));
+        waiting_for_.reset();
+        return false;
+      }
       if (fds[0].revents) {
         char c;
         ssize_t n = ::read(ready_fd, &c, 1);
@@ -509,6 +553,12 @@ class launcher {
     }
     waiting_for_.reset();
     return true;
+  }
+
+  size_t m_index_of(const std::string &stage_name) const {
+    for (size_t i = 0; i < m_.stages.size(); ++i)
+      if (m_.stages[i].name == stage_name) return i;
+    throw std::logic_error("no stage " + stage_name);
   }
 
   void start_progress() {
@@ -617,15 +667,27 @@ class launcher {
   void reap() {
     int status = 0;
     pid_t pid;
-    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    while ((pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED)) > 0) {
       for (size_t i = 0; i < children_.size(); ++i) {
         auto &c = children_[i];
         if (c.pid != pid || !c.running) continue;
+        if (WIFSTOPPED(status)) {
+          stopped(i, WSTOPSIG(status));
+          continue;
+        }
         c.running = false;
         c.status = status;
         exited(i);
       }
     }
+  }
+
+  // A stopped stage reads nothing: every producer upstream, the training's capture included,
+  // would wait for it. Fatal, as an exit is; the command's own stops (Ctrl-Z) are its business.
+  void stopped(size_t index, int sig) {
+    const auto &c = children_[index];
+    if (!c.is_stage) return;
+    fail(c, "was stopped by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")");
   }
 
   void exited(size_t index) {
@@ -649,11 +711,13 @@ class launcher {
     }
   }
 
+  // A stage failed: the pipeline ends, the command goes on (its capture detaches).
   void fail(const child_process &c, const std::string &what) {
     if (failure_) return;
     failure_ = "stage " + in_quotes(c.name) + " (" + c.program + ") " + what;
-    console_.line("tprobe: fatal: " + *failure_);
-    stop_all(SIGTERM);
+    console_.line("tprobe: fatal: " + *failure_ +
+                  (command_running() ? "; stopping the stages, the command goes on without them" : ""));
+    stop_stages(SIGTERM);
   }
 
   void interrupted() {
@@ -678,12 +742,25 @@ class launcher {
 
   // SIGTERM (or SIGKILL) to every running stage's process group and to the command.
   void stop_all(int sig) {
+    stop_stages(sig);
+    for (auto &c : children_) {
+      if (!c.running || c.is_stage) continue;
+      c.signalled = true;
+      ::kill(c.pid, sig);
+    }
+  }
+
+  // SIGTERM (or SIGKILL) to every running stage's process group; SIGCONT after SIGTERM, so that a
+  // stopped stage can act on it.
+  void stop_stages(int sig) {
     stopping_ = true;
     if (sig == SIGTERM && !kill_deadline_) kill_deadline_ = clock_type::now() + STOP_GRACE;
     if (sig == SIGKILL) killed_ = true;
-    for (const auto &c : children_) {
-      if (!c.running) continue;
-      ::kill(c.is_stage ? -c.pid : c.pid, sig);
+    for (auto &c : children_) {
+      if (!c.running || !c.is_stage) continue;
+      c.signalled = true;
+      ::kill(-c.pid, sig);
+      if (sig == SIGTERM) ::kill(-c.pid, SIGCONT);
     }
   }
 
@@ -694,14 +771,17 @@ class launcher {
     return static_cast<int>(std::max<decltype(left)>(left, 0));
   }
 
+  // SIGKILL for whatever still runs STOP_GRACE after its SIGTERM; a command that was never
+  // signalled (a stage failed, the training goes on) is not touched.
   void enforce_stop_grace() {
     if (!kill_deadline_ || killed_ || clock_type::now() < *kill_deadline_) return;
+    killed_ = true;
     for (const auto &c : children_) {
-      if (!c.running) continue;
+      if (!c.running || !c.signalled) continue;
       console_.line("tprobe: " + (c.is_stage ? "stage " + in_quotes(c.name) + " (" + c.program + ")" : "the command") +
                     " still running " + std::to_string(STOP_GRACE.count()) + " s after SIGTERM: killing it");
+      ::kill(c.is_stage ? -c.pid : c.pid, SIGKILL);
     }
-    stop_all(SIGKILL);
   }
 
   void send_finals() {
@@ -807,6 +887,7 @@ int launcher_run(const launcher_options &options) {
   manifest m = manifest_load(options.manifest_path);
   manifest_check_options(m, manifest_binary_describer(bin_dir));
   std::string config = resolve_config(options.config_path);
+  if (!config.empty()) check_config(config, m.capture);
   std::string command_path = options.command.empty() ? "" : resolve_command(options.command.front());
 
   ensure_standard_fds();

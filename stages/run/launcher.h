@@ -13,9 +13,12 @@
 //     terminal's Ctrl-C reaches the command and the launcher but never a stage; each is waited for
 //     on its ready fd (3) together with SIGCHLD, never by sleeping (style lesson 6). Stages get
 //     SIGTERM if the launcher dies (PR_SET_PDEATHSIG), so none waits forever for a `final`.
-//  4. The command runs in the launcher's process group with this environment:
+//  4. Once every stage is ready, one line on stderr names the run directory and the taps:
+//       tprobe: ready; run dir /tmp/tprobe-run.Ab12Cd; taps: stats=ipc://…/stats.tap writer=…
+//     The command runs in the launcher's process group with this environment:
 //       TPROBE_ENDPOINT   comma-joined input endpoints of the stages that read "capture"
 //       TPROBE_RUN_DIR    the run directory
+//       TPROBE_LAUNCHER_PID  this launcher: a capture blocked on the pipeline gives up when it is gone
 //       TPROBE_CONFIG     absolute path of --config (only when given)
 //       TPROBE_TASK, TPROBE_LEVEL, TPROBE_DUMP_PATH   from the manifest's "capture" (when given)
 //     Without a command the launcher prints these as NAME=VALUE lines on stdout and waits: a
@@ -24,10 +27,18 @@
 //     come); the stages drain, write their files and exit; the launcher waits for all of them.
 //
 // Failures and signals:
-//  - A stage that exits non-zero or is killed, at any time, is fatal:
+//  - A stage that exits non-zero, is killed or is stopped (SIGSTOP), at any time, is fatal:
 //      tprobe: fatal: stage "stats" (tprobe-stats) exited with status 100
-//    the other stages' process groups and the command get SIGTERM (stages finish their files on
-//    SIGTERM), the launcher waits for them and exits 111.
+//    the other stages' process groups get SIGTERM (stages finish their files on SIGTERM; a stopped
+//    stage gets SIGCONT too). The command is left alone: the training comes first, and its
+//    capture detaches from the pipeline that went away (tprobe_capture.h) and lets it go on. The
+//    launcher waits for the command and exits 111.
+//  - Start-up has a deadline: a stage that has not reported ready within startup_timeout_s is
+//    fatal ("did not report ready within 60 s"); a stage's connection to its consumers has the
+//    hello deadline of endpoint.h, so a consumer that is ready but never answers fails its
+//    producer's start-up with a message naming the consumer's endpoint.
+//  - --config is read and validated as the capture will (with the manifest's "capture"
+//    overrides), and its dump_path checked, before anything starts: a bad one is exit 100.
 //  - First Ctrl-C: not fatal to the launcher. The command gets the terminal's SIGINT itself and
 //    usually exits, which ends the run as in 5; without a command it ends the run as in 5 at once.
 //    Second Ctrl-C (or SIGTERM/SIGHUP to the launcher): SIGTERM to every stage and the command.
@@ -45,8 +56,6 @@
 // and always one summary line on stderr at the end. The run directory is removed at the end unless
 // --keep-run-dir.
 //
-// Known limit: a stage binary that ignores --ready-fd (never writes and never closes fd 3) keeps
-// the launcher waiting; a third Ctrl-C ends it.
 #pragma once
 
 #include <string>
@@ -60,6 +69,7 @@ struct launcher_options {
   bool keep_run_dir = false;         // --keep-run-dir
   std::vector<std::string> command;  // after "--"; empty = wait for a producer started elsewhere
   std::string bin_dir;               // where tprobe-<verb> live; "" = the directory of this binary
+  int startup_timeout_s = 60;        // --startup-timeout: each stage must report ready within it
 };
 
 // Runs the whole pipeline as described above and returns the exit status. Throws usage_error for

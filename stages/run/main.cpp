@@ -23,6 +23,9 @@ int main(int argc, char **argv) {
     app.add_option("manifest", options.manifest_path, "pipeline manifest, e.g. pipelines/statistics.json");
     app.add_option("--config", options.config_path, "capture config, passed to COMMAND as TPROBE_CONFIG");
     app.add_flag("--keep-run-dir", options.keep_run_dir, "keep the run directory (endpoints) at the end");
+    app.add_option("--startup-timeout", options.startup_timeout_s, "seconds each stage has to report ready")
+        ->check(CLI::Range(1, 86400))
+        ->capture_default_str();
     bool describe = false;
     app.add_flag("--describe", describe, "print a description as JSON (for `tprobe --help`) and exit");
     app.footer("COMMAND gets TPROBE_ENDPOINT, TPROBE_RUN_DIR, TPROBE_CONFIG and the manifest's TPROBE_TASK, "

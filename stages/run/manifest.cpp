@@ -320,7 +320,7 @@ std::vector<std::string> stage_option_args(const stage_description &d, const jso
                                            const std::string &context) {
   std::vector<std::string> args;
   for (const auto &[key, value] : options.items()) {
-    auto spec = std::find_if(d.options.begin(), d.options.end(), [&](const auto &o) { return o.name == key; });
+    auto spec = std::find_if(d.options.begin(), d.options.end(), [&key = key](const auto &o) { return o.name == key; });
     if (spec == d.options.end()) {
       std::vector<std::string> names;
       for (const auto &o : d.options) names.push_back(o.name);
@@ -333,12 +333,21 @@ std::vector<std::string> stage_option_args(const stage_description &d, const jso
       return usage_error(context + ": option " + in_quotes(key) + " must be " + expected + " (" + spec->type +
                          "), got " + value.dump());
     };
+    auto in_range = [&, key = key, &value = value] {
+      const double x = value.get<double>();
+      if ((spec->min && x < *spec->min) || (spec->max && x > *spec->max))
+        throw usage_error(context + ": option " + in_quotes(key) + " must be in [" +
+                          (spec->min ? json(*spec->min).dump() : std::string("-inf")) + ", " +
+                          (spec->max ? json(*spec->max).dump() : std::string("inf")) + "], got " + value.dump());
+    };
     if (spec->type == "int") {
       if (!value.is_number_integer()) throw wrong("an integer");
+      in_range();
       push_option(args, key, value.dump());
     } else if (spec->type == "float") {
       // dump() prints the shortest text that reads back as the same double.
       if (!value.is_number()) throw wrong("a number");
+      in_range();
       push_option(args, key, value.dump());
     } else if (spec->type == "bool") {
       if (!value.is_boolean()) throw wrong("true or false");
@@ -428,6 +437,12 @@ stage_description stage_description_parse(const std::string &text, const std::st
       static const std::set<std::string> types{"string", "int", "float", "bool", "list"};
       if (!types.count(spec.type))
         throw usage_error(where + ": option " + in_quotes(spec.name) + " has unknown type " + in_quotes(spec.type));
+      for (const char *bound : {"min", "max"}) {
+        auto v = o.find(bound);
+        if (v == o.end()) continue;
+        if (!v->is_number()) throw usage_error(where + ": " + in + in_quotes(bound) + " must be a number");
+        (std::string(bound) == "min" ? spec.min : spec.max) = v->get<double>();
+      }
       d.options.push_back(std::move(spec));
     }
   }
@@ -513,8 +528,9 @@ std::vector<std::string> manifest_stage_argv(const manifest &m, size_t i, const 
   if (s.description.has_output) {
     for (size_t consumer : m.consumers_of(i))
       argv.insert(argv.end(), {"--output", manifest_input_endpoint(run_dir, m.stages[consumer].name)});
-    argv.insert(argv.end(), {"--tap", manifest_tap_endpoint(run_dir, s.name)});
   }
+  // Every stage has a tap: a sink's shows what it consumes (stage_io).
+  argv.insert(argv.end(), {"--tap", manifest_tap_endpoint(run_dir, s.name)});
   argv.insert(argv.end(), {"--ready-fd", "3"});
   argv.insert(argv.end(), s.option_args.begin(), s.option_args.end());
   return argv;

@@ -13,6 +13,8 @@ int main(int argc, char **argv) {
     app.add_option("--count", options.count, description.options[0].doc);
     app.add_flag("--json", options.json, description.options[1].doc);
     app.add_option("--filter", options.filter, description.options[2].doc);
+    app.add_option("--connect-timeout", options.connect_timeout_ms, description.options[3].doc)
+        ->check(CLI::Range(1, 3600000));
     app.add_flag_callback(
         "--describe", [&] { fmt::print("{}\n", stage_describe_json(description)); throw CLI::Success(); },
         "Print this stage's option table as JSON");
@@ -20,7 +22,7 @@ int main(int argc, char **argv) {
 
     stage_install_signal_handlers();
     zmq::context_t ctx;
-    tap_subscriber tap(ctx, options.endpoint);
+    tap_subscriber tap(ctx, options.endpoint, options.connect_timeout_ms);
     const auto result = tap_run(tap, options, stdout);
     if (result.missed) fmt::print(stderr, "tprobe-tap: {} records missed (the tap is lossy)\n", result.missed);
     return EXIT_OK;

@@ -16,6 +16,7 @@ const stage_description &tap_stage_description() {
           {"count", "int", "0", "stop after this many records (0: until end-of-stream)"},
           {"json", "bool", "false", "print one JSON object per line"},
           {"filter", "string", "", "only records whose entry name contains this"},
+          {"connect-timeout", "int", "5000", "ms to wait for the endpoint to answer before exiting 111", 1, 3.6e6},
       }};
   return d;
 }

@@ -5,6 +5,9 @@
 // slows the pipeline: a tap that cannot keep up loses records, and the lines say how many (gaps in
 // each producer's sequence numbers).
 //
+// An endpoint that nobody serves is an error (exit 111) after --connect-timeout ms, not a silent
+// wait: ZeroMQ itself would retry forever.
+//
 // Example:
 //   tprobe tap ipc:///tmp/tprobe-run-XXXX/stats.tap --count 20
 #pragma once
@@ -23,6 +26,7 @@ struct tap_stage_options {
   uint64_t count = 0;      // stop after this many records (0 = until end-of-stream or Ctrl-C)
   bool json = false;       // one JSON object per line instead of text
   std::string filter;      // only records whose entry contains this
+  int connect_timeout_ms = 5000;  // nobody serving the endpoint by then: exit 111
 };
 
 struct tap_stage_result {

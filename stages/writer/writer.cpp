@@ -334,10 +334,8 @@ class dump_writer {
   std::string save_tensor(const record &r, dump_doc &d) {
     const auto &h = r.header;
     const std::string name = h.entry + "." + h.slot + ".npy";
-    if (name.find('/') != std::string::npos || name.find_first_not_of(
-            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != std::string::npos)
-      throw usage_error(fmt::format("{} {}: tensor file name \"{}\" has characters outside [a-zA-Z0-9_.-]",
-                                    r_describe(h), h.slot, name));
+    if (const std::string problem = dump_name_problem(name); !problem.empty())
+      throw usage_error(fmt::format("{} {}: tensor file name \"{}\" {}", r_describe(h), h.slot, name, problem));
     if (!d.tensor_dir_ready) {
       const std::string root = std::filesystem::path(d.dir).parent_path().parent_path().string();
       safe_mkdirs(root, d.relative + "/dump_tensor_data");
@@ -466,7 +464,8 @@ const stage_description &writer_stage_description() {
       false,
       {
           {"dump-path", "string", "", "dump root; default: the dump_path of the producer's config"},
-          {"flush-interval", "float", "2", "seconds between atomic rewrites of dump.json while records arrive"},
+          {"flush-interval", "float", "2", "seconds between atomic rewrites of dump.json while records arrive", 0.001,
+           86400},
       }};
   return d;
 }

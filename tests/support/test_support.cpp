@@ -11,6 +11,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+
+#include <chrono>
+#include <thread>
 #include <unistd.h>
 
 namespace tprobe::test {
@@ -148,6 +151,23 @@ int child_process::wait() {
   }
   reaped_ = true;
   status_ = decode_status(status);
+  return status_;
+}
+
+std::optional<int> child_process::wait_for(double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!reaped_) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      status_ = decode_status(status);
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    // A test watching a process with a deadline: there is no fd to poll for a child's exit.
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return status_;
 }
 

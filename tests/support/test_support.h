@@ -2,6 +2,7 @@
 // TPROBE_BIN_DIR, which CMake sets: never a guessed path), and child processes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ class child_process {
   // Blocks until the child wrote its readiness line (started with ready_fd): no sleeps.
   void wait_ready();
   int wait();  // exit code or 128 + signal
+  // As wait(), or nullopt if it still runs after `seconds` (then it keeps running).
+  std::optional<int> wait_for(double seconds);
   void kill(int signal);
   pid_t pid() const { return pid_; }
   std::string err() const;

@@ -233,7 +233,7 @@ TEST(endpoint, malformed_record_names_its_producer) {
 TEST(endpoint, handshake_times_out_without_a_consumer) {
   test::temp_dir dir;
   zmq::context_t ctx;
-  EXPECT_THROW(record_sender(ctx, ipc(dir, "nobody"), "lonely", 10, 200), system_error);
+  EXPECT_THROW(record_sender(ctx, ipc(dir, "nobody"), "lonely", 10, link_deadlines{.connect_timeout_ms = 200}), system_error);
 }
 
 TEST(endpoint, crashed_producer_is_counted_not_awaited) {

@@ -1,0 +1,192 @@
+// The capture's first promise: a pipeline that dies or stops reading never holds the training
+// thread. The session detaches, counts what it could not deliver, and every call returns at once;
+// stop/step/close report it. Also: entry names the writer could not use are refused up front, and
+// a dump_path that cannot be used fails at open.
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "endpoint.h"
+#include "tprobe_capture.h"
+#include "test_support.h"
+
+using namespace tprobe;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// A first stage in a child process that takes `take` records and then stops reading for good.
+pid_t stalling_stage(const std::string &endpoint, int take) {
+  int ready[2];
+  if (::pipe(ready) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    zmq::context_t ctx;
+    stage_io_options in;
+    in.input = endpoint;
+    in.producers = 0;
+    in.high_water_mark = 8;
+    in.producer_name = "tprobe-stats";
+    stage_io io(ctx, in);
+    const char c = 'r';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+    for (int i = 0; i < take; ++i)
+      if (!io.receive()) ::_exit(3);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c;
+  if (::read(ready[0], &c, 1) != 1) throw std::runtime_error("stage did not start");
+  ::close(ready[0]);
+  return pid;
+}
+
+std::string config_in(const test::temp_dir &dir, const std::string &dump_path, const std::string &extra = "") {
+  const std::string path = dir / "config.json";
+  test::write_file(path, R"({"task": "statistics", "level": "L1", "dump_path": ")" + dump_path + "\"" + extra + "}");
+  return path;
+}
+
+struct capture_run {
+  double longest_call_ms = 0;
+  int skipped_after_detach = 0;
+};
+
+// Captures 64 KiB tensors (copied out: statistics computed by the stage) until `records` calls.
+capture_run capture_many(tprobe_session *s, int records) {
+  capture_run out;
+  std::vector<float> data(16384, 1.0f);
+  int64_t shape[] = {16384};
+  DLTensor t{};
+  t.data = data.data();
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  EXPECT_EQ(tprobe_start(s), TPROBE_OK) << tprobe_last_error();
+  for (int i = 0; i < records; ++i) {
+    const std::string entry = "Torch.add." + std::to_string(i) + ".forward";
+    const auto t0 = clock_type::now();
+    const int rc = tprobe_capture_tensor(s, entry.c_str(), "output.0", &t, 0);
+    out.longest_call_ms =
+        std::max(out.longest_call_ms, std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+    EXPECT_NE(rc, TPROBE_ERROR) << tprobe_last_error();
+    tprobe_session_counts c{};
+    tprobe_session_counts_get(s, &c);
+    if (c.detached && rc == TPROBE_SKIPPED) ++out.skipped_after_detach;
+  }
+  return out;
+}
+
+void expect_detached_controls(tprobe_session *s) {
+  EXPECT_EQ(tprobe_step(s), TPROBE_ERROR);
+  EXPECT_NE(std::string(tprobe_last_error()).find("detached"), std::string::npos) << tprobe_last_error();
+  tprobe_session_counts c{};
+  tprobe_session_counts_get(s, &c);
+  EXPECT_EQ(c.detached, 1);
+  EXPECT_GT(c.undelivered, 0u);
+  const auto t0 = clock_type::now();
+  EXPECT_EQ(tprobe_session_close(s), TPROBE_ERROR);
+  EXPECT_LT(std::chrono::duration<double>(clock_type::now() - t0).count(), 2.0);
+}
+
+}  // namespace
+
+TEST(capture_detach, a_dead_first_stage_never_holds_the_training_thread) {
+  test::temp_dir dir;
+  const std::string ep = "ipc://" + dir.path() + "/stats.in";
+  const pid_t stage = stalling_stage(ep, 50);
+  const std::string config = config_in(dir, dir / "dump");
+  tprobe_open_options o = tprobe_open_options_default();
+  o.endpoint = ep.c_str();
+  o.stats_mode = TPROBE_STATS_COPY;
+  o.queue_bytes = 1 << 20;
+  o.pipeline_timeout_ms = -1;  // only the stage's death can free the capture
+  tprobe_session *s = nullptr;
+  ASSERT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // fault injection point
+    ::kill(stage, SIGKILL);
+  });
+  const capture_run run = capture_many(s, 3000);
+  killer.join();
+  ::waitpid(stage, nullptr, 0);
+  EXPECT_LT(run.longest_call_ms, 1500.0);  // blocked from ~0 ms until the kill at 300 ms, then freed
+  EXPECT_GT(run.skipped_after_detach, 0);
+  expect_detached_controls(s);
+}
+
+TEST(capture_detach, a_stalled_stage_holds_it_no_longer_than_the_deadline) {
+  test::temp_dir dir;
+  const std::string ep = "ipc://" + dir.path() + "/stats.in";
+  const pid_t stage = stalling_stage(ep, 50);
+  // The deadline comes from the config's own section.
+  const std::string config = config_in(dir, dir / "dump", R"(, "tprobe": {"pipeline_timeout_s": 0.5})");
+  tprobe_open_options o = tprobe_open_options_default();
+  o.endpoint = ep.c_str();
+  o.stats_mode = TPROBE_STATS_COPY;
+  o.queue_bytes = 1 << 20;
+  tprobe_session *s = nullptr;
+  ASSERT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
+  const auto t0 = clock_type::now();
+  const capture_run run = capture_many(s, 3000);
+  EXPECT_LT(std::chrono::duration<double>(clock_type::now() - t0).count(), 3.0);
+  EXPECT_GE(run.longest_call_ms, 400.0);  // it did wait: lossless while the stage might recover
+  EXPECT_LT(run.longest_call_ms, 2000.0);
+  expect_detached_controls(s);
+  ::kill(stage, SIGKILL);
+  ::waitpid(stage, nullptr, 0);
+}
+
+TEST(capture_detach, names_the_writer_cannot_use_are_refused_at_the_call) {
+  for (const char *bad : {"a/b", "/abs", "a b", ""}) EXPECT_EQ(tprobe_entry_name_check(bad), TPROBE_ERROR) << bad;
+  EXPECT_EQ(tprobe_entry_name_check(std::string(300, 'x').c_str()), TPROBE_ERROR);
+  EXPECT_NE(std::string(tprobe_last_error()).find("at most 200"), std::string::npos) << tprobe_last_error();
+  EXPECT_EQ(tprobe_entry_name_check("my_tensor_grad.0.debug"), TPROBE_OK);
+
+  test::temp_dir dir;
+  const std::string config = config_in(dir, dir / "dump");
+  tprobe_open_options o = tprobe_open_options_default();
+  const std::string file = dir / "records.tpr";
+  o.endpoint = file.c_str();  // a record file: no pipeline needed
+  tprobe_session *s = nullptr;
+  ASSERT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
+  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
+  EXPECT_EQ(tprobe_entry_begin(s, "a/b.0.debug", nullptr, nullptr, 0, -1), TPROBE_ERROR);
+  EXPECT_NE(std::string(tprobe_last_error()).find("entry name \"a/b.0.debug\""), std::string::npos)
+      << tprobe_last_error();
+  EXPECT_EQ(tprobe_entry_begin(s, "good.0.debug", nullptr, nullptr, 0, -1), TPROBE_OK);
+  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
+}
+
+TEST(capture_detach, a_dump_path_that_cannot_be_used_fails_at_open) {
+  test::temp_dir dir;
+  test::write_file(dir / "a_file", "x");
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {dir / "a_file", "exists and is not a directory"},
+      {dir / "a_file/sub", "is not a directory"},
+      {"/sys/tprobe-dump-test", "cannot be created in /sys"},  // refused even to root
+  };
+  for (const auto &[path, message] : cases) {
+    const std::string config = config_in(dir, path);
+    EXPECT_EQ(tprobe_config_check(config.c_str()), nullptr) << path;
+    EXPECT_NE(std::string(tprobe_last_error()).find(message), std::string::npos) << tprobe_last_error();
+    EXPECT_NE(std::string(tprobe_last_error()).find("field \"dump_path\""), std::string::npos) << tprobe_last_error();
+    tprobe_open_options o = tprobe_open_options_default();
+    const std::string file = dir / "records.tpr";
+    o.endpoint = file.c_str();
+    tprobe_session *s = nullptr;
+    EXPECT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_ERROR) << path;
+  }
+  const std::string good = config_in(dir, dir / "new/deeper/dump");
+  EXPECT_NE(tprobe_config_check(good.c_str()), nullptr) << tprobe_last_error();
+}
