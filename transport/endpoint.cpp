@@ -9,7 +9,9 @@
 #include <functional>
 #include <map>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -62,6 +64,113 @@ constexpr int watch_interval_ms = 250;
   throw system_error(fmt::format("unable to {} {}: {}", verb, object, e.what()));
 }
 
+// ---- CurveZMQ (endpoint.h "Network", docs/network.md) ----
+
+constexpr const char *curve_secret_variable = "TPROBE_CURVE_SECRET_KEY";
+constexpr const char *curve_public_variable = "TPROBE_CURVE_PUBLIC_KEY";
+constexpr const char *curve_server_variable = "TPROBE_CURVE_SERVER_KEY";
+
+// The key variables, read at each bind or connect (not once per process): a process sets them
+// before it opens sockets, and tests change them between cases. The values are never echoed in a
+// message: one of them is a secret.
+struct curve_environment {
+  std::string secret, public_key, server;  // Z85; public_key is filled in from secret
+  bool on() const { return !secret.empty() || !server.empty(); }
+};
+
+std::string curve_key_variable(const char *name) {
+  const char *value = std::getenv(name);
+  if (!value || !*value) return {};
+  std::string key(value);
+  uint8_t decoded[32];
+  if (key.size() != 40 || !zmq_z85_decode(decoded, key.c_str()))
+    throw usage_error(fmt::format("{}: not a CurveZMQ key (40 Z85 characters, as `tprobe keygen` prints)", name));
+  return key;
+}
+
+curve_environment curve_environment_read() {
+  curve_environment keys;
+  keys.secret = curve_key_variable(curve_secret_variable);
+  keys.public_key = curve_key_variable(curve_public_variable);
+  keys.server = curve_key_variable(curve_server_variable);
+  if (!keys.public_key.empty() && keys.secret.empty())
+    throw usage_error(fmt::format("{} is set without {} (a process that only connects names the stage's public key in "
+                                  "{})", curve_public_variable, curve_secret_variable, curve_server_variable));
+  if (!keys.on()) return keys;
+  if (!zmq_has("curve"))
+    throw usage_error(fmt::format("{}/{} are set but this libzmq was built without CURVE (zmq_has(\"curve\") is "
+                                  "false): use a libzmq built with libsodium, or unset them",
+                                  curve_secret_variable, curve_server_variable));
+  if (!keys.secret.empty()) {
+    char derived[41];
+    if (zmq_curve_public(derived, keys.secret.c_str()) != 0)
+      throw usage_error(fmt::format("{}: not a CurveZMQ secret key", curve_secret_variable));
+    if (keys.public_key.empty()) keys.public_key = derived;
+    else if (keys.public_key != derived)
+      throw usage_error(fmt::format("{}: not the public key of {} (make both with `tprobe keygen`)",
+                                    curve_public_variable, curve_secret_variable));
+  }
+  return keys;
+}
+
+enum class curve_role { server, client };  // the socket binds / connects
+
+// What one socket does about CurveZMQ, worked out before any socket binds or connects, so that a
+// refused endpoint never opens a port or sends a byte.
+struct curve_plan {
+  bool on = false;
+  curve_role role = curve_role::client;
+  curve_environment keys;
+};
+
+curve_plan curve_plan_for(const std::string &spec, curve_role role) {
+  if (spec.rfind("tcp://", 0) != 0) return {};
+  curve_plan plan{.on = false, .role = role, .keys = curve_environment_read()};
+  if (!plan.keys.on()) {
+    if (endpoint_is_loopback(spec)) return plan;
+    if (role == curve_role::server)
+      throw usage_error(fmt::format("endpoint \"{}\" is not loopback: binding it needs CurveZMQ: set {} (and {}) "
+                                    "from `tprobe keygen`, or bind 127.0.0.1 (docs/network.md)",
+                                    spec, curve_secret_variable, curve_public_variable));
+    throw usage_error(fmt::format("endpoint \"{}\" is not loopback: connecting to it needs CurveZMQ: set {} to the "
+                                  "public key of the stage that binds it (docs/network.md)",
+                                  spec, curve_server_variable));
+  }
+  plan.on = true;
+  if (role == curve_role::server && plan.keys.secret.empty())
+    throw usage_error(fmt::format("endpoint \"{}\": CurveZMQ is on ({} is set), so binding it needs this process's "
+                                  "key pair: set {}", spec, curve_server_variable, curve_secret_variable));
+  if (role == curve_role::client && plan.keys.server.empty())
+    throw usage_error(fmt::format("endpoint \"{}\": CurveZMQ is on ({} is set), so connecting to it needs the public "
+                                  "key of the stage that binds it: set {}",
+                                  spec, curve_secret_variable, curve_server_variable));
+  return plan;
+}
+
+// Before bind/connect: the options apply to the connections made afterwards.
+void curve_apply(zmq::socket_t &socket, const curve_plan &plan) {
+  if (!plan.on) return;
+  if (plan.role == curve_role::server) {
+    socket.set(zmq::sockopt::curve_server, 1);
+    socket.set(zmq::sockopt::curve_secretkey, plan.keys.secret);
+    return;
+  }
+  curve_keypair own{plan.keys.public_key, plan.keys.secret};
+  // Without a pair of its own a client makes one: the server authenticates no client (no ZAP
+  // handler), so a throwaway pair costs nothing and keeps one more secret out of the environment.
+  if (own.secret_key.empty()) own = endpoint_curve_keypair();
+  socket.set(zmq::sockopt::curve_serverkey, plan.keys.server);
+  socket.set(zmq::sockopt::curve_publickey, own.public_key);
+  socket.set(zmq::sockopt::curve_secretkey, own.secret_key);
+}
+
+// Appended to "nothing answered": with CURVE, a wrong server key looks exactly like silence (the
+// server drops a hello it cannot decrypt), so say which setting to check.
+std::string curve_hint(const curve_plan &plan) {
+  if (!plan.on) return "";
+  return fmt::format(" (CurveZMQ is on: is {} the public key of the stage that binds it?)", curve_server_variable);
+}
+
 // One outgoing connection: a DEALER that has completed the hello/ack handshake, or a record file.
 class output_link {
  public:
@@ -74,7 +183,9 @@ class output_link {
       return;
     }
     endpoint_check(spec);
+    curve_ = curve_plan_for(spec, curve_role::client);
     socket_ = zmq::socket_t(ctx, zmq::socket_type::dealer);
+    curve_apply(socket_, curve_);
     socket_.set(zmq::sockopt::sndhwm, hwm);
     socket_.set(zmq::sockopt::rcvhwm, hwm);
     socket_.set(zmq::sockopt::linger, -1);  // until finish()'s eos ack proves delivery
@@ -203,7 +314,8 @@ class output_link {
       zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
       if (what == ack_wait::hello && timeout_ms >= 0 &&
           clock_type::now() - started >= std::chrono::milliseconds(timeout_ms))
-        throw system_error(fmt::format("unable to reach {}: no stage answered within {} ms", spec_, timeout_ms));
+        throw system_error(
+            fmt::format("unable to reach {}: no stage answered within {} ms{}", spec_, timeout_ms, curve_hint(curve_)));
       try {
         zmq::poll(items, 2, std::chrono::milliseconds(watch_interval_ms));
       } catch (const zmq::error_t &e) {
@@ -242,6 +354,7 @@ class output_link {
 
   std::string spec_;
   link_deadlines deadlines_;
+  curve_plan curve_;
   zmq::socket_t socket_;
   std::unique_ptr<record_file_writer> file_;
   // From the consumer's ack: watched while a send is blocked.
@@ -289,7 +402,8 @@ bool endpoint_is_file(const std::string &spec, std::string *path) {
 }
 
 std::string endpoint_bind_address(const std::string &spec) {
-  if (spec.rfind("tcp://:", 0) == 0) return "tcp://127.0.0.1:" + spec.substr(7);
+  // "tcp://::1:5555" is an IPv6 address, not a bare port.
+  if (spec.rfind("tcp://:", 0) == 0 && spec.find(':', 7) == std::string::npos) return "tcp://127.0.0.1:" + spec.substr(7);
   if (spec.rfind("tcp://*:", 0) == 0) return "tcp://127.0.0.1:" + spec.substr(8);
   return spec;
 }
@@ -323,6 +437,32 @@ void endpoint_check(const std::string &spec) {
     return;
   }
   throw usage_error(fmt::format("endpoint \"{}\": unknown transport (use ipc://, tcp://, inproc:// or a file)", spec));
+}
+
+bool endpoint_is_loopback(const std::string &spec) {
+  const std::string address = endpoint_bind_address(spec);
+  if (address.rfind("tcp://", 0) != 0) return true;
+  // "tcp://[source;]host:port": only the destination decides where the traffic goes.
+  std::string host = address.substr(6);
+  host = host.substr(0, host.rfind(':'));
+  if (const auto semicolon = host.rfind(';'); semicolon != std::string::npos) host = host.substr(semicolon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  return false;
+}
+
+curve_keypair endpoint_curve_keypair() {
+  if (!zmq_has("curve"))
+    throw usage_error("this libzmq was built without CURVE (zmq_has(\"curve\") is false): use a libzmq built with libsodium");
+  char public_key[41], secret_key[41];
+  if (zmq_curve_keypair(public_key, secret_key) != 0)
+    throw system_error(fmt::format("unable to make a CurveZMQ key pair: {}", zmq_strerror(zmq_errno())));
+  return {public_key, secret_key};
 }
 
 // ---- signals ----
@@ -611,14 +751,30 @@ struct stage_io::impl {
 stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
     : impl_(std::make_unique<impl>(ctx, options)) {
   auto &s = *impl_;
+  // Every tcp endpoint is checked before anything binds or connects: a refused tap or output must
+  // not leave the input listening on a port meanwhile.
+  curve_plan input_curve, tap_curve;
+  if (!options.input.empty() && !endpoint_is_file(options.input)) {
+    endpoint_check(options.input);
+    input_curve = curve_plan_for(endpoint_bind_address(options.input), curve_role::server);
+  }
+  if (!options.tap.empty()) {
+    endpoint_check(options.tap);
+    tap_curve = curve_plan_for(endpoint_bind_address(options.tap), curve_role::server);
+  }
+  for (const auto &out : options.outputs) {
+    if (endpoint_is_file(out)) continue;
+    endpoint_check(out);
+    (void)curve_plan_for(out, curve_role::client);
+  }
   if (!options.input.empty()) {
     std::string path;
     if (endpoint_is_file(options.input, &path)) {
       s.input_file = std::make_unique<record_file_reader>(path);
       s.input_endpoint = options.input;
     } else {
-      endpoint_check(options.input);
       s.router = zmq::socket_t(ctx, zmq::socket_type::router);
+      curve_apply(s.router, input_curve);
       s.router.set(zmq::sockopt::rcvhwm, options.high_water_mark);
       s.router.set(zmq::sockopt::router_mandatory, 1);
       s.router.set(zmq::sockopt::linger, 1000);
@@ -632,8 +788,8 @@ stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
     }
   }
   if (!options.tap.empty()) {
-    endpoint_check(options.tap);
     s.tap = zmq::socket_t(ctx, zmq::socket_type::xpub);
+    curve_apply(s.tap, tap_curve);
     s.tap.set(zmq::sockopt::xpub_nodrop, 1);  // report a full subscriber as EAGAIN, so drops are counted
     s.tap.set(zmq::sockopt::sndhwm, options.high_water_mark);
     s.tap.set(zmq::sockopt::linger, 0);
@@ -686,7 +842,9 @@ void record_sender::finish(uint64_t records, uint64_t dropped) {
 
 bool endpoint_send_final(zmq::context_t &ctx, const std::string &endpoint, int timeout_ms) {
   endpoint_check(endpoint);
+  const curve_plan curve = curve_plan_for(endpoint, curve_role::client);
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  curve_apply(s, curve);
   s.set(zmq::sockopt::linger, 0);
   s.connect(endpoint);
   auto frame = record_header_encode(record_header_of(record_kind::final));
@@ -721,11 +879,14 @@ namespace {
 // ZeroMQ connects in the background and retries forever: a SUB connected to an endpoint nobody
 // serves would wait in silence. The socket monitor reports the connection when it is made; its
 // absence by the deadline is the answer.
+// With CURVE the TCP connection alone proves little (a wrong server key connects, then the
+// handshake fails in silence): then the connection counts once the handshake succeeded.
 void wait_connected(zmq::context_t &ctx, zmq::socket_t &socket, const std::string &endpoint,
-                    const std::function<void()> &connect, int timeout_ms) {
+                    const std::function<void()> &connect, int timeout_ms, const curve_plan &curve) {
+  const int awaited = curve.on ? ZMQ_EVENT_HANDSHAKE_SUCCEEDED : ZMQ_EVENT_CONNECTED;
   static std::atomic<uint64_t> monitors{0};
   const std::string monitor_address = fmt::format("inproc://tprobe-connect-monitor-{}-{}", ::getpid(), ++monitors);
-  if (zmq_socket_monitor(socket.handle(), monitor_address.c_str(), ZMQ_EVENT_CONNECTED) != 0)
+  if (zmq_socket_monitor(socket.handle(), monitor_address.c_str(), awaited) != 0)
     throw system_error(fmt::format("unable to monitor the connection to {}: {}", endpoint, zmq_strerror(zmq_errno())));
   zmq::socket_t monitor(ctx, zmq::socket_type::pair);
   monitor.set(zmq::sockopt::linger, 0);
@@ -750,12 +911,12 @@ void wait_connected(zmq::context_t &ctx, zmq::socket_t &socket, const std::strin
     if (event.more()) (void)monitor.recv(address);
     uint16_t id = 0;
     if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
-    connected = id == ZMQ_EVENT_CONNECTED;
+    connected = id == awaited;
   }
   zmq_socket_monitor(socket.handle(), nullptr, 0);
   if (!connected && !stop_requested())
     throw system_error(fmt::format("unable to connect to {}: nothing answered within {} ms (is the run still going, "
-                                   "and is this its tap?)", endpoint, timeout_ms));
+                                   "and is this its tap?){}", endpoint, timeout_ms, curve_hint(curve)));
 }
 
 }  // namespace
@@ -764,8 +925,10 @@ tap_subscriber::tap_subscriber(zmq::context_t &ctx, const std::string &endpoint,
     : impl_(std::make_unique<impl>()) {
   endpoint_check(endpoint);
   if (endpoint_is_file(endpoint)) throw usage_error(fmt::format("tap \"{}\": a tap is an endpoint, not a file", endpoint));
+  const curve_plan curve = curve_plan_for(endpoint, curve_role::client);
   impl_->endpoint = endpoint;
   impl_->sub = zmq::socket_t(ctx, zmq::socket_type::sub);
+  curve_apply(impl_->sub, curve);
   impl_->sub.set(zmq::sockopt::linger, 0);
   impl_->sub.set(zmq::sockopt::subscribe, "");
   auto connect = [&] {
@@ -777,7 +940,7 @@ tap_subscriber::tap_subscriber(zmq::context_t &ctx, const std::string &endpoint,
   };
   // inproc has no background connection (and no monitor events): it connects or fails at once.
   if (connect_timeout_ms < 0 || endpoint.rfind("inproc://", 0) == 0) connect();
-  else wait_connected(ctx, impl_->sub, endpoint, connect, connect_timeout_ms);
+  else wait_connected(ctx, impl_->sub, endpoint, connect, connect_timeout_ms, curve);
 }
 
 tap_subscriber::~tap_subscriber() = default;

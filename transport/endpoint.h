@@ -9,6 +9,20 @@
 // zmq::context_t), or a file path ("file://path" or any string without "://"), which reads or writes
 // a record file (record.h section 4).
 //
+// Network (docs/network.md). A tcp endpoint that is not loopback (127.0.0.0/8, "localhost", [::1])
+// is refused with usage_error, before any bind or connect, unless CurveZMQ keys are set in the
+// environment, where every stage, the launcher and the capture find them without new options:
+//   TPROBE_CURVE_SECRET_KEY  this process's secret key (Z85, 40 characters); needed to bind: a
+//                            binding socket is a CURVE server with it
+//   TPROBE_CURVE_PUBLIC_KEY  its public key; optional (derived from the secret), checked if set
+//   TPROBE_CURVE_SERVER_KEY  the public key of the stage a connecting socket talks to; needed to
+//                            connect. A connecting socket uses this process's key pair if it has
+//                            one, else a fresh pair per socket.
+// Once the secret or the server key is set, every tcp socket of the process uses CURVE, loopback
+// too (never plain text beside encrypted), and a tcp bind or connect that lacks its key is refused. CURVE encrypts
+// and authenticates the server; clients are not authenticated (no ZAP handler). ipc, inproc and
+// files are unaffected.
+//
 // Protocol on a connection (record kinds of record.h):
 //   producer: hello → (waits for ack) → data records … → eos → (waits for ack, then closes)
 //   consumer: on hello registers the producer and answers ack.
@@ -59,6 +73,17 @@ bool endpoint_is_file(const std::string &spec, std::string *path = nullptr);
 std::string endpoint_bind_address(const std::string &spec);
 // Throws usage_error naming `spec` when it is not one of the forms above.
 void endpoint_check(const std::string &spec);
+// True when traffic to `spec` cannot leave this host: ipc, inproc, a file, or tcp to 127.0.0.0/8,
+// "localhost" or [::1] ("*" and an empty host count as the 127.0.0.1 they bind). Anything else,
+// a host name or an interface name included, is not loopback (names are never resolved here).
+bool endpoint_is_loopback(const std::string &spec);
+
+// A fresh CurveZMQ key pair, Z85 (40 characters each), for TPROBE_CURVE_* (tprobe keygen).
+// Throws usage_error when libzmq was built without CURVE.
+struct curve_keypair {
+  std::string public_key, secret_key;
+};
+curve_keypair endpoint_curve_keypair();
 
 // The deadlines of one producer connection (see above).
 struct link_deadlines {
@@ -168,7 +193,8 @@ bool endpoint_send_final(zmq::context_t &ctx, const std::string &endpoint, int t
 // The live-tap side: subscribes to a stage's tap and yields what it publishes. Lossy by design.
 class tap_subscriber {
  public:
-  // Connects and waits until the connection is made: system_error "unable to connect to
+  // Connects and waits until the connection is made (with CurveZMQ on: until its handshake
+  // succeeded, so a wrong TPROBE_CURVE_SERVER_KEY fails here): system_error "unable to connect to
   // ENDPOINT: nothing answered within N ms" when nobody serves it (-1 = do not wait).
   tap_subscriber(zmq::context_t &ctx, const std::string &endpoint, int connect_timeout_ms = 5000);
   ~tap_subscriber();
