@@ -95,7 +95,11 @@ class PrecisionDebugger:
                 raise TypeError(f"tprobe: model must be a torch.nn.Module or a list of them, "
                                 f"not {type(self._model).__name__}")
             self._modules.install(self._model)
-        capturing = bool(self._ops.start())
+        try:
+            capturing = bool(self._ops.start())
+        except RuntimeError as e:  # the capture is off (a failure, a detached pipeline): said once
+            self._capture_failed(e)
+            return
         self._started = True
         if self._modules is not None:
             self._modules.active = capturing

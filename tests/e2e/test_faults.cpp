@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 #include <string>
@@ -29,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "example_model.h"
+#include "pyjson.h"
 #include "test_support.h"
 
 using namespace tprobe;
@@ -80,7 +82,11 @@ pid_t child_named(pid_t parent, const std::string &program) {
       int ppid = 0;
       char state = 0;
       if (std::sscanf(line.c_str() + close + 2, "%c %d", &state, &ppid) != 2) continue;
-      if (ppid == parent && program.compare(0, comm.size(), comm) == 0) return std::stoi(name);
+      if (ppid != parent || program.compare(0, comm.size(), comm) != 0) continue;
+      // The launcher also runs each binary with --describe before the run: not the stage.
+      std::ifstream cmdline_file(e.path() / "cmdline");
+      const std::string cmdline((std::istreambuf_iterator<char>(cmdline_file)), std::istreambuf_iterator<char>());
+      if (cmdline.find("--ready-fd") != std::string::npos) return std::stoi(name);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -117,8 +123,8 @@ void check_dump(const std::string &dump_path, const std::string &context) {
       EXPECT_EQ(step, newest) << context << ": finished step " << step << " has no dump.json";
       continue;
     }
-    nlohmann::json doc;
-    ASSERT_NO_THROW(doc = nlohmann::json::parse(test::read_file(dump_json))) << context << ": " << dump_json;
+    nlohmann::ordered_json doc;  // msprobe's dump.json holds Python's NaN and Infinity
+    ASSERT_NO_THROW(doc = pyjson_parse(test::read_file(dump_json), dump_json)) << context << ": " << dump_json;
     if (step == newest) continue;
     std::set<std::string> have;
     for (const auto &[k, v] : doc.at("data").items()) have.insert(k);
@@ -145,6 +151,10 @@ TEST(faults, killed_or_stopped_stages_under_tprobe_run) {
     test::child_process launcher(run_argv("statistics.json", config, steps), dir.path());
     const pid_t victim = child_named(launcher.pid(), "tprobe-" + stage);
     ASSERT_GT(victim, 0) << "no tprobe-" << stage << " under the launcher";
+    // Faults during start-up stop the run before training (tested with the start-up deadline);
+    // these land while it trains: from the launcher's ready line on.
+    for (int i = 0; i < 2000 && launcher.err().find("tprobe: ready;") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));  // the fault's point in time
     ::kill(victim, signal);
     const auto status = launcher.wait_for(60);

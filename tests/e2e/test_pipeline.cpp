@@ -1,12 +1,14 @@
 // End to end with the real binaries over ipc in a temp dir: the example producer through both
 // shipped manifests, values checked against a float64 reference computed here, tensor files
 // checked byte for byte; a stage killed mid-stream; a malformed record.
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <signal.h>
@@ -317,4 +319,91 @@ TEST(pipeline, level_debug_writes_debug_json) {
   const json doc = pyjson_load_file(folder + "/debug.json");
   EXPECT_EQ(doc["level"], "debug");
   EXPECT_FALSE(doc["data"].empty());
+}
+
+// ---- deadlines and early checks of the launcher (issue 11) ----
+
+namespace {
+
+// A stage binary of one's own (a manifest's "exec") that describes itself as a sink and then
+// does `body` (shell) instead of serving its input.
+std::string shell_stage(const test::temp_dir &dir, const std::string &name, const std::string &body) {
+  const std::string path = dir / name;
+  test::write_file(path, "#!/bin/sh\n"
+                         "if [ \"$1\" = --describe ]; then\n"
+                         "  echo '{\"stage\": \"" + name + "\", \"input\": true, \"output\": false}'\n"
+                         "  exit 0\n"
+                         "fi\n" + body + "\n");
+  ::chmod(path.c_str(), 0755);
+  return path;
+}
+
+}  // namespace
+
+TEST(pipeline, a_stage_that_never_reports_ready_fails_the_start_up) {
+  test::temp_dir dir;
+  const std::string mine = shell_stage(dir, "mine", "exec sleep 600");
+  const std::string manifest = dir / "m.json";
+  test::write_file(manifest, R"({"stages": [{"name": "mine", "exec": ")" + mine + R"(", "inputs": ["capture"]}]})");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::run_process({test::bin("tprobe"), "run", manifest, "--startup-timeout", "1", "--", "/bin/true"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20);
+  EXPECT_EQ(r.status, 111) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tprobe: fatal: stage \"mine\" (" + mine + ") did not report ready within 1 s"));
+}
+
+TEST(pipeline, a_consumer_that_is_ready_but_never_answers_is_named) {
+  test::temp_dir dir;
+  // Says it is ready, binds nothing, never answers: its producer cannot connect.
+  const std::string mine = shell_stage(dir, "mine", "echo ready >&3\nexec sleep 600");
+  const std::string manifest = dir / "m.json";
+  test::write_file(manifest, R"({"stages": [
+    {"name": "stats", "stage": "stats", "inputs": ["capture"]},
+    {"name": "mine", "exec": ")" + mine + R"(", "inputs": ["stats"]}]})");
+  const auto r = test::run_process({test::bin("tprobe"), "run", manifest, "--startup-timeout", "2", "--", "/bin/true"});
+  EXPECT_EQ(r.status, 111) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("stage \"stats\" (tprobe-stats) did not report ready within 2 s (it first connects to "
+                               "\"mine\")"));
+}
+
+TEST(pipeline, tap_on_an_endpoint_nobody_serves_exits_111) {
+  for (const std::string ep : {"ipc:///tmp/nonexistent.tap", "tcp://127.0.0.1:1"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = test::run_process({test::bin("tprobe"), "tap", ep, "--connect-timeout", "500"});
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10) << ep;
+    EXPECT_EQ(r.status, 111) << ep << r.err;
+    EXPECT_THAT(r.err, HasSubstr("tprobe-tap: fatal: unable to connect to " + ep + ": nothing answered within 500 ms"));
+  }
+}
+
+TEST(pipeline, run_validates_the_config_before_anything_starts) {
+  test::temp_dir dir;
+  test::write_file(dir / "a_file", "x");
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {R"({"task": "statistics", "dump_path": ")" + dir.path() + R"(/a_file"})", "exists and is not a directory"},
+      {R"({"task": "statistics", "dump_path": "./d", "levle": "L1"})", "field \"levle\": unknown key"},
+      {R"({"task": "statistics", "dump_path": "./d", "tprobe": {"pipeline_timeout_s": -5}})",
+       "field \"tprobe.pipeline_timeout_s\""},
+  };
+  for (const auto &[text, message] : cases) {
+    test::write_file(dir / "config.json", text);
+    const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json",
+                                      "--config", dir / "config.json", "--", "/bin/true"});
+    EXPECT_EQ(r.status, 100) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message));
+    EXPECT_THAT(r.err, Not(HasSubstr("ready")));  // nothing started
+  }
+}
+
+TEST(pipeline, run_prints_the_run_dir_and_taps_when_ready) {
+  test::temp_dir dir;
+  // The command runs after the ready line and finds the writer's tap bound (every stage has one).
+  const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json",
+                                    "--config", write_config(dir, "statistics"), "--", "/bin/sh", "-c",
+                                    "test -S \"$TPROBE_RUN_DIR/writer.tap\" && echo writer tap bound"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("writer tap bound"));
+  EXPECT_THAT(r.err, HasSubstr("tprobe: ready; run dir /"));
+  EXPECT_THAT(r.err, HasSubstr("/writer.tap"));
+  EXPECT_LT(r.err.find("tprobe: ready;"), r.err.find("tprobe: done"));
 }

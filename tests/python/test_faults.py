@@ -74,7 +74,12 @@ def stage_pid(script_pid, program):
         names[int(entry)] = comm
     for pid, comm in names.items():
         if program.startswith(comm) and parents.get(parents.get(pid, -1), -1) == script_pid:
-            return pid
+            try:  # the launcher also runs each binary with --describe first: not the stage
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"--ready-fd" in f.read():
+                        return pid
+            except OSError:
+                pass
     return None
 
 

@@ -14,6 +14,8 @@
 
 #include "errors.h"
 #include "run/manifest.h"
+#include "stats/stats.h"
+#include "writer/writer.h"
 
 namespace {
 
@@ -449,14 +451,35 @@ TEST(ManifestArgv, EndpointsProducersAndOptions) {
             (std::vector<std::string>{"/opt/tprobe/bin/tprobe-report", "--input", "ipc:///tmp/tprobe-run.abc/report.in",
                                       "--producers", "2", "--output", "ipc:///tmp/tprobe-run.abc/sink.in", "--tap",
                                       "ipc:///tmp/tprobe-run.abc/report.tap", "--ready-fd", "3"}));
-  // Reads capture (and a stage): waits for `final`, so 0; no output, so no tap.
+  // Reads capture (and a stage): waits for `final`, so 0; a sink has a tap too (what it consumes).
   EXPECT_EQ(tprobe::manifest_stage_argv(m, 3, run, bin),
             (std::vector<std::string>{"/opt/x/my-sink", "--input", "ipc:///tmp/tprobe-run.abc/sink.in", "--producers",
-                                      "0", "--ready-fd", "3"}));
+                                      "0", "--tap", "ipc:///tmp/tprobe-run.abc/sink.tap", "--ready-fd", "3"}));
   // A source: no input, no consumer.
   EXPECT_EQ(tprobe::manifest_stage_argv(m, 4, run, bin),
             (std::vector<std::string>{"/opt/tprobe/bin/tprobe-synth", "--tap", "ipc:///tmp/tprobe-run.abc/synth.tap",
                                       "--ready-fd", "3"}));
+}
+
+TEST(ManifestOptions, RangesFromTheDescribeTableAreChecked) {
+  // The writer's own table, through its --describe JSON, as the launcher sees it.
+  const stage_description writer =
+      tprobe::stage_description_parse(tprobe::stage_describe_json(tprobe::writer_stage_description()), "tprobe-writer");
+  const std::string message =
+      error_of([&] { tprobe::stage_option_args(writer, json::parse(R"({"flush-interval": -1})"), "ctx"); });
+  EXPECT_EQ(message, "ctx: option \"flush-interval\" must be in [0.001, 86400.0], got -1");
+  EXPECT_EQ(tprobe::stage_option_args(writer, json::parse(R"({"flush-interval": 0.5})"), "ctx"),
+            (std::vector<std::string>{"--flush-interval", "0.5"}));
+}
+
+TEST(ManifestOptions, CommonOptionsAreInEveryShippedTable) {
+  // docs/stages/common-options.md's example: {"hwm": 100}.
+  const stage_description stats =
+      tprobe::stage_description_parse(tprobe::stage_describe_json(tprobe::stats_stage_description()), "tprobe-stats");
+  EXPECT_EQ(tprobe::stage_option_args(stats, json::parse(R"({"hwm": 100, "tap-payload": true})"), "ctx"),
+            (std::vector<std::string>{"--hwm", "100", "--tap-payload=true"}));
+  EXPECT_NE(error_of([&] { tprobe::stage_option_args(stats, json::parse(R"({"hwm": 0})"), "ctx"); }).find("must be in"),
+            std::string::npos);
 }
 
 // ---- --describe ----
