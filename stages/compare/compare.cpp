@@ -35,6 +35,12 @@ size_t compare_report::failing_rows() const {
   return n;
 }
 
+size_t compare_report::error_rows() const {
+  size_t n = 0;
+  for (const auto &p : pairs) n += p.errors;
+  return n;
+}
+
 const stage_description &compare_stage_description() {
   static const stage_description d{
       "compare",
@@ -199,7 +205,9 @@ loaded_tensor compare_load_tensor(const std::string &path) {
   }
   auto mapped = std::make_shared<npy_mapped>(path);
   const auto type = mapped->type();
-  if (!type) throw unreadable_tensor(path + ": dtype '" + mapped->descr() + "' cannot be compared");
+  if (!type)
+    throw unreadable_tensor(path + ": dtype '" + mapped->descr() +
+                            "' cannot be compared (only little-endian numeric dtypes are read)");
   loaded_tensor t;
   t.operand.type = *type;
   t.operand.shape = mapped->shape();
@@ -223,13 +231,81 @@ loaded_tensor compare_load_tensor(const std::string &path) {
   return t;
 }
 
+namespace {
+
+// "[2, 3]": a shape as dump.json's shape list prints (py_str), for comparing with dump_row::shape.
+std::string shape_str(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
+  return s + "]";
+}
+
+// The reason an exception message gives about `path`, without the path: "PATH: x" → "x",
+// "unable to open PATH: E" → "unable to open: E".
+std::string reason_of(const std::string &what, const std::string &path) {
+  if (what.rfind(path + ": ", 0) == 0) return what.substr(path.size() + 2);
+  std::string reason = what;
+  if (const size_t at = reason.find(" " + path); at != std::string::npos) reason.erase(at, path.size() + 1);
+  return reason;
+}
+
+// One side's tensor of a row, or why it cannot be used.
+struct side_tensor {
+  std::optional<loaded_tensor> tensor;
+  tensor_read_error error;
+};
+
+// Loads the tensor file of `row` (one side of a pair). Refused before reading: a data_name that
+// leaves dump_tensor_data/, and a symbolic link (msprobe's path checks refuse soft links). Refused
+// after: a tensor whose shape is not the one dump.json gives, as the file then is not the tensor the
+// row describes. Every failure is a value (an error row); only pt_unsupported (no LibTorch at all)
+// is thrown, being fatal for the whole compare.
+side_tensor load_side(const dump_file &side, const dump_row &row) {
+  side_tensor r;
+  r.error.side = side.side;
+  r.error.path = side.tensor_dir + "/" + row.data_name;
+  const std::string &path = r.error.path;
+  if (row.data_name.find('/') != std::string::npos || row.data_name == "..") {
+    r.error.reason = fmt::format("data_name \"{}\" in {} leaves dump_tensor_data/; not read", row.data_name, side.path);
+    return r;
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    r.error.reason = "is a symbolic link; refusing to follow it";
+    return r;
+  }
+  try {
+    loaded_tensor t = compare_load_tensor(path);
+    // dump.json's shape is a list ("[2, 3]"); other forms ("None") promise nothing to check.
+    if (!row.shape.empty() && row.shape.front() == '[' && shape_str(t.operand.shape) != row.shape) {
+      r.error.read = true;
+      r.error.reason = fmt::format("the file holds shape {}, {} says {}", shape_str(t.operand.shape), side.path, row.shape);
+      return r;
+    }
+    r.tensor = std::move(t);
+  } catch (const pt_unsupported &) {
+    throw;
+  } catch (const unreadable_tensor &e) {
+    r.error.read = true;
+    r.error.reason = reason_of(e.what(), path);
+  } catch (const system_error &e) {
+    r.error.reason = reason_of(e.what(), path);
+  } catch (const usage_error &e) {
+    r.error.reason = reason_of(e.what(), path);
+  }
+  return r;
+}
+
+}  // namespace
+
 void compare_fill_real_data(compare_table &t, unsigned threads, uint64_t *bytes, std::vector<std::string> *warnings) {
   std::atomic<uint64_t> compared{0};
   std::mutex warn_mutex;
-  const auto warn = [&](std::string w) {
+  const auto failed = [&](size_t i, const tensor_read_error &e) {
+    compare_table_set_real_data(t, i, real_data_read_error(e));
     if (!warnings) return;
     std::lock_guard lock(warn_mutex);
-    warnings->push_back(std::move(w));
+    warnings->push_back(fmt::format("cannot read {} tensor {}: {}", e.side, e.path, e.reason));
   };
   parallel_for(t.rows.size(), threads, [&](size_t i) {
     const compare_row &row = t.rows[i];
@@ -240,38 +316,13 @@ void compare_fill_real_data(compare_table &t, unsigned threads, uint64_t *bytes,
       return compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::bench_no_file));
     if (bench_name == "N/A")
       return compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::bench_unmatched));
-    const auto load = [&](const dump_file &side, const std::string &name) -> std::optional<loaded_tensor> {
-      const std::string path = side.tensor_dir + "/" + name;
-      if (name.find('/') != std::string::npos || name == "..") {
-        warn(fmt::format("{} data_name \"{}\" in {} leaves dump_tensor_data/; not read", side.side, name, side.path));
-        compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::read_failed, path));
-        return std::nullopt;
-      }
-      try {
-        return compare_load_tensor(path);
-      } catch (const pt_unsupported &) {
-        throw;
-      } catch (const unreadable_tensor &e) {
-        warn(e.what());
-        compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::unreadable));
-      } catch (const system_error &e) {
-        warn(e.what());
-        compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::read_failed, path));
-      } catch (const usage_error &e) {
-        warn(e.what());
-        compare_table_set_real_data(
-            t, i,
-            real_data_unavailable(real_data_missing::read_failed,
-                                  "[" + py_str_repr(n.data_name) + ", " + py_str_repr(bench_name) + "]"));
-      }
-      return std::nullopt;
-    };
-    const auto npu_tensor = load(*t.npu, n.data_name);
-    if (!npu_tensor) return;
-    const auto bench_tensor = load(*t.bench, bench_name);
-    if (!bench_tensor) return;
-    compare_table_set_real_data(t, i, compare_real_data(npu_tensor->operand, bench_tensor->operand));
-    compared += npu_tensor->operand.data.size() + bench_tensor->operand.data.size();
+    const side_tensor npu_tensor = load_side(*t.npu, n);
+    if (!npu_tensor.tensor) return failed(i, npu_tensor.error);
+    const side_tensor bench_tensor = load_side(*t.bench, t.bench->rows[*row.bench]);
+    if (!bench_tensor.tensor) return failed(i, bench_tensor.error);
+    const tensor_operand &a = npu_tensor.tensor->operand, &b = bench_tensor.tensor->operand;
+    compare_table_set_real_data(t, i, compare_real_data(a, b));
+    compared += a.data.size() + b.data.size();
   });
   if (bytes) *bytes += compared.load();
 }
@@ -330,6 +381,32 @@ struct run_context {
   compare_report &report;
 };
 
+// The result files of one pair, under names no other compare holds (compare_output_claim); a
+// failure removes them all, so a folder never holds part of a result.
+compare_output_files write_pair_files(const run_context &ctx, const compare_table &table,
+                                      const compare_pair_report &pr, bool highlighted) {
+  const std::string suffix = pr.rank.empty() ? "" : "_" + pr.rank;
+  const compare_output_files files =
+      compare_output_claim(ctx.output_dir, suffix, compare_timestamp(), ctx.options.advisor);
+  try {
+    compare_write_xlsx(table, files.xlsx, highlighted);
+    compare_write_csv(table, files.csv);
+    compare_write_json(table, files.json, pr.rank, highlighted, ctx.options.advisor ? &pr.advisor : nullptr);
+    if (ctx.options.advisor) compare_write_advisor(pr.advisor, files.advisor);
+  } catch (...) {
+    compare_output_release(files);
+    throw;
+  }
+  return files;
+}
+
+// "line 3, NAME: ERR_MESSAGE" of error row i (its first line: --highlight may add more).
+std::string first_error_line(const compare_table &table, size_t i) {
+  const std::string &message = table.rows[i].err_message;
+  return fmt::format("line {}, {}: {}", i, table.npu->rows[table.rows[i].npu].name,
+                     message.substr(0, message.find('\n')));
+}
+
 void compare_pair(run_context &ctx, const std::string &npu_json, const std::string &bench_json, const std::string &rank) {
   const auto start = std::chrono::steady_clock::now();
   auto bench_future = std::async(std::launch::async, [&] { return dump_load(bench_json, "bench"); });
@@ -371,19 +448,12 @@ void compare_pair(run_context &ctx, const std::string &npu_json, const std::stri
   pr.advisor = compare_table_advise(table);
   for (const auto &w : pr.advisor.unmatched_warnings) ctx.report.warnings.push_back(w);
 
-  const std::string suffix = rank.empty() ? "" : "_" + rank;
-  pr.files = compare_output_names(ctx.output_dir, suffix, compare_timestamp());
-  compare_write_xlsx(table, pr.files.xlsx, highlighted);
-  compare_write_csv(table, pr.files.csv);
-  compare_write_json(table, pr.files.json, rank, highlighted, ctx.options.advisor ? &pr.advisor : nullptr);
-  if (ctx.options.advisor)
-    compare_write_advisor(pr.advisor, pr.files.advisor);
-  else
-    pr.files.advisor.clear();
+  pr.files = write_pair_files(ctx, table, pr, highlighted);
   pr.rows = table.rows.size();
   for (size_t i = 0; i < table.rows.size(); ++i) {
     pr.failing += compare_row_failing(table, i) ? 1 : 0;
     pr.unmatched += table.rows[i].bench ? 0 : 1;
+    if (compare_row_error(table, i) && pr.errors++ == 0) pr.first_error = first_error_line(table, i);
   }
   pr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ctx.report.pairs.push_back(std::move(pr));

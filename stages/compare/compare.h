@@ -14,11 +14,15 @@
 // → advisor → xlsx, csv, json and advisor files (compare_output.h).
 //
 // Results: a report per pair; compare_report::failing_rows() > 0 means a row did not reach the
-// accuracy criteria (the binary exits 1). Errors: usage_error for bad arguments and bad dumps (exit
-// 100), system_error for files that cannot be read or written (exit 111). In a step-folder compare
-// a rank whose dump is invalid is reported in `errors` and the other ranks are still compared.
-// A tensor file that is missing or unreadable is not an error: its row says so (Err_message), as
-// msprobe's does, and `warnings` carries the reason.
+// accuracy criteria, error_rows() > 0 that a row could not be compared (the binary exits 1 for
+// either). Errors: usage_error for bad arguments and bad dumps (exit 100), system_error for files
+// that cannot be read or written (exit 111). In a step-folder compare a rank whose dump is invalid
+// is reported in `errors` and the other ranks are still compared.
+// A tensor file that cannot be used (missing, not a regular file, a symbolic link, malformed or
+// truncated, a dtype without a metric path, a shape other than dump.json's) does not stop the
+// compare: its row becomes an error row (msprobe's 'unsupported' metrics and Accuracy "None", the
+// side, file and reason in Err_message), counted in compare_pair_report::errors, named by the
+// advisor, and `warnings` carries the reason. A pass is never reported about data not read.
 // Thread-safe: compare_run() may run concurrently with itself (no global state besides the .pt hook).
 #pragma once
 
@@ -53,6 +57,8 @@ struct compare_pair_report {
   std::string npu_path, bench_path;
   compare_mode mode = compare_mode::all;
   size_t rows = 0, failing = 0, unmatched = 0;
+  size_t errors = 0;           // error rows: a tensor file could not be read
+  std::string first_error;     // "line 3, NAME: Err_message" of the first error row
   compare_output_files files;  // empty when no row was found (nothing written)
   advisor_result advisor;
   uint64_t tensor_bytes = 0;   // bytes of tensor data compared, both sides
@@ -64,6 +70,7 @@ struct compare_report {
   std::vector<std::string> warnings;  // skipped ranks, unreadable tensor files, advisor notes
   std::vector<std::string> errors;    // ranks not compared because their dump is invalid
   [[nodiscard]] size_t failing_rows() const;
+  [[nodiscard]] size_t error_rows() const;
 };
 
 const stage_description &compare_stage_description();
@@ -82,7 +89,7 @@ const stage_description &compare_stage_description();
 void compare_set_pt_reader(compare_pt_reader reader);
 
 // Mode all: the real-data columns of every row of `t`, on `threads` threads. Adds the bytes compared
-// to *bytes and one warning per tensor file that could not be read.
+// to *bytes and one warning per tensor file that could not be read (its row becomes an error row).
 void compare_fill_real_data(compare_table &t, unsigned threads, uint64_t *bytes, std::vector<std::string> *warnings);
 
 // A data mapping file: flat YAML ("npu name: bench name" per line, '#' comments, optional quotes)

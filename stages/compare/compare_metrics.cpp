@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "compare_kernel.h"
 #include "pyjson.h"
 
@@ -158,15 +160,31 @@ size_t tensor_operand::element_count() const {
 }
 
 real_data_result real_data_unavailable(real_data_missing why, const std::string &detail) {
-  switch (why) {
-    case real_data_missing::npu_no_file: return all_metrics(text("unsupported"), "NPU does not have data file.");
-    case real_data_missing::bench_no_file: return all_metrics(text("unsupported"), "Bench does not have data file.");
-    case real_data_missing::bench_unmatched: return all_metrics(text("unsupported"), "Bench api/module unmatched.");
-    case real_data_missing::read_failed:
-      return all_metrics(text("unsupported"), "Dump file: " + detail + " not found or read failed.");
-    case real_data_missing::unreadable: return all_metrics(text("unsupported"), "Data is unreadable.");
-  }
-  return all_metrics(text("unsupported"), {});
+  const auto message = [&]() -> std::string {
+    switch (why) {
+      case real_data_missing::npu_no_file: return "NPU does not have data file.";
+      case real_data_missing::bench_no_file: return "Bench does not have data file.";
+      case real_data_missing::bench_unmatched: return "Bench api/module unmatched.";
+      case real_data_missing::read_failed: return "Dump file: " + detail + " not found or read failed.";
+      case real_data_missing::unreadable: return "Data is unreadable.";
+    }
+    return {};
+  };
+  real_data_result r = all_metrics(text("unsupported"), message());
+  r.error = why == real_data_missing::read_failed || why == real_data_missing::unreadable;
+  return r;
+}
+
+real_data_result real_data_read_error(const tensor_read_error &e) {
+  real_data_result r =
+      real_data_unavailable(e.read ? real_data_missing::unreadable : real_data_missing::read_failed, e.path);
+  // One line, so the table cell and the advisor stay one line whatever the reason says.
+  std::string reason = e.reason;
+  std::replace_if(reason.begin(), reason.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  while (!reason.empty() && reason.back() == '.') reason.pop_back();
+  r.err_message += e.read ? fmt::format(" Cannot read {} tensor {}: {}.", e.side, e.path, reason)
+                           : fmt::format(" Cannot read {} tensor: {}.", e.side, reason);
+  return r;
 }
 
 real_data_result compare_real_data(const tensor_operand &npu, const tensor_operand &bench) {

@@ -60,6 +60,9 @@ struct real_data_result {
   std::array<cell, 6> metrics;  // see real_metric
   std::string err_message;      // what the checks and metrics append to Err_message, msprobe's wording
   std::string accuracy;         // "Yes", "No", "None" or "Unmatched" (check_accuracy)
+  // A tensor file of the pair could not be read: nothing was compared, so the row must not pass
+  // silently (an error row: counted apart from failing rows, and the compare exits 1).
+  bool error = false;
 };
 
 // Why a row has no tensors to compare (msprobe's step 1, §3.6).
@@ -67,10 +70,24 @@ enum class real_data_missing {
   npu_no_file,      // NPU data_name '-1'      → 'unsupported', "NPU does not have data file."
   bench_no_file,    // bench data_name '-1'    → 'unsupported', "Bench does not have data file."
   bench_unmatched,  // no bench row            → 'unsupported', "Bench api/module unmatched."
-  read_failed,      // file missing or failed  → 'unsupported', "Dump file: DETAIL not found or read failed."
-  unreadable,       // not convertible         → 'unsupported', "Data is unreadable."
+  read_failed,      // file missing or failed  → 'unsupported', "Dump file: DETAIL not found or read failed."  (error)
+  unreadable,       // not convertible         → 'unsupported', "Data is unreadable."                          (error)
 };
 [[nodiscard]] real_data_result real_data_unavailable(real_data_missing why, const std::string &detail = {});
+
+// A tensor file that could not be used, as the offline compare found it.
+struct tensor_read_error {
+  std::string side;    // "NPU" or "bench"
+  std::string path;    // the file
+  std::string reason;  // one line, without the path: "is a symbolic link; refusing to follow it"
+  bool read = false;   // read, but not comparable: a dtype with no metric path, a shape other than
+                       // dump.json's (msprobe's "Data is unreadable."); false: not read at all
+};
+// msprobe's row for it (all six 'unsupported', Accuracy "None", "Dump file: PATH not found or read
+// failed." or "Data is unreadable.") with the side, file and reason appended to Err_message:
+//   "Dump file: P not found or read failed. Cannot read bench tensor: truncated data: …"
+// and `error` set.
+[[nodiscard]] real_data_result real_data_read_error(const tensor_read_error &e);
 
 // msprobe's checks and metrics for two loaded tensors, in its order: empty NPU tensor, 0-d NPU
 // tensor (only MaxAbsErr and MaxRelativeErr), shapes that differ, inf/nan at different positions

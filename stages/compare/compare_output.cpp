@@ -1,5 +1,6 @@
 #include "compare_output.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <vector>
 
 #include <fmt/format.h>
 #include <xlsxwriter.h>
@@ -31,6 +33,57 @@ std::string compare_timestamp() {
   char buffer[32];
   std::strftime(buffer, sizeof buffer, "%Y%m%d%H%M%S", &local);
   return buffer;
+}
+
+namespace {
+
+// Creates `path` empty, failing if anything (a link included) is there. False if it exists.
+bool create_exclusive(const std::string &path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    if (errno == EEXIST) return false;
+    throw system_error_from_errno("create", path, errno);
+  }
+  ::close(fd);
+  return true;
+}
+
+// Claims every name of `files` or none of them.
+bool claim_all(const compare_output_files &files) {
+  std::vector<std::string> claimed;
+  try {
+    for (const std::string *p : {&files.xlsx, &files.csv, &files.json, &files.advisor}) {
+      if (p->empty()) continue;
+      if (!create_exclusive(*p)) break;
+      claimed.push_back(*p);
+    }
+  } catch (...) {
+    for (const auto &p : claimed) ::unlink(p.c_str());
+    throw;
+  }
+  const size_t wanted = files.advisor.empty() ? 3 : 4;
+  if (claimed.size() == wanted) return true;
+  for (const auto &p : claimed) ::unlink(p.c_str());
+  return false;
+}
+
+}  // namespace
+
+compare_output_files compare_output_claim(const std::string &dir, const std::string &suffix,
+                                          const std::string &timestamp, bool advisor) {
+  constexpr unsigned max_sets = 10000;
+  for (unsigned n = 0; n < max_sets; ++n) {
+    compare_output_files files = compare_output_names(dir, suffix, n == 0 ? timestamp : fmt::format("{}_{}", timestamp, n));
+    if (!advisor) files.advisor.clear();
+    if (claim_all(files)) return files;
+  }
+  throw system_error(fmt::format("unable to create {}: {} result files of this second exist already",
+                                 compare_output_names(dir, suffix, timestamp).xlsx, max_sets));
+}
+
+void compare_output_release(const compare_output_files &files) noexcept {
+  for (const std::string *p : {&files.xlsx, &files.csv, &files.json, &files.advisor})
+    if (!p->empty()) ::unlink(p->c_str());
 }
 
 namespace {
@@ -217,10 +270,11 @@ nlohmann::ordered_json cell_json(const cell &c) {
 void compare_write_json(const compare_table &t, const std::string &path, const std::string &rank, bool highlighted,
                         const advisor_result *advisor) {
   using json = nlohmann::ordered_json;
-  size_t failing = 0, unmatched = 0;
+  size_t failing = 0, unmatched = 0, errors = 0;
   for (size_t i = 0; i < t.rows.size(); ++i) {
     failing += compare_row_failing(t, i) ? 1 : 0;
     unmatched += t.rows[i].bench ? 0 : 1;
+    errors += compare_row_error(t, i) ? 1 : 0;
   }
   json head;
   head["format"] = "tprobe-compare";
@@ -250,6 +304,7 @@ void compare_write_json(const compare_table &t, const std::string &path, const s
   }
   tail["failing_rows"] = failing;
   tail["unmatched_rows"] = unmatched;
+  tail["error_rows"] = errors;
   tail["advisor"] = advisor ? json{{"line", advisor->line},
                                    {"suspect_nodes", advisor->suspect_nodes},
                                    {"expert_advice", advisor->advice}}

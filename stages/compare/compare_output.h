@@ -11,15 +11,18 @@
 //   advisor{suffix}_{ts}.txt           "Line: …\nSuspect Nodes: …\nExpert Advice: …\n".
 //
 // suffix is "" for one pair of dump.json files and "_rankN" (the NPU rank folder's name) for step
-// folders; ts is the local time, %Y%m%d%H%M%S. Files are 0640, written to a temporary name and
-// renamed, so a reader never sees half a file.
+// folders; ts is the local time, %Y%m%d%H%M%S, followed by "_1", "_2", … when files of that name
+// already exist (another compare in the same second): compare_output_claim() creates the names
+// with O_EXCL, so concurrent compares into one folder never overwrite each other's files. Files are
+// 0640, written to a temporary name and renamed over the claimed name, so a reader never sees half
+// a file (a claimed name is an empty file until then).
 //
 // JSON form (indent 1; NaN / Infinity tokens as in dump.json):
 //   {"format": "tprobe-compare", "version": 1, "mode": "all"|"summary"|"md5",
 //    "npu": "<npu dump.json>", "bench": "<bench dump.json>", "rank": "rank0"|null,
 //    "columns": [...], "rows": [[cell, ...], ...],        cells: number, string, bool or null
 //    "highlight": ["red"|"yellow"|null, ...] (only with highlighting),
-//    "failing_rows": N, "unmatched_rows": N,
+//    "failing_rows": N, "unmatched_rows": N, "error_rows": N (rows whose tensor files could not be read),
 //    "advisor": {"line": "12"|"NA", "suspect_nodes": "...", "expert_advice": "..."} | null}
 #pragma once
 
@@ -38,6 +41,16 @@ struct compare_output_files {
                                                         const std::string &timestamp);
 // The local time now as %Y%m%d%H%M%S.
 [[nodiscard]] std::string compare_timestamp();
+
+// Claims fresh names for one compare's files: compare_output_names(dir, suffix, timestamp), else
+// with timestamp "{timestamp}_1", "_2", …: the first set none of whose files exists, each created
+// empty with O_CREAT|O_EXCL|O_NOFOLLOW (mode 0640), so two processes never get the same set.
+// `advisor` false: no advisor name (files.advisor is empty). Throws system_error if a file cannot
+// be created (or 10,000 sets are taken).
+[[nodiscard]] compare_output_files compare_output_claim(const std::string &dir, const std::string &suffix,
+                                                        const std::string &timestamp, bool advisor);
+// Removes the claimed files again (a compare that failed before writing them all).
+void compare_output_release(const compare_output_files &files) noexcept;
 
 // `highlighted`: the layout of msprobe's -hl workbook (the table was passed to
 // compare_table_highlight()). Throws system_error when the file cannot be written.

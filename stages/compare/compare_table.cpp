@@ -236,6 +236,7 @@ void compare_table_set_real_data(compare_table &t, size_t i, const real_data_res
   for (size_t k = 0; k < 6; ++k) row.metrics[k] = r.metrics[k];
   row.result = r.accuracy;
   row.err_message += r.err_message;
+  row.error = r.error;
   if (t.options.fuzzy_match && row.bench && t.npu->rows[row.npu].name != t.bench->rows[*row.bench].name)
     row.err_message += " Fuzzy matching data, the comparison accuracy may be affected.";
 }
@@ -496,6 +497,8 @@ bool compare_row_failing(const compare_table &t, size_t i) {
   return false;
 }
 
+bool compare_row_error(const compare_table &t, size_t i) { return t.rows[i].error; }
+
 std::string advisor_message(const std::string &name) {
   const auto has = [&](const char *s) { return name.find(s) != std::string::npos; };
   const auto deterministic = [&](std::string message) {
@@ -531,6 +534,21 @@ std::string advisor_message(const std::string &name) {
   return message;
 }
 
+namespace {
+
+// What the advisor says about rows whose tensor files could not be read (`first` is the first).
+std::string error_rows_advice(const compare_table &t, size_t first, size_t count) {
+  const compare_row &row = t.rows[first];
+  // Its first line: --highlight appends its reasons on further lines.
+  const std::string message = row.err_message.substr(0, row.err_message.find('\n'));
+  return fmt::format(
+      "{} {} could not be compared (a tensor file could not be read): nothing is known about their data. The "
+      "first is line {}, {}: {} Restore or dump those tensors again and compare again.",
+      count, count == 1 ? "row" : "rows", first, t.npu->rows[row.npu].name, message);
+}
+
+}  // namespace
+
 advisor_result compare_table_advise(const compare_table &t) {
   advisor_result a;
   for (size_t i = 0; i < t.rows.size(); ++i) {
@@ -540,14 +558,26 @@ advisor_result compare_table_advise(const compare_table &t) {
       a.unmatched_warnings.push_back("The tensor name matches but the shape or dtype does not match: " +
                                      t.npu->rows[t.rows[i].npu].name);
   }
+  std::optional<size_t> failing, error;
   for (size_t i = 0; i < t.rows.size(); ++i) {
-    if (!compare_row_failing(t, i)) continue;
-    a.line = std::to_string(i);
-    a.suspect_nodes = t.npu->rows[t.rows[i].npu].name;
-    a.advice = advisor_message(a.suspect_nodes);
+    if (!failing && compare_row_failing(t, i)) failing = i;
+    if (compare_row_error(t, i)) {
+      if (!error) error = i;
+      ++a.error_rows;
+    }
+  }
+  const std::optional<size_t> suspect = failing ? failing : error;
+  if (!suspect) {
+    a.advice = "All data in comparison result meets the accuracy requirements.";
     return a;
   }
-  a.advice = "All data in comparison result meets the accuracy requirements.";
+  a.line = std::to_string(*suspect);
+  a.suspect_nodes = t.npu->rows[t.rows[*suspect].npu].name;
+  if (failing) a.advice = advisor_message(a.suspect_nodes);
+  if (error) {
+    if (!a.advice.empty()) a.advice += "\n";
+    a.advice += error_rows_advice(t, *error, a.error_rows);
+  }
   return a;
 }
 

@@ -51,6 +51,7 @@ struct compare_row {
   std::string result;           // all: Accuracy Reached or Not; summary, md5: Result
   std::string err_message;      // Err_message (not a column in md5 mode)
   bool req_grad_consistent = true;
+  bool error = false;           // all: a tensor file could not be read, nothing was compared (error row)
   cell stack;                   // NPU_Stack_Info (stack mode)
   row_color color = row_color::none;
 };
@@ -84,12 +85,21 @@ constexpr size_t compare_max_excel_rows = 1048500;
 // md5: Result "Different". A compare with any exits 1.
 [[nodiscard]] bool compare_row_failing(const compare_table &t, size_t i);
 
+// Error rows: a tensor file of the row could not be read (mode all), so the row says nothing about
+// the data. Not failing in msprobe's sense (its Accuracy is "None"), but a compare with any exits 1
+// and the advisor names them: a pass is never reported about data that was not read.
+[[nodiscard]] bool compare_row_error(const compare_table &t, size_t i);
+
 struct advisor_result {
-  std::string line = "NA";           // 0-based row index of the first failing row
+  std::string line = "NA";           // 0-based row index of the first failing row, else of the first error row
   std::string suspect_nodes = "NA";  // its NPU Name
-  std::string advice;                // msprobe's expert advice text
+  std::string advice;                // msprobe's expert advice text, then what was not compared
+  size_t error_rows = 0;             // rows that could not be compared
   std::vector<std::string> unmatched_warnings;  // "The tensor name matches but the shape or dtype does not match: X"
 };
+// msprobe's advisor (the first failing row and its advice). Error rows are never "All data …
+// meets the accuracy requirements": without a failing row the first error row is the suspect;
+// either way the advice ends with "N rows could not be compared …" naming the first of them.
 [[nodiscard]] advisor_result compare_table_advise(const compare_table &t);
 // The advisor file's text: "Line: …\nSuspect Nodes: …\nExpert Advice: …\n".
 [[nodiscard]] std::string advisor_text(const advisor_result &a);

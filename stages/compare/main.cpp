@@ -28,12 +28,19 @@ int main(int argc, char **argv) {
     for (const auto &w : report.warnings) fmt::print(stderr, "tprobe-compare: warning: {}\n", w);
     for (const auto &p : report.pairs) {
       if (p.files.xlsx.empty()) continue;
-      fmt::print(stderr, "tprobe-compare: {}{} rows ({} failing, {} unmatched), mode {}, {:.1f} MB of tensors in {:.2f} s: {}\n",
-                 p.rank.empty() ? "" : p.rank + ": ", p.rows, p.failing, p.unmatched, compare_mode_name(p.mode),
-                 p.tensor_bytes / 1e6, p.seconds, p.files.xlsx);
+      const std::string rank = p.rank.empty() ? "" : p.rank + ": ";
+      fmt::print(stderr, "tprobe-compare: {}{} rows ({} failing, {} unmatched, {} not compared), mode {}, {:.1f} MB of "
+                 "tensors in {:.2f} s: {}\n",
+                 rank, p.rows, p.failing, p.unmatched, p.errors, compare_mode_name(p.mode), p.tensor_bytes / 1e6,
+                 p.seconds, p.files.xlsx);
+      if (p.errors > 0)
+        fmt::print(stderr, "tprobe-compare: {}{} {} could not be compared (tensor files not read); first: {}\n", rank,
+                   p.errors, p.errors == 1 ? "row" : "rows", p.first_error);
     }
     for (const auto &e : report.errors) fmt::print(stderr, "tprobe-compare: error: {}\n", e);
     if (!report.errors.empty()) return static_cast<int>(EXIT_USAGE);
-    return static_cast<int>(report.failing_rows() > 0 ? EXIT_NEGATIVE : EXIT_OK);
+    // Rows that could not be compared are no pass: the answer is negative until they are.
+    const bool negative = report.failing_rows() > 0 || report.error_rows() > 0;
+    return static_cast<int>(negative ? EXIT_NEGATIVE : EXIT_OK);
   });
 }

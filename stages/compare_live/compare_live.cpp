@@ -421,7 +421,8 @@ class live_compare {
     if (dir.empty() || t.rows.empty()) return;
     std::string suffix = several_steps ? fmt::format("_step{}", step) : "";
     if (rank >= 0) suffix += fmt::format("_rank{}", rank);
-    const auto files = compare_output_names(dir, suffix, ts);
+    // Claimed, not just named: another compare writing into this folder in the same second keeps its files.
+    const auto files = compare_output_claim(dir, suffix, ts, true);
     compare_write_xlsx(t, files.xlsx, highlighted);
     compare_write_csv(t, files.csv);
     compare_write_json(t, files.json, rank >= 0 ? fmt::format("rank{}", rank) : "", highlighted, &advisor);

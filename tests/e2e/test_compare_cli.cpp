@@ -159,13 +159,18 @@ TEST(CompareCli, MissingTensorFileIsReportedInItsRow) {
   write_tensor_dump(t / "npu", {1, 2, 3, 4}, {1, 2, 3, 4}, /*write_output_file=*/false);
   write_tensor_dump(t / "bench", {1, 2, 3, 4}, {1, 2, 3, 4});
   const auto r = compare({t / "npu/dump.json", t / "bench/dump.json", "-o", t / "out"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.status, 1) << r.err;  // an error row: not a pass (tests/e2e/test_compare_errors.cpp has every kind)
   const auto doc = pyjson_parse(test::read_file(find_file(t / "out", "compare_result_", ".json")), "json");
   EXPECT_EQ(doc["rows"][1][8], "unsupported");
   EXPECT_EQ(doc["rows"][1][23], "None");
-  EXPECT_EQ(doc["rows"][1][24], "Dump file: " + (t / "npu") + "/dump_tensor_data/Functional.linear.0.forward.output.0.npy"
-                                    " not found or read failed.");
-  EXPECT_NE(r.err.find("warning: unable to open"), std::string::npos) << r.err;
+  const std::string path = (t / "npu") + "/dump_tensor_data/Functional.linear.0.forward.output.0.npy";
+  EXPECT_EQ(doc["rows"][1][24], "Dump file: " + path +
+                                    " not found or read failed. Cannot read NPU tensor: unable to open: No such file or "
+                                    "directory.");
+  EXPECT_EQ(doc.value("error_rows", -1), 1);
+  EXPECT_NE(r.err.find("warning: cannot read NPU tensor " + path + ": unable to open: No such file or directory"),
+            std::string::npos)
+      << r.err;
 }
 
 // msprobe's statistics dump, written as Python's json.dump(indent=1) writes NaN and Infinity.
@@ -323,8 +328,8 @@ TEST(CompareCli, PtTensors) {
     EXPECT_NE(r.err.find(t / "npu/dump_tensor_data/Functional.linear.0.forward.input.0.pt"), std::string::npos) << r.err;
     return;
   }
-  // This tprobe-compare reads .pt: a broken file is a row error, real ones compare.
-  ASSERT_EQ(r.status, 0) << r.err;
+  // This tprobe-compare reads .pt: a broken file is an error row (exit 1), real ones compare.
+  ASSERT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("not a readable torch.save file"), std::string::npos) << r.err;
   if (!python_has_torch()) GTEST_SKIP() << "no /usr/bin/python3 with torch to write .pt files";
   const std::string script = fmt::format(

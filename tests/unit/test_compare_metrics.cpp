@@ -248,6 +248,26 @@ TEST(CompareMetrics, RowsWithoutTensors) {
   check(real_data_missing::bench_unmatched, "Bench api/module unmatched.");
   check(real_data_missing::read_failed, "Dump file: x/dump_tensor_data/a.npy not found or read failed.");
   check(real_data_missing::unreadable, "Data is unreadable.");
+  // Only a file that could not be read makes an error row: the others are rows without data by design.
+  EXPECT_FALSE(real_data_unavailable(real_data_missing::npu_no_file).error);
+  EXPECT_FALSE(real_data_unavailable(real_data_missing::bench_unmatched).error);
+  EXPECT_TRUE(real_data_unavailable(real_data_missing::read_failed, "a.npy").error);
+  EXPECT_TRUE(real_data_unavailable(real_data_missing::unreadable).error);
+}
+
+TEST(CompareMetrics, ReadErrorNamesSideFileAndReasonOnOneLine) {
+  tensor_read_error e{"bench", "/d/x.npy", "not a valid .npy file: truncated data:\nthe header promises 16 bytes."};
+  real_data_result r = real_data_read_error(e);
+  EXPECT_TRUE(r.error);
+  EXPECT_EQ(r.accuracy, "None");
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(r.metrics[i], cell::of_text("unsupported"));
+  EXPECT_EQ(r.err_message,
+            "Dump file: /d/x.npy not found or read failed. Cannot read bench tensor: not a valid .npy file: truncated "
+            "data: the header promises 16 bytes.");
+  e = {"NPU", "/d/y.npy", "dtype '>f4' cannot be compared", true};
+  r = real_data_read_error(e);
+  EXPECT_TRUE(r.error);
+  EXPECT_EQ(r.err_message, "Data is unreadable. Cannot read NPU tensor /d/y.npy: dtype '>f4' cannot be compared.");
 }
 
 TEST(CompareMetrics, AccuracyRule) {

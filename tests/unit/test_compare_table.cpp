@@ -427,6 +427,43 @@ TEST(CompareTable, UnmatchedRowInRealDataMode) {
   EXPECT_FALSE(compare_row_failing(t, 0));
 }
 
+// A row whose tensor file could not be read: msprobe's columns, but counted as an error and named
+// by the advisor (never "All data … meets the accuracy requirements").
+TEST(CompareAdvisor, ErrorRowsAreNamed) {
+  const dump_file npu = parse(l1_tensor), bench = parse(l1_tensor, "bench");
+  compare_table_options o;
+  o.mode = compare_mode::all;
+  compare_table t = compare_table_build(npu, bench, o);
+  ASSERT_EQ(t.rows.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) compare_table_set_real_data(t, i, metrics(1.0, 0, 1.0));
+  tensor_read_error e{"bench", "/d/bench/dump_tensor_data/Functional.relu.0.forward.output.0.pt", "is not a regular file"};
+  compare_table_set_real_data(t, 1, real_data_read_error(e));
+  compare_table_set_real_data(t, 3, real_data_read_error(e));
+  EXPECT_TRUE(compare_row_error(t, 1));
+  EXPECT_FALSE(compare_row_error(t, 0));
+  EXPECT_FALSE(compare_row_failing(t, 1));  // msprobe's Accuracy "None"
+  EXPECT_EQ(t.rows[1].result, "None");
+  advisor_result a = compare_table_advise(t);
+  EXPECT_EQ(a.error_rows, 2u);
+  EXPECT_EQ(advisor_text(a),
+            "Line: 1\nSuspect Nodes: Functional.relu.0.forward.output.0\nExpert Advice: 2 rows could not be compared (a "
+            "tensor file could not be read): nothing is known about their data. The first is line 1, "
+            "Functional.relu.0.forward.output.0: Dump file: /d/bench/dump_tensor_data/Functional.relu.0.forward.output.0.pt "
+            "not found or read failed. Cannot read bench tensor: is not a regular file. Restore or dump those tensors "
+            "again and compare again.\n");
+
+  // A failing row stays msprobe's suspect; the error rows follow its advice.
+  compare_table_set_real_data(t, 2, metrics(0.5, 2, 0.1));
+  a = compare_table_advise(t);
+  EXPECT_EQ(a.line, "2");
+  EXPECT_EQ(a.suspect_nodes, "Functional.relu.0.backward.input.0");
+  EXPECT_EQ(a.advice, "Check whether the forward computation result is affected.\n2 rows could not be compared (a "
+                      "tensor file could not be read): nothing is known about their data. The first is line 1, "
+                      "Functional.relu.0.forward.output.0: Dump file: "
+                      "/d/bench/dump_tensor_data/Functional.relu.0.forward.output.0.pt not found or read failed. Cannot "
+                      "read bench tensor: is not a regular file. Restore or dump those tensors again and compare again.");
+}
+
 TEST(CompareTable, StackColumnOnTheFirstRowOfAnEntry) {
   const dump_file npu = parse(l1_tensor);
   const stack_map stacks{{"Functional.relu.0.forward", {"File t.py, line 3, in f, \n y = relu(x)"}}};
