@@ -355,6 +355,12 @@ struct tprobe_session {
     }
   }
 
+  // `tprobe run` writes RUN_DIR/failed when a stage fails (launcher.h).
+  static std::string failure_marker() {
+    const char *dir = std::getenv("TPROBE_RUN_DIR");
+    return dir && *dir ? std::string(dir) + "/failed" : std::string();
+  }
+
   void open(const char *config_path, const tprobe_open_options *opts) {
     if (opts) options = *opts;
     else options = tprobe_open_options_default();
@@ -398,7 +404,8 @@ struct tprobe_session {
             ctx, ep, fmt::format("capture rank {}", options.rank), 1000,
             link_deadlines{.connect_timeout_ms = options.handshake_timeout_ms,
                            .stall_timeout_ms = options.pipeline_timeout_ms,
-                           .watch_pid = options.watch_pid}));
+                           .watch_pid = options.watch_pid,
+                           .failure_marker = failure_marker()}));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 #include <string>
 #include <vector>
@@ -49,8 +50,20 @@ int run_rank(const run_options &o, int rank) {
   tprobe_open_options options = tprobe_open_options_default();
   options.rank = rank;
   if (!o.endpoint.empty()) options.endpoint = o.endpoint.c_str();
-  capture_session session(o.config, options);
   call_timer timed;
+  std::optional<capture_session> opened;
+  try {
+    timed([&] { opened.emplace(o.config, options); });
+  } catch (const std::exception &e) {
+    if (!o.keep_going) throw;
+    // The pipeline was gone before this rank connected: train without it, as a script would.
+    std::fprintf(stderr, "tprobe-example-producer: open failed, training without capture: %s\n", e.what());
+    for (int64_t step = 0; step < o.steps; ++step) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_ms));
+    std::fprintf(stderr, "tprobe-example-producer: rank %d: %lld steps, longest capture call %.1f ms\n", rank,
+                 static_cast<long long>(o.steps), timed.longest_ms);
+    return 0;
+  }
+  capture_session &session = *opened;
   int failures = 0;
   // What a training script does with a failing debugger call when it wants to go on: say so.
   auto control = [&](const char *what, auto &&call) {

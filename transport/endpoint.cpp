@@ -289,6 +289,26 @@ class output_link {
                        consumer_pid_);
   }
 
+  // Why the pipeline as a whole is known to be gone ("" when it is not): the watched process (the
+  // launcher) ended, or the launcher left its failure marker (a stage failed: it stops the
+  // stages and leaves the command running, so it stays alive itself).
+  std::string pipeline_gone() const {
+    if (deadlines_.watch_pid > 0 && process_is_gone(deadlines_.watch_pid))
+      return fmt::format("the pipeline's launcher (pid {}) is gone", deadlines_.watch_pid);
+    if (!deadlines_.failure_marker.empty() && ::access(deadlines_.failure_marker.c_str(), F_OK) == 0) {
+      std::string reason;
+      if (FILE *f = std::fopen(deadlines_.failure_marker.c_str(), "re")) {
+        char buffer[512];
+        const size_t n = std::fread(buffer, 1, sizeof buffer - 1, f);
+        std::fclose(f);
+        reason.assign(buffer, n);
+        while (!reason.empty() && reason.back() == '\n') reason.pop_back();
+      }
+      return "the pipeline failed" + (reason.empty() ? std::string() : ": " + reason);
+    }
+    return "";
+  }
+
   // Called while a send or an eos ack is overdue: throws consumer_lost_error when waiting on is
   // pointless (the consumer or the watched process is gone) or past the stall deadline.
   void check_consumer(clock_type::time_point since, const char *verb) {
@@ -299,8 +319,7 @@ class output_link {
     if (stop_requested()) lost("stopped while the consumer was not reading");
     if (consumer_pid_ > 0 && consumer_host_ == host_name() && process_is_gone(consumer_pid_))
       lost(consumer_text() + " is gone");
-    if (deadlines_.watch_pid > 0 && process_is_gone(deadlines_.watch_pid))
-      lost(fmt::format("the pipeline's launcher (pid {}) is gone", deadlines_.watch_pid));
+    if (std::string why = pipeline_gone(); !why.empty()) lost(why);
     if (deadlines_.stall_timeout_ms >= 0 &&
         clock_type::now() - since >= std::chrono::milliseconds(deadlines_.stall_timeout_ms))
       lost(fmt::format("{} has not read for {} ms", consumer_text(), deadlines_.stall_timeout_ms));
@@ -327,9 +346,8 @@ class output_link {
       if (!(items[0].revents & ZMQ_POLLIN)) {
         if (what == ack_wait::eos) {
           check_consumer(started, "finish the stream to");
-        } else if (deadlines_.watch_pid > 0 && process_is_gone(deadlines_.watch_pid)) {
-          throw system_error(fmt::format("unable to reach {}: the pipeline's launcher (pid {}) is gone", spec_,
-                                         deadlines_.watch_pid));
+        } else if (std::string why = pipeline_gone(); !why.empty()) {
+          throw system_error(fmt::format("unable to reach {}: {}", spec_, why));
         }
         continue;
       }

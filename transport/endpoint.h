@@ -43,7 +43,8 @@
 //  - the hello's ack: connect_timeout_ms (30 s by default), else system_error "unable to reach";
 //  - a blocked send and the eos ack: the consumer named in its ack (pid, host) is checked every
 //    quarter second while blocked; a consumer on this host that is gone (or a zombie), or the
-//    watched process (the launcher, for a capture), ends the wait at once with
+//    watched process (the launcher, for a capture) or the launcher's failure marker
+//    (RUN_DIR/failed, written when a stage failed), ends the wait at once with
 //    consumer_lost_error. A live consumer that does not read is waited for up to
 //    stall_timeout_ms (-1: forever, the default for stages, whose launcher watches them; the
 //    capture sets the config's tprobe.pipeline_timeout_s), then consumer_lost_error too.
@@ -90,6 +91,7 @@ struct link_deadlines {
   int connect_timeout_ms = 30000;  // hello → ack; -1 = forever
   int stall_timeout_ms = -1;       // a blocked send or the eos ack without progress; -1 = forever
   int64_t watch_pid = 0;           // another process on this host whose end ends the wait (0: none)
+  std::string failure_marker;      // a file whose existence ends the wait (the launcher's RUN_DIR/failed)
 };
 
 // The consumer stopped reading: it is gone, the watched process is gone, or it stalled past the

@@ -67,6 +67,7 @@ class PrecisionDebugger:
         # first step, with one line naming the file and the field.
         self._checked = self._check_config()
         self._failure_reported = False
+        self._unreachable = False  # the session could not open: the capture stays off
         self._config = None
         self._pipeline = None
         self._modules = None
@@ -86,7 +87,8 @@ class PrecisionDebugger:
         self._check_usable()
         if model is not None:
             self._model = model
-        self._open()
+        if not self._try_open():
+            return
         if self._modules is not None:
             if self._model is None:
                 raise ValueError(f"tprobe: level {self._config['level']} needs the model: "
@@ -143,7 +145,8 @@ class PrecisionDebugger:
             self._ops.entry_name_check(f"{name}_grad.{self._saves.get(name, 0)}.debug")
         except RuntimeError as e:
             raise ValueError(f"tprobe: save: name {name!r} cannot be used: {e}".replace(": tprobe: ", ": ")) from None
-        self._open()
+        if not self._try_open():
+            return
         if not self._started and self._config["level"] == "debug":
             self._ops.start()
             self._started = True
@@ -203,6 +206,20 @@ class PrecisionDebugger:
     def _check_usable(self):
         if self._closed:
             raise RuntimeError("tprobe: the debugger is closed (close() ran, or the process is exiting)")
+
+    def _try_open(self):
+        """Opens the session if needed; False when it cannot be had. The config was checked at
+        construction, so what fails here is the pipeline (it did not start, or died before this
+        process connected): the capture stays off and training goes on (reported once)."""
+        if self._unreachable:
+            return False
+        try:
+            self._open()
+        except RuntimeError as e:
+            self._unreachable = True
+            self._capture_failed(e)
+            return False
+        return True
 
     def _raises(self):
         return self._checked.get("on_pipeline_failure", "raise") == "raise"

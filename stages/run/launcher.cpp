@@ -715,6 +715,12 @@ class launcher {
   void fail(const child_process &c, const std::string &what) {
     if (failure_) return;
     failure_ = "stage " + in_quotes(c.name) + " (" + c.program + ") " + what;
+    // A capture still waiting for the pipeline (its hello, a blocked send) reads this and gives up
+    // at once, since the launcher itself stays alive while the command runs.
+    if (FILE *marker = std::fopen((run_dir_.path() + "/failed").c_str(), "we")) {
+      std::fputs((*failure_ + "\n").c_str(), marker);
+      std::fclose(marker);
+    }
     console_.line("tprobe: fatal: " + *failure_ +
                   (command_running() ? "; stopping the stages, the command goes on without them" : ""));
     stop_stages(SIGTERM);

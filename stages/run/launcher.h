@@ -30,7 +30,8 @@
 //  - A stage that exits non-zero, is killed or is stopped (SIGSTOP), at any time, is fatal:
 //      tprobe: fatal: stage "stats" (tprobe-stats) exited with status 100
 //    the other stages' process groups get SIGTERM (stages finish their files on SIGTERM; a stopped
-//    stage gets SIGCONT too). The command is left alone: the training comes first, and its
+//    stage gets SIGCONT too), and RUN_DIR/failed holds that line, so that a capture still waiting
+//    on the pipeline gives up at once (endpoint.h). The command is left alone: the training comes first, and its
 //    capture detaches from the pipeline that went away (tprobe_capture.h) and lets it go on. The
 //    launcher waits for the command and exits 111.
 //  - Start-up has a deadline: a stage that has not reported ready within startup_timeout_s is
