@@ -1,5 +1,7 @@
 #include "test_support.h"
 
+#include "endpoint.h"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -181,6 +183,46 @@ std::string child_process::err() const {
   } catch (...) {
     return {};
   }
+}
+
+record numbered_record(uint64_t i, size_t bytes) {
+  record r(record_kind::tensor);
+  r.header.entry = "Functional.relu." + std::to_string(i) + ".forward";
+  r.header.slot = "output.0";
+  r.header.seq = i + 1;
+  r.header.type = dtype::uint8;
+  r.header.shape = {static_cast<int64_t>(bytes)};
+  std::vector<std::byte> data(bytes, static_cast<std::byte>(i & 0xff));
+  r.set_payload(std::move(data));
+  return r;
+}
+
+std::string ipc_endpoint(const temp_dir &dir, const std::string &name) { return "ipc://" + dir.path() + "/" + name; }
+
+pid_t stalling_consumer(const std::string &endpoint, int take, const std::string &name) {
+  int ready[2];
+  if (::pipe(ready) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    zmq::context_t ctx;
+    stage_io_options in;
+    in.input = endpoint;
+    in.producers = 0;
+    in.high_water_mark = 4;
+    in.producer_name = name;
+    stage_io io(ctx, in);
+    const char c = 'r';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+    for (int i = 0; i < take; ++i)
+      if (!io.receive()) ::_exit(3);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c;
+  if (::read(ready[0], &c, 1) != 1) throw std::runtime_error("the stalling consumer did not start");
+  ::close(ready[0]);
+  return pid;
 }
 
 }  // namespace tprobe::test

@@ -8,6 +8,8 @@
 
 #include <sys/types.h>
 
+#include "record.h"
+
 namespace tprobe::test {
 
 // A fresh directory under TPROBE_TEST_TMP (or /tmp), removed by the destructor.
@@ -59,6 +61,18 @@ class child_process {
   int status_ = -1;
   bool reaped_ = false;
 };
+
+// A tensor record of `bytes` uint8 elements, all equal to i (mod 256), entry
+// "Functional.relu.{i}.forward", slot output.0, seq i + 1: easy to check on arrival.
+record numbered_record(uint64_t i, size_t bytes = 16);
+
+// "ipc://DIR/name".
+std::string ipc_endpoint(const temp_dir &dir, const std::string &name);
+
+// A consumer in a child process: binds `endpoint` (stage_io, high-water mark 4), takes `take`
+// data records, then stops reading for good and stays alive until killed. Returns once it is
+// bound (a pipe, no sleeps). `name` is what its ack calls it.
+pid_t stalling_consumer(const std::string &endpoint, int take, const std::string &name = "stalling consumer");
 
 std::string read_file(const std::string &path);
 void write_file(const std::string &path, const std::string &content);

@@ -23,31 +23,9 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// A first stage in a child process that takes `take` records and then stops reading for good.
+// A first stage that takes `take` records and then stops reading for good.
 pid_t stalling_stage(const std::string &endpoint, int take) {
-  int ready[2];
-  if (::pipe(ready) != 0) throw std::runtime_error("pipe");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(ready[0]);
-    zmq::context_t ctx;
-    stage_io_options in;
-    in.input = endpoint;
-    in.producers = 0;
-    in.high_water_mark = 8;
-    in.producer_name = "tprobe-stats";
-    stage_io io(ctx, in);
-    const char c = 'r';
-    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
-    for (int i = 0; i < take; ++i)
-      if (!io.receive()) ::_exit(3);
-    for (;;) ::pause();
-  }
-  ::close(ready[1]);
-  char c;
-  if (::read(ready[0], &c, 1) != 1) throw std::runtime_error("stage did not start");
-  ::close(ready[0]);
-  return pid;
+  return test::stalling_consumer(endpoint, take, "tprobe-stats");
 }
 
 std::string config_in(const test::temp_dir &dir, const std::string &dump_path, const std::string &extra = "") {

@@ -20,19 +20,8 @@ using namespace tprobe;
 
 namespace {
 
-record numbered(uint64_t i, size_t bytes = 16) {
-  record r(record_kind::tensor);
-  r.header.entry = "Functional.relu." + std::to_string(i) + ".forward";
-  r.header.slot = "output.0";
-  r.header.seq = i + 1;
-  r.header.type = dtype::uint8;
-  r.header.shape = {static_cast<int64_t>(bytes)};
-  std::vector<std::byte> data(bytes, static_cast<std::byte>(i & 0xff));
-  r.set_payload(std::move(data));
-  return r;
-}
-
-std::string ipc(const test::temp_dir &dir, const std::string &name) { return "ipc://" + dir.path() + "/" + name; }
+record numbered(uint64_t i, size_t bytes = 16) { return test::numbered_record(i, bytes); }
+std::string ipc(const test::temp_dir &dir, const std::string &name) { return test::ipc_endpoint(dir, name); }
 
 }  // namespace
 
@@ -40,34 +29,7 @@ std::string ipc(const test::temp_dir &dir, const std::string &name) { return "ip
 
 namespace {
 
-// A consumer in a child process: binds `endpoint`, takes `take` data records, then stops reading
-// for good (it stays alive until killed). The parent learns it is bound through a pipe.
-pid_t stalling_consumer(const std::string &endpoint, int take) {
-  int ready[2];
-  if (::pipe(ready) != 0) throw std::runtime_error("pipe");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(ready[0]);
-    {
-      zmq::context_t ctx;
-      stage_io_options in;
-      in.input = endpoint;
-      in.high_water_mark = 4;
-      in.producer_name = "stalling consumer";
-      stage_io io(ctx, in);
-      const char c = 'r';
-      if (::write(ready[1], &c, 1) != 1) ::_exit(2);
-      for (int i = 0; i < take; ++i)
-        if (!io.receive()) ::_exit(3);
-      for (;;) ::pause();
-    }
-  }
-  ::close(ready[1]);
-  char c;
-  if (::read(ready[0], &c, 1) != 1) throw std::runtime_error("consumer did not start");
-  ::close(ready[0]);
-  return pid;
-}
+pid_t stalling_consumer(const std::string &endpoint, int take) { return test::stalling_consumer(endpoint, take); }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -15,19 +15,8 @@ using namespace tprobe;
 
 namespace {
 
-record numbered(uint64_t i, size_t bytes = 16) {
-  record r(record_kind::tensor);
-  r.header.entry = "Functional.relu." + std::to_string(i) + ".forward";
-  r.header.slot = "output.0";
-  r.header.seq = i + 1;
-  r.header.type = dtype::uint8;
-  r.header.shape = {static_cast<int64_t>(bytes)};
-  std::vector<std::byte> data(bytes, static_cast<std::byte>(i & 0xff));
-  r.set_payload(std::move(data));
-  return r;
-}
-
-std::string ipc(const test::temp_dir &dir, const std::string &name) { return "ipc://" + dir.path() + "/" + name; }
+record numbered(uint64_t i, size_t bytes = 16) { return test::numbered_record(i, bytes); }
+std::string ipc(const test::temp_dir &dir, const std::string &name) { return test::ipc_endpoint(dir, name); }
 
 }  // namespace
 
