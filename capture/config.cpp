@@ -679,7 +679,7 @@ capture_config config_load(const std::string &path) {
   ordered_json doc;
   try {
     doc = ordered_json::parse(text);
-  } catch (const nlohmann::json::parse_error &e) {
+  } catch (const nlohmann::json::exception &e) {  // parse_error, and out_of_range for a number like 1e309
     // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: ..."
     std::string detail = e.what();
     if (size_t end = detail.find("] "); detail.starts_with("[json.exception.") && end != std::string::npos) {

@@ -1,5 +1,6 @@
 #include "record.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -297,7 +298,12 @@ record_header record_header_decode(std::span<const std::byte> frame) {
   msgpack::object_handle handle;
   size_t offset = 0;
   try {
-    handle = msgpack::unpack(body, body_size, offset);
+    // msgpack-c allocates an array or map for the count its header announces before reading the
+    // elements: no count may exceed the bytes that follow (every element takes at least one), or
+    // 5 bytes could ask for 100 GB. The depth bound keeps object_to_json's recursion short.
+    const msgpack::unpack_limit limit(body_size, body_size / 2, body_size, body_size, body_size,
+                                      RECORD_HEADER_MAX_DEPTH);
+    handle = msgpack::unpack(body, body_size, offset, nullptr, nullptr, limit);
   } catch (const std::exception &e) {
     throw framing_error(fmt::format("header is not valid msgpack ({})", e.what()));
   }
@@ -516,13 +522,30 @@ void record_file_writer::close() {
   if (!ok) throw system_error_from_errno("write", path_, err);
 }
 
+namespace {
+
+// The largest frame length that may follow byte `offset` of `file`: the bytes left in a regular
+// file (measured now, so a file still being appended to is read as far as it goes), capped at
+// RECORD_FILE_MAX_FRAME for any file (a pipe cannot be measured).
+uint64_t frame_size_limit(std::FILE *file, uint64_t offset) {
+  struct stat st {};
+  if (::fstat(fileno(file), &st) != 0 || !S_ISREG(st.st_mode)) return RECORD_FILE_MAX_FRAME;
+  const auto size = static_cast<uint64_t>(st.st_size);
+  return std::min(size > offset ? size - offset : 0, RECORD_FILE_MAX_FRAME);
+}
+
+}  // namespace
+
 record_file_reader::record_file_reader(const std::string &path) : path_(path) {
   file_ = std::fopen(path.c_str(), "rb");
   if (!file_) throw system_error_from_errno("open", path, errno);
   char magic[RECORD_FILE_MAGIC.size()];
   if (std::fread(magic, 1, sizeof magic, file_) != sizeof magic ||
-      std::string_view(magic, sizeof magic) != RECORD_FILE_MAGIC)
+      std::string_view(magic, sizeof magic) != RECORD_FILE_MAGIC) {
+    std::fclose(file_);  // no destructor runs for a constructor that throws
+    file_ = nullptr;
     throw framing_error(fmt::format("{}: not a tprobe record file (bad magic)", path));
+  }
   offset_ = sizeof magic;
 }
 
@@ -548,9 +571,14 @@ std::optional<record> record_file_reader::read() {
     uint64_t size = 0;
     if (std::fread(&size, sizeof size, 1, file_) != 1) throw truncated();
     offset_ += sizeof size;
-    if (size > (uint64_t{1} << 40))
-      throw framing_error(fmt::format("{}: record at byte {} claims a {}-byte frame (corrupt file)", path_,
-                                      record_offset, size));
+    // Checked before allocating: a corrupt length must be a corrupt-file error (exit 100), not a
+    // failed 1 TB allocation (ENOMEM, exit 111) or a machine driven into swap.
+    if (const uint64_t limit = frame_size_limit(file_, offset_); size > limit)
+      throw framing_error(fmt::format("{}: record at byte {} claims a {}-byte frame at byte {}, but {} (corrupt file)",
+                                      path_, record_offset, size, offset_ - sizeof size,
+                                      limit == RECORD_FILE_MAX_FRAME
+                                          ? fmt::format("a frame is at most {} bytes", RECORD_FILE_MAX_FRAME)
+                                          : fmt::format("only {} bytes are left in the file", limit)));
     zmq::message_t frame(size);
     if (size && std::fread(frame.data(), 1, size, file_) != size) throw truncated();
     offset_ += size;

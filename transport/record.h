@@ -16,6 +16,7 @@
 //      3       1     minor version (RECORD_VERSION_MINOR). A reader accepts any minor of its major:
 //                    minors only add optional header keys, which older readers ignore.
 //      4       n     msgpack map (str key → value), the header fields below; nothing may follow it.
+//                    Values nest at most RECORD_HEADER_MAX_DEPTH (1000) levels deep.
 //
 //    Header keys (msgpack types; "opt" keys may be absent, readers use the stated default):
 //
@@ -88,6 +89,10 @@
 //
 //    Every stage reads its input from an endpoint or from such a file, and a stage output may be a
 //    file: the bytes of each record are the same either way.
+//
+//    A reader checks every frame length before allocating for it: a length larger than the bytes
+//    left in the file, or than RECORD_FILE_MAX_FRAME (64 GiB, the bound for a pipe, which cannot
+//    be measured), is a corrupt file (framing_error naming the file and the record's byte offset).
 #pragma once
 
 #include <cstdint>
@@ -109,6 +114,7 @@ namespace tprobe {
 inline constexpr uint8_t RECORD_VERSION_MAJOR = 1;
 inline constexpr uint8_t RECORD_VERSION_MINOR = 0;
 inline constexpr size_t RECORD_PREFIX_SIZE = 4;
+inline constexpr size_t RECORD_HEADER_MAX_DEPTH = 1000;  // above msprobe's 400 levels of dump data
 
 enum class record_kind : uint8_t {
   hello,
@@ -216,6 +222,7 @@ std::optional<zmq::message_t> record_payload_lz4(std::span<const std::byte> byte
 
 // Record files (section 4).
 inline constexpr std::string_view RECORD_FILE_MAGIC{"TPROBE-RECORDS\n\0", 16};
+inline constexpr uint64_t RECORD_FILE_MAX_FRAME = uint64_t{1} << 36;  // section 4
 
 class record_file_writer {
  public:

@@ -197,7 +197,9 @@ class flattener {
     const auto value_it = leaf.find("value");
     const json &value = value_it == leaf.end() ? null_value : *value_it;
     if (dtype == leaf.end() || !truthy(*dtype)) {
-      const std::string &type = leaf["type"].get_ref<const std::string &>();
+      // A P2POp's "tensor" leaf may have no string "type" (msprobe reads None): no type matches.
+      const auto type_it = leaf.find("type");
+      const std::string type = type_it != leaf.end() && type_it->is_string() ? type_it->get<std::string>() : "";
       const std::string last = last_segment(name);
       if (type == "torch.Size") {
         r.dtype = type;

@@ -310,7 +310,7 @@ manifest manifest_load(const std::string &path) {
   json doc;
   try {
     doc = json::parse(in);
-  } catch (const json::parse_error &e) {
+  } catch (const json::exception &e) {  // parse_error, and out_of_range for a number like 1e309
     throw usage_error(path + ": not valid JSON: " + json_error_text(e));
   }
   return manifest_parse(doc, path);
@@ -320,6 +320,7 @@ std::vector<std::string> stage_option_args(const stage_description &d, const jso
                                            const std::string &context) {
   std::vector<std::string> args;
   for (const auto &[key, value] : options.items()) {
+    // [&key = key]: clang before 16 cannot capture a structured binding (the fuzz build is clang's).
     auto spec = std::find_if(d.options.begin(), d.options.end(), [&key = key](const auto &o) { return o.name == key; });
     if (spec == d.options.end()) {
       std::vector<std::string> names;
@@ -396,7 +397,7 @@ stage_description stage_description_parse(const std::string &text, const std::st
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error &e) {
+  } catch (const json::exception &e) {  // parse_error, and out_of_range for a number like 1e309
     throw usage_error(where + " did not print JSON: " + json_error_text(e));
   }
   if (!doc.is_object()) throw usage_error(where + " printed " + json_type_of(doc) + ", not an object");

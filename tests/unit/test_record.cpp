@@ -1,5 +1,8 @@
 // The wire-format ladder: empty, small, large, LZ4, truncated, wrong version, corrupt; then the
 // record file framing.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -301,4 +304,46 @@ TEST(record_file, not_a_record_file) {
   test::write_file(dir / "x", "hello world, not records");
   EXPECT_THROW(record_file_reader(dir / "x"), framing_error);
   EXPECT_THROW(record_file_reader(dir / "missing"), system_error);
+}
+
+// A frame length is checked against the file before anything is allocated: a 1 TB length used to
+// reach zmq_msg_init_size and fail with ENOMEM ("Cannot allocate memory", exit 111), where a
+// corrupt file is an input error (framing_error, exit 100) naming the file and the offset.
+TEST(record_file, huge_frame_length_is_corrupt_input_not_an_allocation) {
+  test::temp_dir dir;
+  const std::string path = dir / "huge.tpr";
+  for (const uint64_t claimed : {uint64_t{1} << 40, uint64_t{64} << 20, ~uint64_t{0}}) {
+    std::string content(RECORD_FILE_MAGIC);
+    content.push_back('\x01');  // one frame
+    content.append(reinterpret_cast<const char *>(&claimed), sizeof claimed);
+    content.append("TP\x01\x00", 4);
+    test::write_file(path, content);
+    record_file_reader rd(path);
+    try {
+      rd.read();
+      FAIL() << "a " << claimed << "-byte frame in a " << content.size() << "-byte file was read";
+    } catch (const framing_error &e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(path), std::string::npos) << what;
+      EXPECT_NE(what.find("record at byte 16"), std::string::npos) << what;
+      EXPECT_NE(what.find("only 4 bytes are left"), std::string::npos) << what;
+    }
+  }
+}
+
+// The fuzzer ran out of file descriptors: a reader whose constructor threw on a bad magic never
+// closed its file, so a stage rejecting many files would end in EMFILE.
+TEST(record_file, rejected_file_is_closed) {
+  test::temp_dir dir;
+  test::write_file(dir / "x", "hello world, not records");
+  auto lowest_free_fd = [] {
+    const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ::close(fd);
+    return fd;
+  };
+  const int before = lowest_free_fd();
+  ASSERT_GE(before, 0);
+  for (int i = 0; i < 3; ++i) EXPECT_THROW(record_file_reader(dir / "x"), framing_error);
+  const int after = lowest_free_fd();
+  EXPECT_EQ(after, before) << "record_file_reader left a descriptor open";
 }
