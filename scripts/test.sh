@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Sets everything up (scripts/setup.sh) and runs every test: unit tests, then end-to-end tests
-# that run the real binaries over real sockets.
+# Sets everything up (scripts/setup.sh) and runs every test: unit tests, end-to-end tests that run
+# the real binaries over real sockets (fault injection included), the Python tests with real
+# PyTorch, then each fuzz target for a bounded time (scripts/fuzz.sh; FUZZ_SECONDS, 30 by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 echo "test: running ctest"
-cd build
-ctest --output-on-failure -j"$(nproc)" --timeout 900
+(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900)
+echo "test: fuzzing each parser for ${FUZZ_SECONDS:-30} s (scripts/fuzz.sh)"
+scripts/fuzz.sh

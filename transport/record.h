@@ -54,7 +54,9 @@
 //      hello     producer → consumer, first record on a connection. The consumer answers with
 //                ack on the same connection; only then does the producer send data, so a
 //                consumer knows every producer before that producer's data (see endpoint.h).
-//      ack       consumer → producer.
+//      ack       consumer → producer. meta (opt): {name: str, host: str, pid: int}, the consumer
+//                that answered, so that a producer blocked on it can tell a consumer that died
+//                (a pid on this host that is gone) from one that is slow (endpoint.h).
 //      session   a capture session opened: meta = the effective config as a map (task, level,
 //                framework, dump_path, summary_mode, data_mode, rank, …) and, when the
 //                producer is one of a manifest's runs, label (str: the run's name).
