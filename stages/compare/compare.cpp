@@ -44,7 +44,7 @@ size_t compare_report::error_rows() const {
 const stage_description &compare_stage_description() {
   static const stage_description d{
       "compare",
-      "compare two dumps (dump.json files or step folders) into msprobe's compare_result xlsx/csv/json and advisor",
+      "compare two dumps (dump.json files, rank folders or step folders) into msprobe's compare_result xlsx/csv/json and advisor",
       false,
       false,
       {
@@ -484,23 +484,40 @@ bool is_file(const std::string &p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// What one side of a compare names: a dump.json, a rank folder holding one (as msprobe's compare
+// takes), or a step folder of rank folders.
+struct compare_side {
+  bool step_folder = false;
+  std::string dump_json;  // when not a step folder
+  std::string rank;       // the rank folder's name ("rank0"), for the result names; "" otherwise
+};
+
+compare_side resolve_side(const std::string &path, const char *side) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw system_error_from_errno("open", path, errno);
+  if (!S_ISDIR(st.st_mode)) {
+    if (!ends_with(path, "dump.json"))
+      throw usage_error(fmt::format("{} {}: expected a dump.json file, a rank folder or a step folder", side, path));
+    return {false, path, ""};
+  }
+  const std::string inside = (fs::path(path) / "dump.json").string();
+  if (!is_file(inside)) return {true, "", ""};
+  static const std::regex rank_name("^rank(?:0|[1-9][0-9]*)?$");
+  std::string name = fs::path(path).lexically_normal().filename().string();
+  if (name.empty()) name = fs::path(path).lexically_normal().parent_path().filename().string();  // "…/rank0/"
+  return {false, inside, std::regex_match(name, rank_name) ? name : ""};
+}
+
 }  // namespace
 
 compare_report compare_run(const compare_options &options) {
   if (options.npu_path.empty() || options.bench_path.empty()) throw usage_error("NPU and BENCH paths are required");
-  struct stat npu_st {}, bench_st {};
-  if (::stat(options.npu_path.c_str(), &npu_st) != 0) throw system_error_from_errno("open", options.npu_path, errno);
-  if (::stat(options.bench_path.c_str(), &bench_st) != 0)
-    throw system_error_from_errno("open", options.bench_path, errno);
-  const bool npu_dir = S_ISDIR(npu_st.st_mode), bench_dir = S_ISDIR(bench_st.st_mode);
-  if (npu_dir != bench_dir)
-    throw usage_error(fmt::format("NPU {} and bench {} must both be dump.json files or both step folders",
+  const compare_side npu = resolve_side(options.npu_path, "NPU"), bench = resolve_side(options.bench_path, "bench");
+  const bool npu_dir = npu.step_folder;
+  if (npu.step_folder != bench.step_folder)
+    throw usage_error(fmt::format("NPU {} and bench {}: a step folder pairs only with a step folder (ranks by position); "
+                                  "give a rank folder or a dump.json on both sides to compare one rank",
                                   options.npu_path, options.bench_path));
-  if (!npu_dir) {
-    for (const auto *p : {&options.npu_path, &options.bench_path})
-      if (!ends_with(*p, "dump.json"))
-        throw usage_error(fmt::format("{}: expected a dump.json file or a step folder", *p));
-  }
   std::unordered_map<std::string, std::string> mapping;
   if (!options.mapping_path.empty()) mapping = compare_load_mapping(options.mapping_path);
 
@@ -511,7 +528,7 @@ compare_report compare_run(const compare_options &options) {
   compare_report report;
   run_context ctx{options, options.mapping_path.empty() ? nullptr : &mapping, output_dir, report};
   if (!npu_dir) {
-    compare_pair(ctx, options.npu_path, options.bench_path, "");
+    compare_pair(ctx, npu.dump_json, bench.dump_json, npu.rank);
     return report;
   }
   const auto npu_ranks = sorted_ranks(options.npu_path, "NPU");

@@ -118,11 +118,12 @@ TEST(CompareCli, FailingRowExitsOneAndTheDispatcherRunsIt) {
 TEST(CompareCli, BadUsageExits100) {
   test::temp_dir t;
   write_tensor_dump(t / "npu", {1, 2, 3, 4}, {1, 2, 3, 4});
+  fs::create_directories(t / "step");
   for (const auto &args : std::vector<std::vector<std::string>>{
            {},
            {t / "npu/dump.json", t / "npu/dump.json"},                                 // no -o
            {t / "npu/dump.json", t / "npu/dump.json", "-o", t / "out", "--no-such"},   // unknown option
-           {t / "npu/dump.json", t / "npu", "-o", t / "out"},                          // file vs folder
+           {t / "npu/dump.json", t / "step", "-o", t / "out"},                         // one rank vs a step folder
            {t / "npu/dump.json", t / "npu/dump.json", "-o", t / "o u t"},              // msprobe's path rule
            {t / "npu/dump.json", t / "npu/dump.json", "-o", t / "out", "--threads", "-2"}}) {
     const auto r = compare(args);
@@ -344,6 +345,31 @@ TEST(CompareCli, PtTensors) {
   EXPECT_EQ(doc["rows"][0][8], 1.0);  // bf16 [1,2,3,4] loaded as float32 against the same
   EXPECT_EQ(doc["rows"][0][24], "");
   EXPECT_EQ(doc["rows"][1][10], 0.5);  // MaxAbsErr against [1,2,3,4.5]
+}
+
+TEST(CompareCli, RankFoldersAndDumpJsonMixOnEitherSide) {
+  // Users pass rank folders to msprobe's compare all the time (issue 12, item 5).
+  test::temp_dir t;
+  for (const auto &dir : {"npu/step0/rank0", "bench/step0/rank0"}) {
+    fs::create_directories(t / dir);
+    test::write_file(t / (std::string(dir) + "/dump.json"), statistics_dump("Infinity", "3.0"));
+    test::write_file(t / (std::string(dir) + "/stack.json"), "{}");
+  }
+  const std::vector<std::pair<std::string, std::string>> pairs{
+      {t / "npu/step0/rank0", t / "bench/step0/rank0"},
+      {t / "npu/step0/rank0/", t / "bench/step0/rank0/dump.json"},
+      {t / "npu/step0/rank0/dump.json", t / "bench/step0/rank0"},
+  };
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const std::string out = t / ("out" + std::to_string(i));
+    const auto r = compare({pairs[i].first, pairs[i].second, "-o", out});
+    EXPECT_EQ(r.status, 0) << pairs[i].first << " vs " << pairs[i].second << "\n" << r.err;
+    EXPECT_EQ(files_in(out).size(), 4u) << r.err;
+  }
+  EXPECT_FALSE(find_file(t / "out0", "compare_result_rank0_", ".csv").empty());  // named by the rank folder
+  const auto mixed = compare({t / "npu/step0", t / "bench/step0/rank0", "-o", t / "out9"});
+  EXPECT_EQ(mixed.status, 100);
+  EXPECT_NE(mixed.err.find("a step folder pairs only with a step folder"), std::string::npos) << mixed.err;
 }
 
 }  // namespace
