@@ -32,19 +32,8 @@ packages=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev nlohmann-json3-dev liblz4-dev libfmt-dev
   libcli11-dev zlib1g-dev libxlsxwriter-dev libdlpack-dev
 )
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-else
-  echo "fuzz: clang, libFuzzer and the build dependencies are installed"
-fi
+. "$root/scripts/apt-ensure.sh"
+apt_ensure fuzz "${packages[@]}"
 
 echo "fuzz: configuring and building the fuzz targets in build-fuzz/ (clang, ASan, UBSan)"
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -10,19 +10,8 @@ packages=(
   libcli11-dev zlib1g-dev libxlsxwriter-dev libdlpack-dev libgtest-dev libgmock-dev
   libtorch-dev python3-torch python3-torchvision python3-numpy
 )
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-else
-  echo "setup: all ${#packages[@]} Debian packages already installed"
-fi
+. scripts/apt-ensure.sh
+apt_ensure setup "${packages[@]}"
 
 echo "setup: configuring and building tprobe in build/"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
