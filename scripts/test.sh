@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 echo "test: running ctest"
-(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900)
+(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900 | tee ctest.log)
 echo "test: fuzzing each parser for ${FUZZ_SECONDS:-30} s (scripts/fuzz.sh)"
 scripts/fuzz.sh
+# ctest's verdict again, last, where a reader (and CI) looks for it.
+echo "test: ctest said:"
+grep -E "tests passed|tests failed" build/ctest.log | tail -1
