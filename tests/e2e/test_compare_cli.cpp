@@ -43,19 +43,8 @@ void write_tensor_dump(const std::string &dir, const std::vector<float> &in, con
                                leaf("input.0"), leaf("output.0")));
 }
 
-std::vector<std::string> files_in(const std::string &dir) {
-  std::vector<std::string> v;
-  for (const auto &e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
-  std::sort(v.begin(), v.end());
-  return v;
-}
-
-std::string find_file(const std::string &dir, const std::string &prefix, const std::string &ext) {
-  for (const auto &name : files_in(dir))
-    if (name.rfind(prefix, 0) == 0 && name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0)
-      return dir + "/" + name;
-  return {};
-}
+using test::files_in;
+using test::find_file;
 
 test::process_result compare(const std::vector<std::string> &args) {
   std::vector<std::string> argv{test::bin("tprobe-compare")};

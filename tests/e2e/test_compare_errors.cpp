@@ -90,18 +90,8 @@ test::process_result compare(const std::vector<std::string> &args) {
   return test::run_process(argv);
 }
 
-std::vector<std::string> files_in(const std::string &dir) {
-  std::vector<std::string> v;
-  for (const auto &e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
-  std::sort(v.begin(), v.end());
-  return v;
-}
-
-std::string find_file(const std::string &dir, const std::string &prefix, const std::string &ext) {
-  for (const auto &name : files_in(dir))
-    if (name.starts_with(prefix) && name.ends_with(ext)) return dir + "/" + name;
-  return {};
-}
+using test::files_in;
+using test::find_file;
 
 std::string joined(const std::vector<std::string> &v) {
   std::string s;

@@ -2,6 +2,7 @@
 
 #include "endpoint.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -223,6 +224,19 @@ pid_t stalling_consumer(const std::string &endpoint, int take, const std::string
   if (::read(ready[0], &c, 1) != 1) throw std::runtime_error("the stalling consumer did not start");
   ::close(ready[0]);
   return pid;
+}
+
+std::vector<std::string> files_in(const std::string &dir) {
+  std::vector<std::string> names;
+  for (const auto &e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string find_file(const std::string &dir, const std::string &prefix, const std::string &ext) {
+  for (const auto &name : files_in(dir))
+    if (name.starts_with(prefix) && name.ends_with(ext)) return dir + "/" + name;
+  return {};
 }
 
 }  // namespace tprobe::test

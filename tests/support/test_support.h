@@ -74,6 +74,12 @@ std::string ipc_endpoint(const temp_dir &dir, const std::string &name);
 // bound (a pipe, no sleeps). `name` is what its ack calls it.
 pid_t stalling_consumer(const std::string &endpoint, int take, const std::string &name = "stalling consumer");
 
+// The names of the files in `dir`, sorted.
+std::vector<std::string> files_in(const std::string &dir);
+// DIR/NAME of the first file in `dir` (sorted) whose name starts with `prefix` and ends with
+// `ext`; "" when none does.
+std::string find_file(const std::string &dir, const std::string &prefix, const std::string &ext);
+
 std::string read_file(const std::string &path);
 void write_file(const std::string &path, const std::string &content);
 
