@@ -42,14 +42,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-uint64_t number_after(const std::string &text, const std::string &prefix) {
-  const auto at = text.find(prefix);
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no \"" << prefix << "\" in:\n" << text;
-    return 0;
-  }
-  return std::stoull(text.substr(at + prefix.size()));
-}
+using test::number_after;
 
 }  // namespace
 

@@ -38,15 +38,7 @@ std::string write_manifest(const test::temp_dir &dir, const json &manifest) {
   return path;
 }
 
-// The first number after `prefix` in `text` (a stage's summary line); fails the test if absent.
-uint64_t number_after(const std::string &text, const std::string &prefix) {
-  const auto at = text.find(prefix);
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no \"" << prefix << "\" in:\n" << text;
-    return 0;
-  }
-  return std::stoull(text.substr(at + prefix.size()));
-}
+using test::number_after;
 
 void expect_stat(const json &leaf, const stat_value &v, const std::string &where) {
   switch (v.k) {

@@ -1,5 +1,7 @@
 #include "test_support.h"
 
+#include <gtest/gtest.h>
+
 #include "endpoint.h"
 
 #include <algorithm>
@@ -237,6 +239,15 @@ std::string find_file(const std::string &dir, const std::string &prefix, const s
   for (const auto &name : files_in(dir))
     if (name.starts_with(prefix) && name.ends_with(ext)) return dir + "/" + name;
   return {};
+}
+
+uint64_t number_after(const std::string &text, const std::string &prefix) {
+  const auto at = text.find(prefix);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no \"" << prefix << "\" in:\n" << text;
+    return 0;
+  }
+  return std::stoull(text.substr(at + prefix.size()));
 }
 
 }  // namespace tprobe::test

@@ -80,6 +80,9 @@ std::vector<std::string> files_in(const std::string &dir);
 // `ext`; "" when none does.
 std::string find_file(const std::string &dir, const std::string &prefix, const std::string &ext);
 
+// The first number after `prefix` in `text` (a stage's summary line); fails the test if absent.
+uint64_t number_after(const std::string &text, const std::string &prefix);
+
 std::string read_file(const std::string &path);
 void write_file(const std::string &path, const std::string &content);
 
