@@ -1,0 +1,329 @@
+#include "dump_semantics.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+namespace tprobe {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+entry_direction direction_of(std::string_view segment) {
+  if (segment == "forward") return entry_direction::forward;
+  if (segment == "backward") return entry_direction::backward;
+  if (segment == "parameters_grad") return entry_direction::parameters_grad;
+  return entry_direction::none;
+}
+
+bool has_module_prefix(std::string_view name) {
+  return name.rfind("Module.", 0) == 0 || name.rfind("Cell.", 0) == 0;
+}
+
+std::string_view first_segment(std::string_view s) { return s.substr(0, s.find('.')); }
+
+// Splits "a.b.c" into its segments (an empty string is one empty segment).
+std::vector<std::string_view> segments(std::string_view s) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = s.find('.', start);
+    parts.push_back(s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (dot == std::string_view::npos) return parts;
+    start = dot + 1;
+  }
+}
+
+// Python's repr of a non-finite float, which the value leaves carry as text.
+std::optional<std::string_view> non_finite_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? std::string_view("inf") : std::string_view("-inf");
+  return std::nullopt;
+}
+
+ojson stat_value_spelled(const stat_value &v) {
+  if (v.k == stat_value::kind::real) return value_real_number(v.real);
+  return stat_json(v);
+}
+
+}  // namespace
+
+// ---- entry names ---------------------------------------------------------------------------
+
+entry_name entry_parse(std::string_view name) {
+  entry_name e;
+  e.module_prefix = has_module_prefix(name);
+  const size_t last_dot = name.rfind('.');
+  if (last_dot == std::string_view::npos) return e;  // one segment: no direction
+  const std::string_view last = name.substr(last_dot + 1);
+  if (const auto d = direction_of(last); d != entry_direction::none) {
+    e.direction = d;
+    const std::string_view head = name.substr(0, last_dot);
+    const size_t count_dot = head.rfind('.');
+    // "X.3.forward": the count precedes; "M.parameters_grad": none.
+    if (d != entry_direction::parameters_grad && count_dot != std::string_view::npos &&
+        all_digits(head.substr(count_dot + 1))) {
+      e.count = head.substr(count_dot + 1);
+      e.base = head.substr(0, count_dot);
+    } else {
+      e.base = head;
+    }
+    return e;
+  }
+  if (last_dot == 0) return e;
+  const size_t prev_dot = name.rfind('.', last_dot - 1);
+  if (prev_dot == std::string_view::npos) return e;  // the direction would be the first segment
+  const std::string_view prev = name.substr(prev_dot + 1, last_dot - prev_dot - 1);
+  const auto d = direction_of(prev);
+  if (d == entry_direction::none) return e;
+  if (d != entry_direction::parameters_grad && !all_digits(last)) return e;
+  e.direction = d;
+  e.count_last = true;
+  e.count = last;
+  e.base = name.substr(0, prev_dot);
+  return e;
+}
+
+std::string_view entry_direction_name(entry_direction d) {
+  switch (d) {
+    case entry_direction::forward: return "forward";
+    case entry_direction::backward: return "backward";
+    case entry_direction::parameters_grad: return "parameters_grad";
+    case entry_direction::none: break;
+  }
+  return "";
+}
+
+std::string entry_api_name(std::string_view prefix, std::string_view op, int64_t n, entry_direction d) {
+  std::string s;
+  s.append(prefix).append(".").append(op).append(".").append(std::to_string(n)).append(".");
+  return s.append(entry_direction_name(d));
+}
+
+std::string entry_module_name(std::string_view module, int64_t n, entry_direction d) {
+  std::string s(module);
+  return s.append(".").append(entry_direction_name(d)).append(".").append(std::to_string(n));
+}
+
+std::string entry_parameters_grad_name(std::string_view module, int64_t k) {
+  return entry_module_name(module, k, entry_direction::parameters_grad);
+}
+
+std::string entry_with_direction(std::string_view name, entry_direction d) {
+  const entry_name e = entry_parse(name);
+  if ((!e.is_forward() && !e.is_backward()) || (d != entry_direction::forward && d != entry_direction::backward))
+    return {};
+  std::string s(e.base);
+  if (e.count_last) return s.append(".").append(entry_direction_name(d)).append(".").append(e.count);
+  if (!e.count.empty()) s.append(".").append(e.count);
+  return s.append(".").append(entry_direction_name(d));
+}
+
+// ---- slots ---------------------------------------------------------------------------------
+
+std::string slot_backward_of(std::string_view forward_slot) {
+  const std::string_view first = first_segment(forward_slot);
+  const std::string_view rest = forward_slot.substr(first.size());
+  if (first == "input") return std::string("output").append(rest);
+  if (first == "output") return std::string("input").append(rest);
+  return {};
+}
+
+slot_location slot_locate(const entry_name &entry, std::string_view slot) {
+  slot_location loc;
+  if (entry.is_parameters_grad()) {
+    constexpr std::string_view legacy = "parameters_grad.";
+    loc.section = std::string(slot.rfind(legacy, 0) == 0 ? slot.substr(legacy.size()) : slot);
+    loc.path.emplace_back(int64_t{0});  // each parameter maps to a one-element list
+    return loc;
+  }
+  const auto parts = segments(slot);
+  const std::string_view first = parts.front();
+  if (entry.is_backward() || entry.direction == entry_direction::none) loc.section = first;
+  else if (first == "input") loc.section = "input_args";
+  else if (first == "kwargs") loc.section = "input_kwargs";
+  else loc.section = first;  // output | parameters
+  // A saved variable ("x.0.debug", PrecisionDebugger.save) is the entry's value itself: slot
+  // "debug" is the entry, "debug.0" / "debug.key" its elements.
+  loc.whole_entry = entry.direction == entry_direction::none && first == "debug";
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const bool key_only = loc.section == "parameters" || (loc.section == "input_kwargs" && i == 1);
+    if (all_digits(parts[i]) && !key_only) {
+      int64_t index = 0;
+      const auto [p, ec] = std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), index);
+      if (ec == std::errc() && p == parts[i].data() + parts[i].size()) {
+        loc.path.emplace_back(index);
+        continue;
+      }
+    }
+    loc.path.emplace_back(std::string(parts[i]));
+  }
+  return loc;
+}
+
+slot_io slot_io_of(std::string_view slot) {
+  const std::string_view section = first_segment(slot);
+  if (section == "input" || section == "input_args" || section == "kwargs" || section == "input_kwargs")
+    return slot_io::input;
+  if (section == "output") return slot_io::output;
+  if (section == "parameters") return slot_io::parameters;
+  return slot_io::unknown;
+}
+
+std::pair<std::string, std::string> slot_compare_row(std::string_view entry, std::string_view slot) {
+  const std::string_view first = first_segment(slot);
+  const std::string_view rest = first.size() < slot.size() ? slot.substr(first.size() + 1) : std::string_view();
+  std::string e(entry);
+  if (first == "kwargs") return {e.append(".input.").append(rest), "input"};
+  if (first == "parameters_grad") return {e.append(".").append(rest), "parameters_grad"};
+  if (entry_parse(entry).is_parameters_grad()) return {e.append(".").append(slot), "parameters_grad"};
+  return {e.append(".").append(slot), std::string(first)};
+}
+
+// ---- data_mode -----------------------------------------------------------------------------
+
+data_mode_filter::data_mode_filter(const std::vector<std::string> &modes) {
+  auto has = [&](std::string_view m) {
+    for (const auto &x : modes)
+      if (x == m) return true;
+    return false;
+  };
+  if (has("all")) return;
+  forward_ = has("forward"), backward_ = has("backward");
+  if (!forward_ && !backward_) forward_ = backward_ = true;
+  input_ = has("input"), output_ = has("output");
+  if (!input_ && !output_) input_ = output_ = true;
+  // pt_hook_manager._register_param_hook reads the raw list: no hook for "forward" without "backward".
+  parameters_grad_ = !(has("forward") && !has("backward"));
+}
+
+data_mode_filter data_mode_filter::from_json(const nlohmann::ordered_json &modes) {
+  std::vector<std::string> list;
+  if (!modes.is_array()) return data_mode_filter();
+  for (const auto &m : modes)
+    if (m.is_string()) list.push_back(m.get<std::string>());
+  return data_mode_filter(list);
+}
+
+bool data_mode_filter::allows_entry(const entry_name &entry) const {
+  switch (entry.direction) {
+    case entry_direction::forward: return forward_;
+    case entry_direction::backward: return backward_;
+    case entry_direction::parameters_grad: return parameters_grad_;
+    case entry_direction::none: break;
+  }
+  return true;
+}
+
+bool data_mode_filter::allows(const entry_name &entry, std::string_view slot) const {
+  if (!allows_entry(entry)) return false;
+  if (entry.direction == entry_direction::parameters_grad || entry.direction == entry_direction::none) return true;
+  switch (slot_io_of(slot)) {
+    case slot_io::input: return input_;
+    case slot_io::output: return output_;
+    case slot_io::parameters: return true;  // any forward entry msprobe writes has its parameters
+    case slot_io::unknown: break;
+  }
+  return true;
+}
+
+// ---- dump.json leaves ----------------------------------------------------------------------
+
+nlohmann::ordered_json stat_json(const stat_value &v) {
+  switch (v.k) {
+    case stat_value::kind::boolean: return v.boolean;
+    case stat_value::kind::integer: return v.integer;
+    case stat_value::kind::real: return v.real;
+    case stat_value::kind::null: break;
+  }
+  return nullptr;
+}
+
+std::string tensor_type_default(std::string_view framework) {
+  if (framework == "mindspore") return "mindspore.Tensor";
+  if (framework == "pytorch" || framework == "mindtorch") return "torch.Tensor";
+  return "numpy.ndarray";
+}
+
+nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t) {
+  ojson j = ojson::object();
+  j["type"] = t.type;
+  j["dtype"] = t.dtype;
+  j["shape"] = t.shape ? *t.shape : std::vector<int64_t>{};
+  const tensor_stats none;
+  const tensor_stats &s = t.stats ? *t.stats : none;
+  j["Max"] = stat_json(s.max);
+  j["Min"] = stat_json(s.min);
+  j["Mean"] = stat_json(s.mean);
+  j["Norm"] = stat_json(s.norm);
+  j["requires_grad"] = t.requires_grad;
+  if (!t.data_name.empty()) j["data_name"] = t.data_name;
+  if (s.crc32) {
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(*s.crc32));
+    j["md5"] = hex;
+  }
+  return j;
+}
+
+nlohmann::ordered_json value_bool(bool v) { return ojson{{"type", "bool"}, {"value", v}}; }
+
+nlohmann::ordered_json value_int(int64_t v, std::string_view type) { return ojson{{"type", type}, {"value", v}}; }
+
+nlohmann::ordered_json value_real_number(double v) {
+  if (const auto text = non_finite_text(v)) return *text;
+  return v;
+}
+
+nlohmann::ordered_json value_real(double v, std::string_view type) {
+  return ojson{{"type", type}, {"value", value_real_number(v)}};
+}
+
+nlohmann::ordered_json value_text(std::string_view type, std::string_view text) {
+  return ojson{{"type", type}, {"value", text}};
+}
+
+nlohmann::ordered_json value_memory_format(std::string_view name) {
+  return ojson{{"type", "torch.memory_format"}, {"format", name}};
+}
+
+nlohmann::ordered_json value_complex(double re, double im) {
+  return ojson{{"type", "complex"}, {"value", "(" + std::to_string(re) + "+" + std::to_string(im) + "j)"}};
+}
+
+nlohmann::ordered_json value_int_list(std::string_view type, const std::vector<std::optional<int64_t>> &v) {
+  ojson list = ojson::array();
+  for (const auto &x : v) list.push_back(x ? ojson(*x) : ojson(nullptr));
+  return ojson{{"type", type}, {"value", std::move(list)}};
+}
+
+nlohmann::ordered_json value_ndarray(std::string_view dtype, const std::vector<int64_t> &shape, const stat_value &max,
+                                     const stat_value &min, const stat_value &mean, const stat_value &norm) {
+  ojson j = ojson::object();
+  j["type"] = "numpy.ndarray";
+  j["dtype"] = dtype;
+  j["shape"] = shape;
+  j["Max"] = stat_value_spelled(max);
+  j["Min"] = stat_value_spelled(min);
+  j["Mean"] = stat_value_spelled(mean);
+  j["Norm"] = stat_value_spelled(norm);
+  return j;
+}
+
+// ---- stack.json ----------------------------------------------------------------------------
+
+std::string stack_line(std::string_view file, int64_t line, std::string_view function, std::string_view code) {
+  constexpr std::string_view space = " \t\n\r\f\v";
+  const size_t b = code.find_first_not_of(space);
+  code = b == std::string_view::npos ? std::string_view() : code.substr(b, code.find_last_not_of(space) - b + 1);
+  std::string s = "File ";
+  s.append(file).append(", line ").append(std::to_string(line)).append(", in ").append(function).append(", \n ");
+  return s.append(code);
+}
+
+}  // namespace tprobe

@@ -1,0 +1,205 @@
+// dump_semantics.h: msprobe's dump semantics, in one place (msprobe-compat.md §1.2, §1.3, §1.5,
+// §1.6, §1.7, §1.8). The capture (C++ and, through torch.ops.tprobe, Python), the writer, the
+// compare stages and the transport's tap all decide through these functions what an entry name
+// means, which slots data_mode lets through, where a slot goes in dump.json and how a tensor, a
+// statistic or a non-tensor value is written there. No other file re-derives any of it.
+//
+// Grammar (names are the keys of dump.json's "data"):
+//   API entry       {Prefix}.{op}.{n}.{forward|backward}          "Functional.linear.0.forward"
+//   module entry    {Module|Cell}.{path}.{Class}.{forward|backward}.{n}
+//                                                                "Module.conv1.Conv2d.forward.0"
+//   parameter grads {module}.parameters_grad.{k}                  "Module.fc.Linear.parameters_grad.0"
+//                   (and msprobe's older "{module}.parameters_grad", read by compare)
+//   anything else   "other": a debug save ("x.0.debug"), or a name tprobe does not recognise
+// Slots name a place inside an entry: "{section}[.{path}]" with section input, kwargs, output or
+// parameters (forward), input or output (backward), and path segments list indices or dict keys:
+// "input.0", "input.1.0", "kwargs.dim", "output.0.1", "parameters.weight". A parameters_grad
+// entry's slot is the parameter's name ("weight"; "parameters_grad.weight" is accepted). The
+// tensor file of a slot is "{entry}.{slot}.npy" (§1.3).
+//
+// Everything here is a pure function of its arguments (thread-safe, no I/O, no allocation beyond
+// its results). This file and dump_semantics.cpp use only the standard library and nlohmann_json,
+// so that capture/torch compiles the same source with LibTorch's ABI flags (see its CMakeLists).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tensor_stats.h"
+
+namespace tprobe {
+
+// ---- entry names ---------------------------------------------------------------------------
+
+enum class entry_direction : uint8_t { none, forward, backward, parameters_grad };
+
+// A parsed entry name. The views point into the parsed string.
+struct entry_name {
+  entry_direction direction = entry_direction::none;
+  // The count follows the direction ("…forward.0": modules, parameters_grad) rather than
+  // preceding it ("….0.forward": APIs).
+  bool count_last = false;
+  bool module_prefix = false;  // starts with "Module." or "Cell."
+  std::string_view base;       // the name without direction and count: "Functional.linear",
+                               // "Module.conv1.Conv2d"
+  std::string_view count;      // "0"; empty when absent ("X.forward", "M.parameters_grad")
+
+  bool is_forward() const { return direction == entry_direction::forward; }
+  bool is_backward() const { return direction == entry_direction::backward; }
+  bool is_parameters_grad() const { return direction == entry_direction::parameters_grad; }
+  // A module's forward or backward, "Module.a.B.forward.0": such a forward entry gets its
+  // parameters and keeps is_recompute last (msprobe-compat.md §10.2).
+  bool is_module() const { return count_last && module_prefix && !is_parameters_grad(); }
+};
+
+// Parses a name; never fails: a name of no known form has direction none. Whole segments are
+// compared, from the end, so a module path may itself contain "forward" ("Module.forward_net…").
+// The direction is the last segment (API form, or "….parameters_grad"), or the second to last
+// when the last is a count (module form; for parameters_grad, any last segment, as msprobe's
+// compare reads it). A direction segment that is the whole name's first segment is not one.
+entry_name entry_parse(std::string_view name);
+
+std::string_view entry_direction_name(entry_direction d);  // "forward", "backward", "parameters_grad", ""
+
+// Builders, the inverse of entry_parse.
+std::string entry_api_name(std::string_view prefix, std::string_view op, int64_t n, entry_direction d);
+std::string entry_module_name(std::string_view module, int64_t n, entry_direction d);  // module = "Module.a.B"
+std::string entry_parameters_grad_name(std::string_view module, int64_t k);
+
+// The same entry in another direction, in the same form: "X.3.forward" → "X.3.backward",
+// "Module.a.B.forward.3" → "Module.a.B.backward.3". "" when `name` has no forward/backward
+// direction.
+std::string entry_with_direction(std::string_view name, entry_direction d);
+// The backward entry of a forward entry ("" when `forward` is not one).
+inline std::string entry_backward_of(std::string_view forward) {
+  return entry_parse(forward).is_forward() ? entry_with_direction(forward, entry_direction::backward) : std::string();
+}
+
+// ---- slots ---------------------------------------------------------------------------------
+
+// The backward slot a forward slot's gradient goes to (§1.5: a backward's "input" holds the
+// gradients of the forward outputs, its "output" those of the forward inputs): "input.1.0" →
+// "output.1.0", "output.0" → "input.0"; "" for slots that have no place in a backward entry
+// (kwargs, parameters).
+std::string slot_backward_of(std::string_view forward_slot);
+
+// One step of the nesting path under a section: a list index or a dict key.
+using dump_path_element = std::variant<int64_t, std::string>;
+
+// Where a slot's leaf goes in its entry's JSON object.
+struct slot_location {
+  std::string section;  // key in the entry: input_args, input_kwargs, output, parameters, input,
+                        // or for a parameters_grad entry the parameter's name
+  std::vector<dump_path_element> path;  // under the section
+  bool whole_entry = false;             // a debug save's "debug" slot is the entry's value itself
+};
+
+// msprobe's layout (§1.5): forward "input" → input_args, "kwargs" → input_kwargs (its first path
+// segment is the keyword, never an index), "parameters.{name}" → parameters/{name}; backward
+// "input"/"output" stay; a parameters_grad entry maps each parameter to a one-element list
+// ({param: [leaf]}). Digit-only path segments are list indices, others dict keys.
+slot_location slot_locate(const entry_name &entry, std::string_view slot);
+
+// The io kind of a slot's section as data_mode sees it.
+enum class slot_io : uint8_t { unknown, input, output, parameters };
+slot_io slot_io_of(std::string_view slot);  // by the slot's first segment
+
+// msprobe's row name and state of a slot in compare results: kwargs are inputs
+// ("{entry}.input.{key}", "input"), a parameters_grad entry's rows are "{entry}.{param}" with
+// state "parameters_grad", others "{entry}.{slot}" with the section as state.
+std::pair<std::string, std::string> slot_compare_row(std::string_view entry, std::string_view slot);
+
+// ---- data_mode -----------------------------------------------------------------------------
+
+// msprobe's data_mode filter: the config's list ("all", "forward", "backward", "input",
+// "output"), as _get_allowed_data_mode (msprobe core/data_dump/data_processor/base.py) reads it:
+// "all" allows everything; otherwise a direction axis with nothing named allows both directions,
+// and likewise the io axis. Per section:
+// - forward input_args/input_kwargs: forward and input; forward output: forward and output;
+// - forward parameters: forward alone (analyze_forward adds them to any forward entry it writes);
+// - backward input / output: backward and input / backward and output;
+// - parameters_grad: msprobe's PyTorch hook manager (_register_param_hook in
+//   pytorch/hook_module/pt_hook_manager.py) registers the gradient hooks unless the *raw* list
+//   names "forward" without "backward", and analyze_params checks no io kind. So
+//   parameters_grad follows the direction axis only: ["input"] and ["output"] keep it, ["forward"]
+//   drops it, ["backward"] keeps it. (tprobe's capture used to require "output" as well, and its
+//   writer filtered nothing: both now decide here.)
+// - an entry or a slot of no known kind is not filtered on that axis.
+class data_mode_filter {
+ public:
+  data_mode_filter() = default;  // ["all"]
+  explicit data_mode_filter(const std::vector<std::string> &modes);
+  // From the session record's / config's JSON list; a missing or non-list value means ["all"].
+  static data_mode_filter from_json(const nlohmann::ordered_json &modes);
+
+  bool allows_everything() const { return forward_ && backward_ && input_ && output_ && parameters_grad_; }
+  bool allows(const entry_name &entry, std::string_view slot) const;
+  bool allows(std::string_view entry, std::string_view slot) const { return allows(entry_parse(entry), slot); }
+  // Whether anything of an entry of this direction can be written (forward: the forward
+  // direction; a backward entry: backward; parameters_grad as above; other: always).
+  bool allows_entry(const entry_name &entry) const;
+  // Whether a section of a new entry's skeleton is written (the writer's empty input_args etc.).
+  bool forward() const { return forward_; }
+  bool backward() const { return backward_; }
+  bool input() const { return input_; }
+  bool output() const { return output_; }
+
+ private:
+  bool forward_ = true, backward_ = true, input_ = true, output_ = true, parameters_grad_ = true;
+};
+
+// ---- dump.json leaves ----------------------------------------------------------------------
+
+// A statistic as dump.json writes it (§1.6): null, true/false, an integer or a real (NaN and
+// Inf stay IEEE values; pyjson_dump writes them as Python does).
+nlohmann::ordered_json stat_json(const stat_value &v);
+
+// The tensor type written when the producer did not name one: "torch.Tensor" for pytorch and
+// mindtorch, "mindspore.Tensor", else "numpy.ndarray".
+std::string tensor_type_default(std::string_view framework);
+
+// The facts of one tensor as dump.json needs them. `stats` null: a statistics-less tensor (a
+// dtype or layout tprobe cannot read, or statistics not computed): Max/Min/Mean/Norm are null.
+struct tensor_facts {
+  std::string_view type;   // "torch.Tensor"
+  std::string_view dtype;  // as dumped: "torch.float32"
+  const std::vector<int64_t> *shape = nullptr;
+  const tensor_stats *stats = nullptr;
+  bool requires_grad = false;
+  std::string_view data_name;  // "" when the data was not saved
+};
+
+// §1.6, PyTorch key order: type, dtype, shape, Max, Min, Mean, Norm, requires_grad,
+// [data_name], [md5] (md5 = the CRC-32 as 8 lowercase hex digits, when computed).
+nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t);
+
+// Non-tensor values (§1.7), built from typed facts. Reals: NaN and ±Inf cannot travel as JSON
+// text (the capture's value records are JSON), so they are spelled as Python prints them:
+// "nan", "inf", "-inf".
+nlohmann::ordered_json value_bool(bool v);                                      // {"type":"bool","value":v}
+nlohmann::ordered_json value_int(int64_t v, std::string_view type = "int");    // numpy ints: type "int64"
+nlohmann::ordered_json value_real(double v, std::string_view type = "float");  // numpy: "float32"
+nlohmann::ordered_json value_real_number(double v);  // the bare number, spelled as above
+nlohmann::ordered_json value_text(std::string_view type, std::string_view text);  // str, torch.dtype, torch.device,
+                                                                                   // torch.layout, ellipsis ("...")
+nlohmann::ordered_json value_memory_format(std::string_view name);  // {"type":"torch.memory_format","format":name}
+nlohmann::ordered_json value_complex(double re, double im);         // {"type":"complex","value":"(re+imj)"}
+// A list of ints or nulls under "value": torch.Size, slice ([start, stop, step]).
+nlohmann::ordered_json value_int_list(std::string_view type, const std::vector<std::optional<int64_t>> &v);
+// A numpy ndarray: type, dtype, shape, Max, Min, Mean, Norm (reals spelled as above).
+nlohmann::ordered_json value_ndarray(std::string_view dtype, const std::vector<int64_t> &shape, const stat_value &max,
+                                     const stat_value &min, const stat_value &mean, const stat_value &norm);
+
+// ---- stack.json ----------------------------------------------------------------------------
+
+// One frame as msprobe writes it (§1.8): "File {file}, line {line}, in {function}, \n {code}",
+// code stripped of surrounding whitespace.
+std::string stack_line(std::string_view file, int64_t line, std::string_view function, std::string_view code);
+
+}  // namespace tprobe

@@ -1,0 +1,257 @@
+// dump_semantics: the entry/slot grammar (parse ∘ build round trips, odd names), where slots go in
+// dump.json, the data_mode table against msprobe's rules (parameters_grad included), the
+// statistic, tensor and value leaves, and stack lines.
+#include "dump_semantics.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pyjson.h"
+
+namespace tprobe {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+TEST(DumpSemantics, ApiNamesRoundTrip) {
+  const std::string f = entry_api_name("Functional", "linear", 3, entry_direction::forward);
+  EXPECT_EQ(f, "Functional.linear.3.forward");
+  const entry_name e = entry_parse(f);
+  EXPECT_TRUE(e.is_forward());
+  EXPECT_FALSE(e.count_last);
+  EXPECT_FALSE(e.is_module());
+  EXPECT_EQ(e.base, "Functional.linear");
+  EXPECT_EQ(e.count, "3");
+  EXPECT_EQ(entry_backward_of(f), "Functional.linear.3.backward");
+  EXPECT_EQ(entry_with_direction("Functional.linear.3.backward", entry_direction::forward), f);
+  // Ops whose name has dots or digits of its own keep them in the base.
+  const entry_name dunder = entry_parse("Tensor.__add__.12.backward");
+  EXPECT_TRUE(dunder.is_backward());
+  EXPECT_EQ(dunder.base, "Tensor.__add__");
+  EXPECT_EQ(dunder.count, "12");
+  EXPECT_EQ(entry_parse("Primitive.norm.RmsNorm.0.forward").base, "Primitive.norm.RmsNorm");
+}
+
+TEST(DumpSemantics, ModuleNamesRoundTrip) {
+  const std::string f = entry_module_name("Module.layers.0.mlp.Linear", 2, entry_direction::forward);
+  EXPECT_EQ(f, "Module.layers.0.mlp.Linear.forward.2");
+  const entry_name e = entry_parse(f);
+  EXPECT_TRUE(e.is_forward());
+  EXPECT_TRUE(e.count_last);
+  EXPECT_TRUE(e.is_module());
+  EXPECT_EQ(e.base, "Module.layers.0.mlp.Linear");
+  EXPECT_EQ(e.count, "2");
+  EXPECT_EQ(entry_backward_of(f), "Module.layers.0.mlp.Linear.backward.2");
+  EXPECT_TRUE(entry_parse("Cell.net.Dense.backward.0").is_module());
+  // A module path may contain "forward" itself: whole segments count, from the end.
+  const entry_name tricky = entry_parse("Module.forward.backward_net.Linear.forward.0");
+  EXPECT_TRUE(tricky.is_forward());
+  EXPECT_EQ(tricky.base, "Module.forward.backward_net.Linear");
+  EXPECT_EQ(entry_backward_of("Module.forward.backward_net.Linear.forward.0"),
+            "Module.forward.backward_net.Linear.backward.0");
+}
+
+TEST(DumpSemantics, ParametersGradNames) {
+  const std::string g = entry_parameters_grad_name("Module.fc.Linear", 4);
+  EXPECT_EQ(g, "Module.fc.Linear.parameters_grad.4");
+  const entry_name e = entry_parse(g);
+  EXPECT_TRUE(e.is_parameters_grad());
+  EXPECT_FALSE(e.is_module());
+  EXPECT_EQ(e.base, "Module.fc.Linear");
+  EXPECT_EQ(e.count, "4");
+  // msprobe's older form without an index, as its compare reads it.
+  const entry_name old = entry_parse("Module.fc.Linear.parameters_grad");
+  EXPECT_TRUE(old.is_parameters_grad());
+  EXPECT_EQ(old.base, "Module.fc.Linear");
+  EXPECT_TRUE(old.count.empty());
+  EXPECT_EQ(entry_backward_of(g), "");
+  EXPECT_EQ(entry_with_direction(g, entry_direction::forward), "");
+}
+
+TEST(DumpSemantics, NamesOfNoKnownForm) {
+  for (const char *name : {"", "forward", "x.0.debug", "Module.a.B.forward.x", "forward.0", "Functional.linear"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(entry_parse(name).direction, entry_direction::none);
+    EXPECT_EQ(entry_backward_of(name), "");
+  }
+  // A direction as the last segment with no count before it is still a direction.
+  EXPECT_TRUE(entry_parse("X.forward").is_forward());
+  EXPECT_TRUE(entry_parse("X.forward").count.empty());
+  EXPECT_EQ(entry_backward_of("X.forward"), "X.backward");
+}
+
+TEST(DumpSemantics, BackwardSlots) {
+  EXPECT_EQ(slot_backward_of("input.1.0"), "output.1.0");
+  EXPECT_EQ(slot_backward_of("input.0"), "output.0");
+  EXPECT_EQ(slot_backward_of("output.2"), "input.2");
+  EXPECT_EQ(slot_backward_of("output"), "input");
+  EXPECT_EQ(slot_backward_of("kwargs.weight"), "");
+  EXPECT_EQ(slot_backward_of("parameters.bias"), "");
+  EXPECT_EQ(slot_backward_of("inputs.0"), "");  // whole segments only
+}
+
+std::vector<dump_path_element> path(std::initializer_list<dump_path_element> p) { return p; }
+
+TEST(DumpSemantics, SlotLocations) {
+  const entry_name api = entry_parse("Functional.linear.0.forward");
+  auto loc = slot_locate(api, "input.1.0");
+  EXPECT_EQ(loc.section, "input_args");
+  EXPECT_EQ(loc.path, path({int64_t{1}, int64_t{0}}));
+  loc = slot_locate(api, "kwargs.dim");
+  EXPECT_EQ(loc.section, "input_kwargs");
+  EXPECT_EQ(loc.path, path({std::string("dim")}));
+  // A keyword is a key even when it is all digits; below it, digits are indices again.
+  loc = slot_locate(api, "kwargs.0.1");
+  EXPECT_EQ(loc.path, path({std::string("0"), int64_t{1}}));
+  loc = slot_locate(api, "output.0.key");
+  EXPECT_EQ(loc.section, "output");
+  EXPECT_EQ(loc.path, path({int64_t{0}, std::string("key")}));
+  const entry_name module = entry_parse("Module.conv1.Conv2d.forward.0");
+  loc = slot_locate(module, "parameters.0");
+  EXPECT_EQ(loc.section, "parameters");
+  EXPECT_EQ(loc.path, path({std::string("0")}));
+  const entry_name backward = entry_parse("Functional.linear.0.backward");
+  loc = slot_locate(backward, "input.0");
+  EXPECT_EQ(loc.section, "input");
+  EXPECT_EQ(loc.path, path({int64_t{0}}));
+  const entry_name grads = entry_parse("Module.fc.Linear.parameters_grad.0");
+  loc = slot_locate(grads, "weight");
+  EXPECT_EQ(loc.section, "weight");
+  EXPECT_EQ(loc.path, path({int64_t{0}}));
+  EXPECT_EQ(slot_locate(grads, "parameters_grad.bias").section, "bias");
+  const entry_name debug = entry_parse("x.0.debug");
+  EXPECT_TRUE(slot_locate(debug, "debug").whole_entry);
+  loc = slot_locate(debug, "debug.2");
+  EXPECT_TRUE(loc.whole_entry);
+  EXPECT_EQ(loc.path, path({int64_t{2}}));
+  // A count too large for int64 stays a key rather than wrapping.
+  loc = slot_locate(api, "output.99999999999999999999");
+  EXPECT_EQ(loc.path, path({std::string("99999999999999999999")}));
+}
+
+TEST(DumpSemantics, CompareRows) {
+  using row = std::pair<std::string, std::string>;
+  EXPECT_EQ(slot_compare_row("F.x.0.forward", "kwargs.dim"), row("F.x.0.forward.input.dim", "input"));
+  EXPECT_EQ(slot_compare_row("F.x.0.forward", "output.0"), row("F.x.0.forward.output.0", "output"));
+  EXPECT_EQ(slot_compare_row("M.a.B.parameters_grad.0", "weight"), row("M.a.B.parameters_grad.0.weight", "parameters_grad"));
+  EXPECT_EQ(slot_compare_row("M.a.B.parameters_grad.0", "parameters_grad.weight"),
+            row("M.a.B.parameters_grad.0.weight", "parameters_grad"));
+}
+
+// The data_mode table: for each config list, which (entry, slot) pairs are written.
+TEST(DumpSemantics, DataModeTable) {
+  struct probe {
+    const char *entry, *slot;
+  };
+  const probe probes[] = {
+      {"F.x.0.forward", "input.0"},           // 0 forward input
+      {"F.x.0.forward", "kwargs.dim"},        // 1 forward input
+      {"F.x.0.forward", "output.0"},          // 2 forward output
+      {"M.a.B.forward.0", "parameters.w"},    // 3 forward parameters
+      {"F.x.0.backward", "input.0"},          // 4 backward input
+      {"F.x.0.backward", "output.0"},         // 5 backward output
+      {"M.a.B.parameters_grad.0", "weight"},  // 6 parameter gradient
+      {"x.0.debug", "debug"},                 // 7 no direction
+  };
+  struct row {
+    std::vector<std::string> modes;
+    const char *expected;  // one 0/1 per probe
+  };
+  const row table[] = {
+      {{"all"}, "11111111"},
+      {{}, "11111111"},
+      {{"forward"}, "11110001"},
+      {{"backward"}, "00001111"},
+      {{"input"}, "11011011"},  // parameters_grad kept: no direction named
+      {{"output"}, "00110111"},
+      {{"forward", "backward"}, "11111111"},
+      {{"input", "output"}, "11111111"},
+      {{"forward", "input"}, "11010001"},
+      {{"backward", "output"}, "00000111"},
+      {{"forward", "output"}, "00110001"},
+      {{"backward", "input"}, "00001011"},
+  };
+  for (const auto &r : table) {
+    const data_mode_filter f(r.modes);
+    std::string got;
+    for (const auto &p : probes) got += f.allows(p.entry, p.slot) ? '1' : '0';
+    std::string label;
+    for (const auto &m : r.modes) label += m + " ";
+    EXPECT_EQ(got, r.expected) << "data_mode [ " << label << "]";
+  }
+  EXPECT_TRUE(data_mode_filter({"all"}).allows_everything());
+  EXPECT_FALSE(data_mode_filter({"input"}).allows_everything());
+  EXPECT_FALSE(data_mode_filter::from_json(ojson::array({"forward"})).backward());
+  EXPECT_TRUE(data_mode_filter::from_json(ojson("forward")).allows_everything());  // not a list: all
+}
+
+TEST(DumpSemantics, StatJson) {
+  EXPECT_EQ(stat_json(stat_value::none()), ojson(nullptr));
+  EXPECT_EQ(stat_json(stat_value::of_bool(true)), ojson(true));
+  EXPECT_EQ(stat_json(stat_value::of_int(423)), ojson(423));
+  EXPECT_TRUE(stat_json(stat_value::of_int(423)).is_number_integer());
+  EXPECT_EQ(stat_json(stat_value::of_real(2.5)), ojson(2.5));
+  EXPECT_TRUE(std::isnan(stat_json(stat_value::of_real(std::nan(""))).get<double>()));
+}
+
+TEST(DumpSemantics, TensorLeafKeyOrder) {
+  const std::vector<int64_t> shape{2, 3};
+  tensor_stats s;
+  s.max = stat_value::of_real(1.5);
+  s.min = stat_value::of_real(-1);
+  s.mean = stat_value::of_real(0.25);
+  s.norm = stat_value::of_real(std::numeric_limits<double>::infinity());
+  s.crc32 = 0xabcu;
+  const ojson leaf = tensor_leaf_json({"torch.Tensor", "torch.bfloat16", &shape, &s, true, "X.0.forward.input.0.npy"});
+  EXPECT_EQ(pyjson_dump(leaf, -1),
+            R"({"type": "torch.Tensor", "dtype": "torch.bfloat16", "shape": [2, 3], "Max": 1.5, "Min": -1.0, )"
+            R"("Mean": 0.25, "Norm": Infinity, "requires_grad": true, "data_name": "X.0.forward.input.0.npy", )"
+            R"("md5": "00000abc"})");
+  // Statistics-less: the facts, all four null, nothing else.
+  const ojson bare = tensor_leaf_json({"torch.Tensor", "torch.float8_e4m3fn", &shape, nullptr, false, ""});
+  EXPECT_EQ(pyjson_dump(bare, -1),
+            R"({"type": "torch.Tensor", "dtype": "torch.float8_e4m3fn", "shape": [2, 3], "Max": null, "Min": null, )"
+            R"("Mean": null, "Norm": null, "requires_grad": false})");
+  EXPECT_EQ(tensor_type_default("pytorch"), "torch.Tensor");
+  EXPECT_EQ(tensor_type_default("mindspore"), "mindspore.Tensor");
+  EXPECT_EQ(tensor_type_default("numpy"), "numpy.ndarray");
+}
+
+TEST(DumpSemantics, ValueLeaves) {
+  EXPECT_EQ(value_bool(true).dump(), R"({"type":"bool","value":true})");
+  EXPECT_EQ(value_int(-7).dump(), R"({"type":"int","value":-7})");
+  EXPECT_EQ(value_int(3, "int64").dump(), R"({"type":"int64","value":3})");
+  EXPECT_EQ(value_real(0.5).dump(), R"({"type":"float","value":0.5})");
+  EXPECT_EQ(value_real(std::nan("")).dump(), R"({"type":"float","value":"nan"})");
+  EXPECT_EQ(value_real(-std::numeric_limits<double>::infinity(), "float32").dump(),
+            R"({"type":"float32","value":"-inf"})");
+  EXPECT_EQ(value_text("str", "mean").dump(), R"({"type":"str","value":"mean"})");
+  EXPECT_EQ(value_text("torch.dtype", "torch.float32").dump(), R"({"type":"torch.dtype","value":"torch.float32"})");
+  EXPECT_EQ(value_text("ellipsis", "...").dump(), R"({"type":"ellipsis","value":"..."})");
+  // msprobe's key order: type first, then format.
+  EXPECT_EQ(value_memory_format("channels_last").dump(), R"({"type":"torch.memory_format","format":"channels_last"})");
+  EXPECT_EQ(value_int_list("slice", {1, std::nullopt, 2}).dump(), R"({"type":"slice","value":[1,null,2]})");
+  EXPECT_EQ(value_int_list("torch.Size", {2, 3}).dump(), R"({"type":"torch.Size","value":[2,3]})");
+  EXPECT_EQ(value_complex(1, -2).dump(), R"x({"type":"complex","value":"(1.000000+-2.000000j)"})x");
+  EXPECT_EQ(value_ndarray("bool", {2}, stat_value::of_bool(true), stat_value::of_bool(false), stat_value::none(),
+                          stat_value::none())
+                .dump(),
+            R"({"type":"numpy.ndarray","dtype":"bool","shape":[2],"Max":true,"Min":false,"Mean":null,"Norm":null})");
+  EXPECT_EQ(value_ndarray("float64", {}, stat_value::of_real(std::nan("")), stat_value::of_real(1),
+                          stat_value::of_real(1), stat_value::of_real(1))
+                .dump(),
+            R"({"type":"numpy.ndarray","dtype":"float64","shape":[],"Max":"nan","Min":1.0,"Mean":1.0,"Norm":1.0})");
+}
+
+TEST(DumpSemantics, StackLines) {
+  EXPECT_EQ(stack_line("/w/train.py", 42, "forward", "   x = F.linear(x, w)\n"),
+            "File /w/train.py, line 42, in forward, \n x = F.linear(x, w)");
+  EXPECT_EQ(stack_line("<stdin>", 1, "<module>", ""), "File <stdin>, line 1, in <module>, \n ");
+}
+
+}  // namespace
+}  // namespace tprobe
