@@ -38,7 +38,7 @@ const std::vector<std::string> level_names{"L0", "L1", "L2", "mix", "debug"};
 const std::vector<std::string> common_keys{"task",      "dump_path",         "rank",       "step",
                                            "level",     "enable_dataloader", "async_dump", "precision",
                                            "tprobe"};
-const std::vector<std::string> tprobe_keys{"pipeline_timeout_s", "on_pipeline_failure"};
+const std::vector<std::string> tprobe_keys{"pipeline_timeout_s", "on_pipeline_failure", "tensor_format"};
 const std::vector<std::string> data_mode_names{"all", "forward", "backward", "input", "output"};
 
 // The keys msprobe documents for the section of each task (§2.4-§2.10).
@@ -487,6 +487,9 @@ ordered_json document_from_fields(const capture_config &cfg) {
   if (cfg.task == "tensor") section["file_format"] = cfg.file_format;
   if (cfg.task == "overflow_check") section["overflow_nums"] = cfg.overflow_nums;
   doc[cfg.task] = std::move(section);
+  doc["tprobe"] = {{"pipeline_timeout_s", cfg.pipeline_timeout_s},
+                   {"on_pipeline_failure", cfg.on_pipeline_failure},
+                   {"tensor_format", cfg.tensor_format}};
   return doc;
 }
 
@@ -541,6 +544,7 @@ nlohmann::ordered_json capture_config::session_meta() const {
   meta["list"] = list;
   meta["tensor_list"] = tensor_list;
   meta["async_dump"] = async_dump;
+  meta["tensor_format"] = tensor_format;
   return meta;
 }
 
@@ -610,6 +614,7 @@ static void parse_tprobe_section(const ordered_json &section, const std::string 
   }
   if (auto *v = get(section, "on_pipeline_failure"))
     cfg.on_pipeline_failure = expect_one_of(*v, {"raise", "warn"}, where("on_pipeline_failure"));
+  if (auto *v = get(section, "tensor_format")) cfg.tensor_format = expect_one_of(*v, {"npy", "pt"}, where("tensor_format"));
 }
 
 capture_config config_parse(const nlohmann::ordered_json &doc, const std::string &source) {

@@ -61,13 +61,16 @@ struct capture_config {
   // raises (stop/step/close) or only warns once the capture has detached.
   double pipeline_timeout_s = 60;
   std::string on_pipeline_failure = "raise";  // raise | warn
+  // tprobe.tensor_format: the format of the files in dump_tensor_data/: "npy" (NumPy, tprobe's
+  // default) or "pt" (torch.save, msprobe's own for PyTorch, so msprobe's compare reads the dump).
+  std::string tensor_format = "npy";
 
   nlohmann::ordered_json source;  // the document as given, before overrides
   std::string source_name;        // the input named in messages, e.g. the file's path
 
   // The effective config as a map, for dump headers and the stages: task, level, framework
   // ("pytorch"), dump_path, rank, step, precision, summary_mode, data_mode, scope, list,
-  // tensor_list, async_dump.
+  // tensor_list, async_dump, tensor_format (the writer reads it).
   [[nodiscard]] nlohmann::ordered_json session_meta() const;
 };
 

@@ -12,6 +12,7 @@
 #include "npy.h"
 #include "pyjson.h"
 #include "safe_path.h"
+#include "torch_save.h"
 
 namespace tprobe {
 
@@ -26,6 +27,8 @@ struct session_info {
   std::string level = "L1";
   std::string framework = "pytorch";
   std::string dump_path;
+  // tprobe.tensor_format: dump_tensor_data/ files as .npy (NumPy) or .pt (torch.save, msprobe's).
+  std::string tensor_format = "npy";
   bool tensor_data = false;  // task tensor, or a tensor_list: dump_tensor_data/ exists
   bool allow_forward = true, allow_backward = true, allow_input = true, allow_output = true;
 };
@@ -37,6 +40,11 @@ session_info session_from_meta(const json &meta) {
   s.level = meta.value("level", s.level);
   s.framework = meta.value("framework", s.framework);
   s.dump_path = meta.value("dump_path", std::string{});
+  // The capture validated it (capture/config.cpp); a hand-made producer's typo must not silently
+  // give the other format.
+  if (const auto it = meta.find("tensor_format"); it != meta.end()) s.tensor_format = it->is_string() ? it->get<std::string>() : it->dump();
+  if (s.tensor_format != "npy" && s.tensor_format != "pt")
+    throw usage_error(fmt::format("session record: tensor_format \"{}\" is not one of npy, pt", s.tensor_format));
   const auto tensor_list = meta.value("tensor_list", json::array());
   s.tensor_data = s.task == "tensor" || (tensor_list.is_array() && !tensor_list.empty());
   // msprobe's _get_allowed_data_mode: an absent direction or io kind means both.
@@ -333,7 +341,8 @@ class dump_writer {
 
   std::string save_tensor(const record &r, dump_doc &d) {
     const auto &h = r.header;
-    const std::string name = h.entry + "." + h.slot + ".npy";
+    const bool pt = d.session.tensor_format == "pt";
+    const std::string name = h.entry + "." + h.slot + (pt ? ".pt" : ".npy");
     if (const std::string problem = dump_name_problem(name); !problem.empty())
       throw usage_error(fmt::format("{} {}: tensor file name \"{}\" {}", r_describe(h), h.slot, name, problem));
     if (!d.tensor_dir_ready) {
@@ -342,7 +351,8 @@ class dump_writer {
       d.tensor_dir_ready = true;
     }
     const auto bytes = r.payload_bytes();
-    npy_write(d.dir + "/dump_tensor_data/" + name, h.type, h.shape, bytes);
+    if (pt) torch_save_write(d.dir + "/dump_tensor_data/" + name, h.type, h.shape, bytes);
+    else npy_write(d.dir + "/dump_tensor_data/" + name, h.type, h.shape, bytes);
     ++result_.tensor_files;
     result_.tensor_bytes += bytes.size();
     return name;
@@ -459,7 +469,7 @@ class dump_writer {
 const stage_description &writer_stage_description() {
   static const stage_description d{
       "writer",
-      "write records as an msprobe dump: step{S}/rank{R}/dump.json, stack.json, construct.json, .npy",
+      "write records as an msprobe dump: step{S}/rank{R}/dump.json, stack.json, construct.json, .npy or .pt",
       true,
       false,
       {

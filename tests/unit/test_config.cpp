@@ -133,12 +133,44 @@ TEST(ConfigParse, SessionMetaIsTheEffectiveConfig) {
   std::vector<std::string> keys;
   for (const auto &[key, value] : meta.items()) keys.push_back(key);
   EXPECT_THAT(keys, ElementsAre("task", "level", "framework", "dump_path", "rank", "step", "precision", "summary_mode",
-                                "data_mode", "scope", "list", "tensor_list", "async_dump"));
+                                "data_mode", "scope", "list", "tensor_list", "async_dump", "tensor_format"));
   EXPECT_EQ(meta["framework"], "pytorch");
+  EXPECT_EQ(meta["tensor_format"], "npy");
   EXPECT_EQ(meta["step"], ordered_json::parse("[1, 2]"));
   EXPECT_EQ(meta["rank"], ordered_json::array());
   EXPECT_EQ(meta["list"], ordered_json::parse(R"(["linear"])"));
   EXPECT_EQ(meta["dump_path"], cwd_path("dump_path"));
+}
+
+// tprobe.tensor_format picks the writer's tensor files: "npy" by default, "pt" (torch.save) on
+// request, anything else refused in one line naming the key; it reaches the writer in the session
+// meta, and survives overrides (the config is re-derived from its document).
+TEST(ConfigParse, TensorFormatIsNpyOrPt) {
+  EXPECT_EQ(config_parse(default_doc(), "config.json").tensor_format, "npy");
+  ordered_json doc = default_doc();
+  doc["task"] = "tensor";
+  doc["tprobe"] = {{"tensor_format", "pt"}};
+  capture_config cfg = config_parse(doc, "config.json");
+  EXPECT_EQ(cfg.tensor_format, "pt");
+  EXPECT_EQ(cfg.session_meta()["tensor_format"], "pt");
+  config_overrides level;
+  level.level = "mix";
+  config_apply_overrides(cfg, level);
+  EXPECT_EQ(cfg.tensor_format, "pt");
+  cfg.source = nullptr;  // a config built by hand is re-derived from its fields
+  config_apply_overrides(cfg, level);
+  EXPECT_EQ(cfg.tensor_format, "pt");
+
+  doc["tprobe"]["tensor_format"] = "npz";
+  EXPECT_EQ(parse_error(doc), "config.json: field \"tprobe.tensor_format\": \"npz\" is not one of npy, pt");
+  doc["tprobe"]["tensor_format"] = "PT";
+  EXPECT_THAT(parse_error(doc), HasSubstr("field \"tprobe.tensor_format\""));
+  doc["tprobe"]["tensor_format"] = 1;
+  EXPECT_THAT(parse_error(doc), HasSubstr("field \"tprobe.tensor_format\""));
+  // The key belongs to tprobe's section: at the top level it is a typo like any other.
+  ordered_json top = default_doc();
+  top["tensor_format"] = "pt";
+  EXPECT_THAT(parse_error(top), HasSubstr("field \"tensor_format\": unknown key"));
 }
 
 TEST(ConfigParse, TopLevelMustBeAnObject) {
