@@ -206,6 +206,8 @@ struct tprobe_session {
   // lock, so that a detached session costs one load per call.
   std::atomic<bool> detached{false};
   std::string detach_reason;  // under mutex
+  uint64_t barriers_requested = 0;  // step barriers enqueued (training thread)
+  uint64_t barriers_done = 0;       // … answered by every consumer (under mutex)
 
   // capture state (training thread only)
   int64_t step = 0;
@@ -336,7 +338,14 @@ struct tprobe_session {
             }
           }
           try {
-            for (auto &s : senders) s->send(r);
+            if (is_step_barrier(r)) {
+              for (auto &s : senders) (void)s->sync(record(r.header));
+              std::lock_guard lock(mutex);
+              barriers_done = r.header.meta["barrier"].get<uint64_t>();
+              has_space.notify_all();
+            } else {
+              for (auto &s : senders) s->send(r);
+            }
           } catch (const consumer_lost_error &e) {
             detach(e.what(), batch.size() - i);
             return;
@@ -457,8 +466,26 @@ struct tprobe_session {
     if (!enqueue(record(header(record_kind::flush)), true)) throw_detached();
   }
 
+  static bool is_step_barrier(const record &r) {
+    return r.header.kind == record_kind::step_end && r.header.meta.is_object() && r.header.meta.contains("barrier");
+  }
+
+  // msprobe writes a step's files before step() returns unless async_dump: so the step_end of a
+  // dumped step is a barrier (record.h), answered once the writer has written the step's files.
+  // Not for steps outside the config's step list, which leave no files to wait for.
   void next_step() {
-    const bool delivered = enqueue(record(header(record_kind::step_end)), true);
+    const bool barrier = !config.async_dump && !service_ended && filter->rank_enabled(options.rank) &&
+                         filter->step_enabled(step);
+    record end(header(record_kind::step_end));
+    if (barrier) end.header.meta = {{"barrier", ++barriers_requested}};
+    bool delivered = enqueue(std::move(end), true);
+    if (delivered && barrier) {
+      std::unique_lock lock(mutex);
+      // Bounded like a blocked send: the sender detaches when the pipeline dies or stalls.
+      has_space.wait(lock, [&] { return barriers_done >= barriers_requested || sender_error || detached.load(); });
+      if (sender_error) std::rethrow_exception(sender_error);
+      delivered = !detached.load();
+    }
     ++step;
     entries.clear();
     filter->reset_step();

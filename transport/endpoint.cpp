@@ -200,7 +200,7 @@ class output_link {
     hello.header.meta = peer_meta(producer_name);
     send(hello);
     try {
-      wait_ack(ack_wait::hello);
+      wait_reply(reply::hello_ack);
     } catch (...) {
       socket_.set(zmq::sockopt::linger, 0);  // the unanswered hello must not hold the context open
       throw;
@@ -247,6 +247,13 @@ class output_link {
   }
 
   bool is_file() const { return file_ != nullptr; }
+  // True when the consumer said in its ack that it answers barriers (record.h, "Barrier").
+  bool syncs() const { return !file_ && consumer_syncs_; }
+
+  // Waits for the consumer's `synced` answer to the barrier `token` sent earlier, watched like
+  // the eos ack (check_consumer: consumer_lost_error). Returns false without waiting on when a
+  // stop was requested (the stage is shutting down; the barrier is abandoned, not answered).
+  bool wait_synced(uint64_t token) { return wait_reply(reply::synced, token); }
 
   // Sends eos and waits for the consumer's ack, which proves that every record before it arrived;
   // then nothing is pending and the socket closes at once. Delivery is protocol, not linger time:
@@ -260,7 +267,7 @@ class output_link {
     send(eos);
     if (!stop_requested()) {
       try {
-        wait_ack(ack_wait::eos);
+        wait_reply(reply::eos_ack);
       } catch (...) {
         abandon();
         throw;
@@ -281,7 +288,7 @@ class output_link {
   }
 
  private:
-  enum class ack_wait { hello, eos };
+  enum class reply { hello_ack, eos_ack, synced };
 
   std::string consumer_text() const {
     if (consumer_pid_ <= 0) return "the consumer";
@@ -325,13 +332,15 @@ class output_link {
       lost(fmt::format("{} has not read for {} ms", consumer_text(), deadlines_.stall_timeout_ms));
   }
 
-  void wait_ack(ack_wait what) {
+  // Waits for the consumer's answer: the ack of hello or eos, or `synced` for barrier `token`.
+  // A `synced` for another token (a barrier given up on earlier) is skipped.
+  bool wait_reply(reply what, uint64_t token = 0) {
     ensure_signal_pipe();
     const auto started = clock_type::now();
-    const int timeout_ms = what == ack_wait::hello ? deadlines_.connect_timeout_ms : deadlines_.stall_timeout_ms;
+    const int timeout_ms = what == reply::hello_ack ? deadlines_.connect_timeout_ms : deadlines_.stall_timeout_ms;
     for (;;) {
       zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
-      if (what == ack_wait::hello && timeout_ms >= 0 &&
+      if (what == reply::hello_ack && timeout_ms >= 0 &&
           clock_type::now() - started >= std::chrono::milliseconds(timeout_ms))
         throw system_error(
             fmt::format("unable to reach {}: no stage answered within {} ms{}", spec_, timeout_ms, curve_hint(curve_)));
@@ -341,11 +350,13 @@ class output_link {
         if (e.num() == EINTR) continue;
         rethrow_zmq(e, "poll", spec_);
       }
-      if (items[1].revents & ZMQ_POLLIN || stop_requested())
+      if (items[1].revents & ZMQ_POLLIN || stop_requested()) {
+        if (what == reply::synced) return false;
         throw system_error(fmt::format("unable to reach {}: stopped while waiting for its answer", spec_));
+      }
       if (!(items[0].revents & ZMQ_POLLIN)) {
-        if (what == ack_wait::eos) {
-          check_consumer(started, "finish the stream to");
+        if (what != reply::hello_ack) {
+          check_consumer(started, what == reply::synced ? "wait for a barrier of" : "finish the stream to");
         } else if (std::string why = pipeline_gone(); !why.empty()) {
           throw system_error(fmt::format("unable to reach {}: {}", spec_, why));
         }
@@ -358,15 +369,24 @@ class output_link {
         frames.push_back(std::move(m));
       } while (frames.back().more());
       record r = record_decode(frames);
-      if (r.header.kind != record_kind::ack)
-        throw framing_error(fmt::format("{} answered {} with a {} record, not ack", spec_,
-                                        what == ack_wait::hello ? "hello" : "eos", record_kind_name(r.header.kind)));
-      if (const auto &m = r.header.meta; m.is_object()) {
-        consumer_name_ = m.value("name", std::string{});
-        consumer_host_ = m.value("host", std::string{});
-        consumer_pid_ = m.value("pid", int64_t{0});
+      const auto &meta = r.header.meta;
+      if (r.header.kind == record_kind::synced) {
+        if (what == reply::synced && meta.is_object() && meta.value("barrier", uint64_t{0}) == token) return true;
+        continue;  // the answer to a barrier given up on
       }
-      return;
+      if (r.header.kind != record_kind::ack || what == reply::synced)
+        throw framing_error(fmt::format("{} answered {} with a {} record", spec_,
+                                        what == reply::hello_ack ? "hello"
+                                        : what == reply::eos_ack ? "eos"
+                                                                 : "a barrier",
+                                        record_kind_name(r.header.kind)));
+      if (meta.is_object()) {
+        consumer_name_ = meta.value("name", std::string{});
+        consumer_host_ = meta.value("host", std::string{});
+        consumer_pid_ = meta.value("pid", int64_t{0});
+        consumer_syncs_ = meta.value("sync", false);
+      }
+      return true;
     }
   }
 
@@ -378,6 +398,7 @@ class output_link {
   // From the consumer's ack: watched while a send is blocked.
   std::string consumer_name_, consumer_host_;
   int64_t consumer_pid_ = 0;
+  bool consumer_syncs_ = false;
 };
 
 struct producer_state {
@@ -521,6 +542,16 @@ struct stage_io::impl {
   zmq::socket_t tap;
   std::string tap_endpoint;
   stage_io_counts counts;
+  // Barriers (record.h): the one received and not yet answered (the stage is handling it), and
+  // the outputs that were sent a barrier since, with its token. Settled by the next receive() or
+  // finish(): the stage asking for more means it has handled the record.
+  struct barrier_from {
+    std::string producer_id;
+    uint64_t token;
+  };
+  std::optional<barrier_from> barrier_received;
+  std::vector<output_link *> barrier_outputs;
+  uint64_t barrier_token = 0;  // of barriers sent downstream
 
   impl(zmq::context_t &c, const stage_io_options &o) : options(o), ctx(c) {}
 
@@ -549,9 +580,32 @@ struct stage_io::impl {
   void send_ack(const std::string &id) {
     record_header ack = record_header_of(record_kind::ack);
     ack.meta = peer_meta(options.producer_name);
+    ack.meta["sync"] = true;  // every stage_io answers barriers
     auto frame = record_header_encode(ack);
     router.send(zmq::buffer(id), zmq::send_flags::sndmore);
     router.send(frame, zmq::send_flags::none);
+  }
+
+  // The stage has handled the barrier it received (it asks for the next record, or finishes):
+  // once every output it passed the barrier to has answered, answer the producer.
+  void settle_barrier() {
+    for (auto *o : barrier_outputs)
+      if (!o->wait_synced(barrier_token)) break;  // stopping: the barrier is abandoned
+    barrier_outputs.clear();
+    if (!barrier_received) return;
+    const auto from = std::move(*barrier_received);
+    barrier_received.reset();
+    if (stop_requested()) return;
+    record_header synced = record_header_of(record_kind::synced);
+    synced.meta = {{"barrier", from.token}};
+    auto frame = record_header_encode(synced);
+    try {
+      router.send(zmq::buffer(from.producer_id), zmq::send_flags::sndmore);
+      router.send(frame, zmq::send_flags::none);
+    } catch (const zmq::error_t &e) {
+      // The producer is gone (router_mandatory: EHOSTUNREACH): nobody waits for the answer.
+      if (e.num() != EHOSTUNREACH) rethrow_zmq(e, "answer a barrier on", input_endpoint);
+    }
   }
 
   std::string producer_label(const std::string &id) const {
@@ -589,12 +643,14 @@ struct stage_io::impl {
         return std::nullopt;
       case record_kind::hello:
       case record_kind::ack:
+      case record_kind::synced:
       case record_kind::final: return receive_file();  // connection control, meaningless in a file
       default: ++counts.received; return r;
     }
   }
 
   std::optional<record> receive() {
+    settle_barrier();
     if (ended) return std::nullopt;
     if (input_file) {
       auto r = receive_file();
@@ -666,12 +722,17 @@ struct stage_io::impl {
           send_ack(id);  // tells the producer that everything before eos arrived
           continue;
         case record_kind::ack:
-          throw framing_error(fmt::format("{} sent an ack to {}, which only consumers send", producer_label(id),
-                                          input_endpoint));
+        case record_kind::synced:
+          throw framing_error(fmt::format("{} sent {} to {}, which only consumers send", producer_label(id),
+                                          record_kind_name(r.header.kind), input_endpoint));
         default:
           if (it == producers.end())
             throw framing_error(fmt::format("{} from a producer that did not say hello first on {}", r.describe(),
                                             input_endpoint));
+          if (r.header.meta.is_object()) {
+            if (auto b = r.header.meta.find("barrier"); b != r.header.meta.end() && b->is_number_unsigned())
+              barrier_received = barrier_from{id, b->get<uint64_t>()};
+          }
           ++counts.received;
           if (tap && outputs.empty()) publish_consumed(r);
           return r;
@@ -680,6 +741,7 @@ struct stage_io::impl {
   }
 
   void send(const record &r) {
+    if (is_barrier(r)) return send_barrier(r);
     std::vector<zmq::message_t> frames = record_encode(r);
     for (size_t o = 0; o < outputs.size(); ++o) {
       if (outputs[o]->is_file()) {
@@ -692,6 +754,36 @@ struct stage_io::impl {
     }
     ++counts.sent;
     if (tap) publish_tap(r, frames);
+  }
+
+  static bool is_barrier(const record &r) { return r.header.meta.is_object() && r.header.meta.contains("barrier"); }
+
+  // A barrier passed on: under this stage's own token (producers' tokens may collide), and
+  // answered upstream only once every output that answers barriers has answered it.
+  void send_barrier(const record &r) {
+    settle_barrier_outputs_first();
+    record_header h = r.header;
+    h.meta["barrier"] = ++barrier_token;
+    std::vector<zmq::message_t> frames = record_encode(r);
+    frames[0] = record_header_encode(h);  // the payload frame, if any, stays shared
+    for (auto &o : outputs) {
+      if (o->is_file()) {
+        o->send(r);  // a recording: nobody answers a barrier there
+        continue;
+      }
+      std::vector<zmq::message_t> out(frames.size());
+      for (size_t i = 0; i < frames.size(); ++i) out[i].copy(frames[i]);
+      o->send_frames(std::move(out));
+      if (o->syncs()) barrier_outputs.push_back(o.get());
+    }
+    ++counts.sent;
+    if (tap) publish_tap(r, frames);
+  }
+
+  // Two barriers sent without a receive() between them: the earlier one is waited for first.
+  void settle_barrier_outputs_first() {
+    for (auto *o : barrier_outputs) (void)o->wait_synced(barrier_token);
+    barrier_outputs.clear();
   }
 
   // A sink sends nothing, so its tap shows what it consumes: headers only, and only while someone
@@ -755,6 +847,7 @@ struct stage_io::impl {
   }
 
   void finish() {
+    settle_barrier();
     record eos(record_header_of(record_kind::eos));
     eos.header.meta = {{"records", counts.sent}, {"dropped", counts.upstream_dropped}};
     for (auto &o : outputs) o->finish(eos);
@@ -837,6 +930,7 @@ bool stage_io::interrupted() const { return impl_->interrupted; }
 
 struct record_sender::impl {
   output_link link;
+  uint64_t barrier_token = 0;
   impl(zmq::context_t &ctx, const std::string &endpoint, const std::string &name, int hwm,
        const link_deadlines &deadlines)
       : link(ctx, endpoint, name, hwm, deadlines) {}
@@ -849,6 +943,17 @@ record_sender::record_sender(zmq::context_t &ctx, const std::string &endpoint, c
 record_sender::~record_sender() = default;
 void record_sender::send(const record &r) { impl_->link.send(r); }
 void record_sender::abandon() { impl_->link.abandon(); }
+
+bool record_sender::sync(record r) {
+  if (!r.header.meta.is_object()) r.header.meta = nlohmann::ordered_json::object();
+  const uint64_t token = ++impl_->barrier_token;
+  r.header.meta["barrier"] = token;
+  impl_->link.send(r);
+  if (!impl_->link.syncs()) return false;
+  if (!impl_->link.wait_synced(token))
+    throw consumer_lost_error("unable to wait for a barrier: stopped while the consumer was not answering");
+  return true;
+}
 
 void record_sender::finish(uint64_t records, uint64_t dropped) {
   record eos(record_header_of(record_kind::eos));

@@ -26,6 +26,11 @@
 // Protocol on a connection (record kinds of record.h):
 //   producer: hello → (waits for ack) → data records … → eos → (waits for ack, then closes)
 //   consumer: on hello registers the producer and answers ack.
+//   Barriers: a data record with meta barrier (record_sender::sync) is answered `synced` once
+//   the consumer handled it: stage_io answers when the stage calls receive() again (or
+//   finish()), after the outputs it passed the barrier on to have answered theirs. So a barrier
+//   crosses a chain of stages and comes back from the last one. Waits for `synced` are watched
+//   like the eos ack (below).
 // The consumer's stream ends when registration is closed and every registered producer has sent
 // eos. Registration closes when `producers` producers have registered (producers > 0), or when a
 // `final` record arrives (the launcher sends it after the capturing command exited; use
@@ -181,6 +186,12 @@ class record_sender {
   void finish(uint64_t records, uint64_t dropped);
   // Closes without eos, dropping whatever the socket still holds (after consumer_lost_error).
   void abandon();
+  // Sends `r` as a barrier (record.h; meta key barrier is set here) and returns once the consumer
+  // answered `synced`: it has handled r and everything before it, downstream stages included.
+  // Returns false at once, after sending, where nobody answers barriers (a record file, or a
+  // consumer whose ack did not offer them). consumer_lost_error as send: a dead or stalled
+  // consumer, or a stop request, ends the wait.
+  bool sync(record r);
 
  private:
   struct impl;

@@ -17,8 +17,8 @@ namespace tprobe {
 
 namespace {
 
-constexpr std::array<std::string_view, 10> kind_names{
-    "hello", "ack", "session", "tensor", "value", "entry", "flush", "step_end", "eos", "final"};
+constexpr std::array<std::string_view, 11> kind_names{
+    "hello", "ack", "session", "tensor", "value", "entry", "flush", "step_end", "eos", "final", "synced"};
 
 using packer_t = msgpack::packer<msgpack::sbuffer>;
 

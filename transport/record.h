@@ -56,7 +56,8 @@
 //                consumer knows every producer before that producer's data (see endpoint.h).
 //      ack       consumer → producer. meta (opt): {name: str, host: str, pid: int}, the consumer
 //                that answered, so that a producer blocked on it can tell a consumer that died
-//                (a pid on this host that is gone) from one that is slow (endpoint.h).
+//                (a pid on this host that is gone) from one that is slow (endpoint.h); and
+//                sync: true when the consumer answers barriers (below, since 1.1).
 //      session   a capture session opened: meta = the effective config as a map (task, level,
 //                framework, dump_path, summary_mode, data_mode, rank, …) and, when the
 //                producer is one of a manifest's runs, label (str: the run's name).
@@ -69,6 +70,14 @@
 //                keys stack (array of str), parent (str|nil, construct.json), is_recompute (bool).
 //      flush     the producer asks for files to be brought up to date (debugger.stop()).
 //      step_end  the producer finished `step`: files of (step, rank) are final.
+//      Barrier (1.1). Any data record may carry meta key barrier: uint (a token chosen by its
+//                sender), and is then a barrier: the consumer answers `synced` once it has
+//                handled that record and everything before it, including what it passed on
+//                downstream for it (a stage waits for its own consumers' `synced` first). Only
+//                a consumer whose ack said sync: true is sent barriers; a consumer that cannot
+//                answer them is never waited for. The capture makes step_end a barrier, so
+//                that step() returns when the writer has written that step's files.
+//      synced    consumer → producer, answering a barrier: meta = {barrier: the token}.
 //      eos       end of this producer's stream: meta = {records: uint, dropped: uint}. The
 //                consumer answers ack: everything before eos has arrived.
 //                A stage that has seen eos from every producer finishes its output, sends its
@@ -114,7 +123,7 @@
 namespace tprobe {
 
 inline constexpr uint8_t RECORD_VERSION_MAJOR = 1;
-inline constexpr uint8_t RECORD_VERSION_MINOR = 0;
+inline constexpr uint8_t RECORD_VERSION_MINOR = 1;  // 1.1: barriers and synced
 inline constexpr size_t RECORD_PREFIX_SIZE = 4;
 inline constexpr size_t RECORD_HEADER_MAX_DEPTH = 1000;  // above msprobe's 400 levels of dump data
 
@@ -129,8 +138,15 @@ enum class record_kind : uint8_t {
   step_end,
   eos,
   final,
+  synced,
 };
 std::string_view record_kind_name(record_kind k);
+// Connection control (hello, ack, eos, final, synced), as opposed to the data records a stage
+// receives and may pass on.
+constexpr bool record_kind_is_control(record_kind k) {
+  return k == record_kind::hello || k == record_kind::ack || k == record_kind::eos || k == record_kind::final ||
+         k == record_kind::synced;
+}
 std::optional<record_kind> record_kind_from_name(std::string_view name);
 
 enum class record_codec : uint8_t { raw, lz4 };

@@ -30,7 +30,7 @@ std::vector<record_kind> data_kinds_parse(const std::vector<std::string> &names,
   std::vector<record_kind> kinds;
   for (const auto &n : names) {
     auto k = record_kind_from_name(n);
-    if (!k || *k == record_kind::hello || *k == record_kind::ack || *k == record_kind::eos || *k == record_kind::final)
+    if (!k || record_kind_is_control(*k))
       throw usage_error(fmt::format("{} \"{}\": not a data record kind (session, entry, tensor, value, flush, step_end)",
                                     option, n));
     kinds.push_back(*k);

@@ -345,8 +345,7 @@ class progress_meter {
         // The timeout only bounds how late the thread sees stop_; nothing waits on it.
         if (auto r = subscriber.receive(100)) {
           auto kind = r->header.kind;
-          if (kind != record_kind::hello && kind != record_kind::ack && kind != record_kind::eos &&
-              kind != record_kind::final) {
+          if (!record_kind_is_control(kind)) {
             ++records_;
             bytes_ += r->header.length;
           }
