@@ -53,6 +53,10 @@ CONFIGS = [
     ("statistics_L1", "statistics_L1", 1.3, "statistics, L1 (operators)"),
     ("statistics_L0", "statistics_L0", 1.05, "statistics, L0 (modules)"),
     ("statistics_mix", "statistics_mix", 1.4, "statistics, mix"),
+    # What the step barrier costs (step() waits until the writer wrote the step's files): the
+    # same configs with async_dump, whose step() does not wait.
+    ("statistics_L1_async", "statistics_L1", 1.3, "statistics, L1, async_dump (step() does not wait)"),
+    ("statistics_mix_async", "statistics_mix", 1.4, "statistics, mix, async_dump (step() does not wait)"),
     ("md5", "md5", 1.5, "statistics, summary_mode md5, L1"),
     ("tensor", "tensor", 2.5, "tensor, L1 (.npy files)"),
 ]
@@ -286,6 +290,8 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
         doc["dump_path"] = dump
         if name == "outside":
             doc["step"] = [OUTSIDE_STEP]
+        if name.endswith("_async"):
+            doc["async_dump"] = True
         with open(config, "w") as f:
             json.dump(doc, f)
     else:
