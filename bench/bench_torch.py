@@ -59,6 +59,8 @@ CONFIGS = [
     ("statistics_mix_async", "statistics_mix", 1.4, "statistics, mix, async_dump (step() does not wait)"),
     ("md5", "md5", 1.5, "statistics, summary_mode md5, L1"),
     ("tensor", "tensor", 2.5, "tensor, L1 (.npy files)"),
+    # The same dump as torch.save files (config tprobe.tensor_format "pt"): what msprobe's format costs.
+    ("tensor_pt", "tensor", 2.5, "tensor, L1 (.pt files, tprobe.tensor_format pt)"),
 ]
 OUTSIDE_STEP = 1000000  # the largest step msprobe accepts; never reached
 
@@ -292,6 +294,8 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
             doc["step"] = [OUTSIDE_STEP]
         if name.endswith("_async"):
             doc["async_dump"] = True
+        if name.endswith("_pt"):
+            doc.setdefault("tprobe", {})["tensor_format"] = "pt"
         with open(config, "w") as f:
             json.dump(doc, f)
     else:
@@ -350,7 +354,7 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
         if tail:
             m.error += ": " + " | ".join(tail)
     m.step_bytes, m.steps_dumped = step_dump_bytes(dump)
-    if name == "tensor" and not m.error:
+    if name.startswith("tensor") and not m.error:
         m.disk_bw = disk_write_bandwidth(tmp, m.step_bytes)
     if not opts.keep:
         shutil.rmtree(dump, ignore_errors=True)

@@ -6,6 +6,8 @@
 //                              /stack.json       call stacks, identical stacks deduplicated
 //                              /construct.json   entry → parent module (L0 and mix; {} at L1)
 //                              /dump_tensor_data/{entry}.{slot}.npy   saved tensors
+//                                              (.pt, torch.save's format, when the session's
+//                                              tensor_format is "pt": core/torch_save.h)
 //
 // R is the producer's rank; the folder is plain "rank" when the producer is not distributed.
 // dump_path comes from --dump-path or else from the producer's session record (its config).
@@ -37,7 +39,7 @@ struct writer_stage_options {
 struct writer_stage_result {
   uint64_t records = 0;
   uint64_t entries = 0;        // dump entries created
-  uint64_t tensor_files = 0;   // .npy files written
+  uint64_t tensor_files = 0;   // .npy or .pt files written
   uint64_t tensor_bytes = 0;   // bytes of tensor data written
   uint64_t json_rewrites = 0;  // atomic rewrites of dump.json files
   uint64_t dumps = 0;          // (step, rank) folders written
