@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -10,6 +11,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <unordered_map>
@@ -219,8 +221,8 @@ class zip_writer {
     h.u16(extra_padding);
     h.u16(static_cast<uint16_t>(pad));
     h.fill('Z', pad);
-    write(h.str());
-    write(data);
+    queue(h.str());
+    queue(data);
     members_.push_back({name, crc, size, offset_, zip64});
     offset_ += h.size() + size;
   }
@@ -281,18 +283,47 @@ class zip_writer {
     cd.u32(cd_size >= max32 ? static_cast<uint32_t>(max32) : static_cast<uint32_t>(cd_size));
     cd.u32(cd_offset >= max32 ? static_cast<uint32_t>(max32) : static_cast<uint32_t>(cd_offset));
     cd.u16(0);
-    write(cd.str());
+    queue(cd.str());
+    flush();
   }
 
  private:
-  void write(std::string_view s) { safe_write_all(fd_, s.data(), s.size(), path_); }
-  void write(std::span<const std::byte> s) { safe_write_all(fd_, s.data(), s.size(), path_); }
+  // The whole file goes out in one writev(): a dump has thousands of small tensors, and nine
+  // write() calls per file cost more than the data (the headers are kept here, the data is not
+  // copied).
+  void queue(std::string s) {
+    pieces_.push_back(std::move(s));
+    queue(std::as_bytes(std::span<const char>(pieces_.back())));
+  }
+  void queue(std::span<const std::byte> s) {
+    if (!s.empty()) iov_.push_back({const_cast<std::byte *>(s.data()), s.size()});
+  }
+  void flush() {
+    size_t first = 0;
+    while (first < iov_.size()) {
+      const int count = static_cast<int>(std::min<size_t>(iov_.size() - first, IOV_MAX));
+      const ssize_t n = ::writev(fd_, iov_.data() + first, count);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw system_error_from_errno("write", path_, errno);
+      }
+      for (auto left = static_cast<size_t>(n); left > 0 && first < iov_.size();) {
+        const size_t take = std::min(left, iov_[first].iov_len);
+        iov_[first].iov_base = static_cast<char *>(iov_[first].iov_base) + take;
+        iov_[first].iov_len -= take;
+        left -= take;
+        if (iov_[first].iov_len == 0) ++first;
+      }
+    }
+  }
 
   int fd_;
   const std::string &path_;
   bool force_zip64_;
   uint64_t offset_ = 0;
   std::vector<written_member> members_;
+  std::deque<std::string> pieces_;  // a deque: queued pointers into it stay valid
+  std::vector<iovec> iov_;
 };
 
 std::span<const std::byte> as_bytes(std::string_view s) { return std::as_bytes(std::span<const char>(s)); }
