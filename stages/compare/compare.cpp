@@ -55,6 +55,9 @@ const stage_description &compare_stage_description() {
           {"mapping", "string", "", "data mapping file, 'npu name: bench name' per line (msprobe -dm)"},
           {"compare-only", "bool", "false", "write no advisor file (msprobe -c)"},
           {"threads", "int", "0", "threads comparing tensors; 0 = one per hardware thread"},
+          {"match", "string", "auto",
+           "how rows are paired: auto (align calls by family and shapes, then slots; adds the Match column) or name "
+           "(msprobe's name matching; --fuzzy-match and --mapping imply it)"},
       }};
   return d;
 }
@@ -424,6 +427,7 @@ void compare_pair(run_context &ctx, const std::string &npu_json, const std::stri
   }
   compare_table_options topt;
   topt.mode = mode;
+  topt.match = ctx.options.match;
   topt.fuzzy_match = ctx.options.fuzzy_match;
   topt.stack_mode = ctx.options.stack_mode;
   topt.mapping = ctx.mapping;
@@ -450,6 +454,10 @@ void compare_pair(run_context &ctx, const std::string &npu_json, const std::stri
 
   pr.files = write_pair_files(ctx, table, pr, highlighted);
   pr.rows = table.rows.size();
+  pr.match = table.options.match;
+  const compare_match_counts counts = compare_table_match_counts(table);
+  pr.paired_by_name = counts.name;
+  pr.aligned = counts.aligned;
   for (size_t i = 0; i < table.rows.size(); ++i) {
     pr.failing += compare_row_failing(table, i) ? 1 : 0;
     pr.unmatched += table.rows[i].bench ? 0 : 1;

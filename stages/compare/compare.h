@@ -1,7 +1,8 @@
 // compare.h: the offline compare stage (tprobe-compare): two dumps in, msprobe's result files out
 // (msprobe-compat.md §3).
 //
-//   tprobe compare NPU BENCH -o OUTDIR [--fuzzy-match] [--stack-mode] [--highlight] [--mapping FILE]
+//   tprobe compare NPU BENCH -o OUTDIR [--match auto|name] [--fuzzy-match] [--stack-mode] [--highlight]
+//                  [--mapping FILE]
 //
 // NPU and BENCH are both dump.json files (compared into compare_result_{ts}.*) or both step folders
 // (step0/ holding rank0/, rank1/, … or rank/): ranks are sorted by number and paired by position,
@@ -44,6 +45,7 @@ struct compare_options {
   std::string npu_path;    // dump.json or step folder
   std::string bench_path;  // same kind as npu_path
   std::string output_dir;  // created (0750) if missing
+  compare_match match = compare_match::automatic;  // how rows are paired (compare_match.h)
   bool fuzzy_match = false;
   bool stack_mode = false;   // NPU_Stack_Info from the NPU side's stack.json (must exist)
   bool highlight = false;
@@ -57,6 +59,8 @@ struct compare_pair_report {
   std::string npu_path, bench_path;
   compare_mode mode = compare_mode::all;
   size_t rows = 0, failing = 0, unmatched = 0;
+  compare_match match = compare_match::automatic;  // how the rows were paired
+  size_t paired_by_name = 0, aligned = 0;          // paired rows: same name, another name (alignment)
   size_t errors = 0;           // error rows: a tensor file could not be read
   std::string first_error;     // "line 3, NAME: Err_message" of the first error row
   compare_output_files files;  // empty when no row was found (nothing written)

@@ -280,6 +280,7 @@ void compare_write_json(const compare_table &t, const std::string &path, const s
   head["format"] = "tprobe-compare";
   head["version"] = 1;
   head["mode"] = compare_mode_name(t.options.mode);
+  head["match"] = compare_match_name(t.options.match);
   head["npu"] = t.npu->path;
   head["bench"] = t.bench->path;
   head["rank"] = rank.empty() ? json(nullptr) : json(rank);
@@ -305,6 +306,9 @@ void compare_write_json(const compare_table &t, const std::string &path, const s
   tail["failing_rows"] = failing;
   tail["unmatched_rows"] = unmatched;
   tail["error_rows"] = errors;
+  const compare_match_counts counts = compare_table_match_counts(t);
+  tail["paired_by_name"] = counts.name;
+  tail["paired_by_alignment"] = counts.aligned;
   tail["advisor"] = advisor ? json{{"line", advisor->line},
                                    {"suspect_nodes", advisor->suspect_nodes},
                                    {"expert_advice", advisor->advice}}

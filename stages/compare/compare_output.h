@@ -18,11 +18,12 @@
 // a file (a claimed name is an empty file until then).
 //
 // JSON form (indent 1; NaN / Infinity tokens as in dump.json):
-//   {"format": "tprobe-compare", "version": 1, "mode": "all"|"summary"|"md5",
+//   {"format": "tprobe-compare", "version": 1, "mode": "all"|"summary"|"md5", "match": "auto"|"name",
 //    "npu": "<npu dump.json>", "bench": "<bench dump.json>", "rank": "rank0"|null,
 //    "columns": [...], "rows": [[cell, ...], ...],        cells: number, string, bool or null
 //    "highlight": ["red"|"yellow"|null, ...] (only with highlighting),
 //    "failing_rows": N, "unmatched_rows": N, "error_rows": N (rows whose tensor files could not be read),
+//    "paired_by_name": N, "paired_by_alignment": N (paired rows by how: compare_match.h),
 //    "advisor": {"line": "12"|"NA", "suspect_nodes": "...", "expert_advice": "..."} | null}
 #pragma once
 

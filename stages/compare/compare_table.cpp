@@ -215,9 +215,15 @@ compare_table compare_table_build(const dump_file &npu, const dump_file &bench, 
   t.npu = &npu;
   t.bench = &bench;
   t.cross_framework = !npu.framework.empty() && !bench.framework.empty() && npu.framework != bench.framework;
-  pairs_t pairs = options.mapping        ? match_mapping(npu, bench, *options.mapping)
-                  : options.fuzzy_match ? match_fuzzy(npu, bench)
-                                        : match_exact(npu, bench);
+  if (options.mapping || options.fuzzy_match) t.options.match = compare_match::name;
+  pairs_t pairs;
+  if (t.options.match == compare_match::automatic) {
+    for (const auto &p : compare_match_auto(npu, bench)) pairs.emplace_back(p.npu, p.bench);
+  } else {
+    pairs = options.mapping       ? match_mapping(npu, bench, *options.mapping)
+            : options.fuzzy_match ? match_fuzzy(npu, bench)
+                                  : match_exact(npu, bench);
+  }
   t.rows.reserve(pairs.size());
   for (auto &[n, b] : pairs) {
     compare_row row;
@@ -225,6 +231,9 @@ compare_table compare_table_build(const dump_file &npu, const dump_file &bench, 
     row.bench = b;
     if (b && !options.mapping && !dtype_match(npu.rows[n].dtype, bench.rows[*b].dtype, t.cross_framework))
       row.bench.reset();
+    row.how = !row.bench                                      ? pair_how::unpaired
+              : npu.rows[n].name == bench.rows[*row.bench].name ? pair_how::name
+                                                                : pair_how::aligned;
     fill_common(t, row);
     t.rows.push_back(std::move(row));
   }
@@ -263,6 +272,7 @@ std::vector<std::string> compare_table_columns(const compare_table &t) {
   }
   if (t.options.stack_mode) c.emplace_back("NPU_Stack_Info");
   if (t.options.mode == compare_mode::all) c.emplace_back("Data_name");
+  if (t.options.match == compare_match::automatic) c.emplace_back("Match");  // after msprobe's columns
   return c;
 }
 
@@ -309,7 +319,20 @@ std::vector<cell> compare_table_row_cells(const compare_table &t, size_t i) {
   if (t.options.stack_mode) c.push_back(row.stack);
   if (t.options.mode == compare_mode::all)
     c.push_back(cell::of_text("[" + py_str_repr(n.data_name) + ", " + py_str_repr(b ? b->data_name : "N/A") + "]"));
+  if (t.options.match == compare_match::automatic) c.push_back(cell::of_text(pair_how_name(row.how)));
   return c;
+}
+
+compare_match_counts compare_table_match_counts(const compare_table &t) {
+  compare_match_counts n;
+  for (const auto &row : t.rows) {
+    switch (row.how) {
+      case pair_how::name: ++n.name; break;
+      case pair_how::aligned: ++n.aligned; break;
+      case pair_how::unpaired: ++n.unpaired; break;
+    }
+  }
+  return n;
 }
 
 // ---- highlight (msprobe's highlight.py) -------------------------------------------------------

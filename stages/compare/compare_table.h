@@ -2,7 +2,12 @@
 // columns, highlighting and the advisor (msprobe-compat.md §3.4, §3.5, §3.7–§3.9, §3.11).
 //
 // Matching (compare_table_build):
-//   default   NPU name and shape string equal to the bench row's (a pandas merge: an NPU row with
+//   auto      the default: calls aligned in execution order by family, direction and shapes, rows
+//             paired by slot (compare_match.h); tolerates other names and inserted or missing calls.
+//             Adds the column "Match" (name | aligned | unpaired) after msprobe's last column.
+// msprobe's name matching (match = name, or any of mapping / fuzzy_match, which imply it; no Match
+// column, so the table is msprobe's column for column):
+//   exact     NPU name and shape string equal to the bench row's (a pandas merge: an NPU row with
 //             several bench rows of that key gives one row each; bench-only rows are dropped);
 //   mapping   NPU name replaced through the mapping (msprobe's data_mapping), shape not required;
 //   fuzzy     msprobe's lock-step queue walk, names compared without their call count.
@@ -30,12 +35,14 @@
 
 #include "compare_cell.h"
 #include "compare_dump.h"
+#include "compare_match.h"
 #include "compare_metrics.h"
 
 namespace tprobe {
 
 struct compare_table_options {
   compare_mode mode = compare_mode::all;
+  compare_match match = compare_match::automatic;  // name when mapping or fuzzy_match is set
   bool fuzzy_match = false;
   bool stack_mode = false;  // add NPU_Stack_Info
   const std::unordered_map<std::string, std::string> *mapping = nullptr;  // data mapping, NPU name → bench name
@@ -47,6 +54,7 @@ enum class row_color : uint8_t { none, red, yellow };
 struct compare_row {
   size_t npu = 0;               // index into the NPU dump's rows
   std::optional<size_t> bench;  // index into the bench dump's rows; empty = unmatched
+  pair_how how = pair_how::unpaired;  // the Match column (auto matching)
   std::array<cell, 8> metrics;  // all: the 6 real-data metrics; summary: 4 diffs then 4 relative errors
   std::string result;           // all: Accuracy Reached or Not; summary, md5: Result
   std::string err_message;      // Err_message (not a column in md5 mode)
@@ -65,7 +73,7 @@ struct compare_table {
 };
 
 // Matches the rows and fills every column that does not need tensor data. The dumps must outlive
-// the table.
+// the table. t.options.match is `name` afterwards when mapping or fuzzy_match was set.
 [[nodiscard]] compare_table compare_table_build(const dump_file &npu, const dump_file &bench,
                                                 const compare_table_options &options);
 
@@ -75,6 +83,12 @@ void compare_table_set_real_data(compare_table &t, size_t i, const real_data_res
 // The column names of the table as written, and row i's cells in that order.
 [[nodiscard]] std::vector<std::string> compare_table_columns(const compare_table &t);
 [[nodiscard]] std::vector<cell> compare_table_row_cells(const compare_table &t, size_t i);
+
+// Rows paired with the bench row of the same name, paired with another (alignment), unpaired.
+struct compare_match_counts {
+  size_t name = 0, aligned = 0, unpaired = 0;
+};
+[[nodiscard]] compare_match_counts compare_table_match_counts(const compare_table &t);
 
 // msprobe's highlight (-hl): colours rows red/yellow and appends the reasons to Err_message.
 // No-op in md5 mode and above 1,048,500 rows (msprobe's limit).

@@ -19,20 +19,23 @@ int main(int argc, char **argv) {
     app.add_option("--mapping", o.mapping_path, d.options[4].doc);
     app.add_flag("-c,--compare-only", compare_only, d.options[5].doc);
     app.add_option("--threads", o.threads, d.options[6].doc)->check(CLI::NonNegativeNumber);
+    std::string match = d.options[7].default_value;
+    app.add_option("--match", match, d.options[7].doc)->check(CLI::IsMember({"auto", "name"}));
     app.add_flag_callback("--describe", [&d] { fmt::print("{}\n", stage_describe_json(d)); throw CLI::Success(); },
                           "Print this stage's option table as JSON");
     stage_parse(app, argc, argv);
     o.advisor = !compare_only;
+    o.match = match == "name" ? compare_match::name : compare_match::automatic;
 
     const compare_report report = compare_run(o);
     for (const auto &w : report.warnings) fmt::print(stderr, "tprobe-compare: warning: {}\n", w);
     for (const auto &p : report.pairs) {
       if (p.files.xlsx.empty()) continue;
       const std::string rank = p.rank.empty() ? "" : p.rank + ": ";
-      fmt::print(stderr, "tprobe-compare: {}{} rows ({} failing, {} unmatched, {} not compared), mode {}, {:.1f} MB of "
-                 "tensors in {:.2f} s: {}\n",
-                 rank, p.rows, p.failing, p.unmatched, p.errors, compare_mode_name(p.mode), p.tensor_bytes / 1e6,
-                 p.seconds, p.files.xlsx);
+      fmt::print(stderr, "tprobe-compare: {}{} rows ({} failing, {} unmatched, {} not compared), {} paired by name, "
+                 "{} aligned (match {}), mode {}, {:.1f} MB of tensors in {:.2f} s: {}\n",
+                 rank, p.rows, p.failing, p.unmatched, p.errors, p.paired_by_name, p.aligned,
+                 compare_match_name(p.match), compare_mode_name(p.mode), p.tensor_bytes / 1e6, p.seconds, p.files.xlsx);
       if (p.errors > 0)
         fmt::print(stderr, "tprobe-compare: {}{} {} could not be compared (tensor files not read); first: {}\n", rank,
                    p.errors, p.errors == 1 ? "row" : "rows", p.first_error);

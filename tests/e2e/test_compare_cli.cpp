@@ -73,7 +73,7 @@ TEST(CompareCli, CleanCompareExitsZeroAndWritesFourFiles) {
             "NPU Name,Bench Name,NPU Dtype,Bench Dtype,NPU Tensor Shape,Bench Tensor Shape,NPU Requires_grad,Bench "
             "Requires_grad,Cosine,EucDist,MaxAbsErr,MaxRelativeErr,One Thousandth Err Ratio,Five Thousandths Err "
             "Ratio,NPU max,NPU min,NPU mean,NPU l2norm,Bench max,Bench min,Bench mean,Bench l2norm,Requires_grad "
-            "Consistent,Accuracy Reached or Not,Err_message,Data_name");
+            "Consistent,Accuracy Reached or Not,Err_message,Data_name,Match");  // Match: --match auto (the default)
   EXPECT_NE(csv.find("Functional.linear.0.forward.input.0,Functional.linear.0.forward.input.0,torch.float32,torch.float32,"
                      "[4],[4],True,True,1.0,0.0,0.0,0.0,1.0,1.0,1.0,Nan,inf,-inf,1.0,Nan,inf,-inf,True,Yes,,"),
             std::string::npos)
@@ -255,10 +255,19 @@ TEST(CompareCli, MappingFileAndFuzzyMatch) {
   std::string bench = statistics_dump("1.0", "1.0");
   bench.replace(bench.find("conv2d.0"), 8, "conv2d.5");
   test::write_file(t / "bench/dump.json", bench);
-  auto r = compare({t / "npu/dump.json", t / "bench/dump.json", "-o", t / "exact"});
+  auto r = compare({t / "npu/dump.json", t / "bench/dump.json", "-o", t / "exact", "--match", "name"});
   ASSERT_EQ(r.status, 0) << r.err;
   auto doc = pyjson_parse(test::read_file(find_file(t / "exact", "compare_result_", ".json")), "json");
   EXPECT_EQ(doc["unmatched_rows"], 3);
+  EXPECT_EQ(doc["match"], "name");
+  EXPECT_EQ(doc["columns"].back(), "Err_message");  // msprobe's columns, no Match
+  // The default pairs the call whatever its counter.
+  r = compare({t / "npu/dump.json", t / "bench/dump.json", "-o", t / "auto"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  doc = pyjson_parse(test::read_file(find_file(t / "auto", "compare_result_", ".json")), "json");
+  EXPECT_EQ(doc["unmatched_rows"], 0);
+  EXPECT_EQ(doc["paired_by_alignment"], 3);
+  EXPECT_EQ(doc["columns"].back(), "Match");
 
   r = compare({t / "npu/dump.json", t / "bench/dump.json", "-o", t / "fuzzy", "--fuzzy-match"});
   ASSERT_EQ(r.status, 0) << r.err;

@@ -217,6 +217,7 @@ TEST(CompareTable, StatisticsTable) {
                                             stats_leaf(5, "torch.float32", "[4]"), stats_leaf(9)),
                                 "bench");
   compare_table_options o;
+  o.match = compare_match::name;  // msprobe's matching
   o.mode = dump_mode(npu, bench);
   ASSERT_EQ(o.mode, compare_mode::summary);
   const compare_table t = compare_table_build(npu, bench, o);
@@ -256,6 +257,7 @@ TEST(CompareTable, Md5Table) {
                                             leaf("aaaaaaaa"), leaf("00000000")),
                                 "bench");
   compare_table_options o;
+  o.match = compare_match::name;  // msprobe's matching
   o.mode = dump_mode(npu, bench);
   ASSERT_EQ(o.mode, compare_mode::md5);
   const compare_table t = compare_table_build(npu, bench, o);
@@ -283,6 +285,7 @@ TEST(CompareTable, FuzzyMatchIgnoresCallCounts) {
                                             leaf(), leaf()),
                                 "bench");
   compare_table_options o;
+  o.match = compare_match::name;  // msprobe's matching
   o.mode = compare_mode::summary;
   EXPECT_FALSE(compare_table_build(npu, bench, o).rows[0].bench);  // exact: counts differ
   o.fuzzy_match = true;
@@ -304,6 +307,7 @@ TEST(CompareTable, MappingFileNames) {
   const std::unordered_map<std::string, std::string> mapping{
       {"NPU.npu_fusion_attention.4.forward.output.0", "Functional.attention.0.forward.output.0"}};
   compare_table_options o;
+  o.match = compare_match::name;  // msprobe's matching
   o.mode = compare_mode::summary;
   o.mapping = &mapping;
   const compare_table t = compare_table_build(npu, bench, o);
@@ -330,6 +334,7 @@ TEST(CompareHighlight, RealDataRules) {
                                        leaf, inf_leaf);
   const dump_file npu = parse(text), bench = parse(text, "bench");
   compare_table_options o;
+  o.match = compare_match::name;  // msprobe's matching
   o.mode = compare_mode::all;
   compare_table t = compare_table_build(npu, bench, o);
   ASSERT_EQ(t.rows.size(), 6u);
@@ -367,6 +372,7 @@ TEST(CompareHighlight, StatisticsRules) {
            {15100, 120, row_color::none, ""}}) {
     const dump_file npu = parse(table(in, out));
     compare_table_options o;
+    o.match = compare_match::name;  // msprobe's matching
     o.mode = compare_mode::summary;
     compare_table t = compare_table_build(npu, bench, o);
     compare_table_highlight(t);
@@ -381,6 +387,7 @@ TEST(CompareHighlight, RequiresGradInconsistentIsYellow) {
                                             stats_leaf(1, "torch.float32", "[2]", false)),
                                 "bench");
   compare_table_options o;
+  o.match = compare_match::name;  // msprobe's matching
   o.mode = compare_mode::summary;
   compare_table t = compare_table_build(npu, bench, o);
   compare_table_highlight(t);
@@ -412,6 +419,7 @@ TEST(CompareTable, UnmatchedRowInRealDataMode) {
   const dump_file npu = parse(l1_tensor);
   const dump_file bench = parse(R"({"task": "tensor", "data": {}})", "bench");
   compare_table_options o;
+  o.match = compare_match::name;  // msprobe's matching
   o.mode = compare_mode::all;
   compare_table t = compare_table_build(npu, bench, o);
   ASSERT_EQ(t.rows.size(), 4u);
@@ -432,6 +440,7 @@ TEST(CompareTable, UnmatchedRowInRealDataMode) {
 TEST(CompareAdvisor, ErrorRowsAreNamed) {
   const dump_file npu = parse(l1_tensor), bench = parse(l1_tensor, "bench");
   compare_table_options o;
+  o.match = compare_match::name;  // msprobe's matching
   o.mode = compare_mode::all;
   compare_table t = compare_table_build(npu, bench, o);
   ASSERT_EQ(t.rows.size(), 4u);
@@ -468,6 +477,7 @@ TEST(CompareTable, StackColumnOnTheFirstRowOfAnEntry) {
   const dump_file npu = parse(l1_tensor);
   const stack_map stacks{{"Functional.relu.0.forward", {"File t.py, line 3, in f, \n y = relu(x)"}}};
   compare_table_options o;
+  o.match = compare_match::name;  // msprobe's matching
   o.mode = compare_mode::all;
   o.stack_mode = true;
   o.npu_stacks = &stacks;
