@@ -1,5 +1,6 @@
 // The capture session behind tprobe_capture.h: filtering and the copy on the calling thread, a
 // bounded queue, and a sender thread that owns the sockets.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -182,6 +183,15 @@ struct tprobe_session {
   std::string run_id = random_run_id();
   zmq::context_t ctx{1};
   std::vector<std::unique_ptr<record_sender>> senders;
+  // Commands from the stages (endpoint.h "Control"); applied on the training thread.
+  std::unique_ptr<control_listener> control;
+  struct narrowing {
+    std::vector<int64_t> steps;  // sorted; only while has_steps
+    bool has_steps = false;
+    std::vector<std::string> list;  // entry name substrings; empty = every entry
+    std::string level;              // "" or "mix" = every entry; "L0": modules; "L1": operators
+  } narrow;
+  bool stopped_by_pipeline = false;
   payload_pool *pool = nullptr;  // one reference; frames in flight hold theirs
 
   tprobe_session() = default;
@@ -219,7 +229,71 @@ struct tprobe_session {
 
   bool active() const {
     return started && !service_ended && !detached.load(std::memory_order_relaxed) &&
-           filter->rank_enabled(options.rank) && filter->step_enabled(step);
+           filter->rank_enabled(options.rank) && filter->step_enabled(step) && narrowed_step_enabled(step);
+  }
+
+  bool narrowed_step_enabled(int64_t s) const {
+    return !narrow.has_steps || std::binary_search(narrow.steps.begin(), narrow.steps.end(), s);
+  }
+
+  bool narrowed_entry_enabled(std::string_view entry) const {
+    const bool is_module = entry.rfind("Module.", 0) == 0;
+    if (narrow.level == "L0" && !is_module) return false;
+    if (narrow.level == "L1" && is_module) return false;
+    if (narrow.list.empty()) return true;
+    for (const auto &l : narrow.list)
+      if (entry.find(l) != std::string_view::npos) return true;
+    return false;
+  }
+
+  // At operator and step boundaries: one relaxed load while no command waits.
+  void poll_control() {
+    if (control && control->pending()) apply_control();
+  }
+
+  void apply_control() {
+    for (const record &r : control->take()) {
+      const auto &m = r.header.meta;
+      const std::string command = m.is_object() ? m.value("command", std::string{}) : std::string{};
+      const std::string from = m.is_object() ? m.value("from", std::string("a stage")) : std::string("a stage");
+      const std::string reason = m.is_object() ? m.value("reason", std::string{}) : std::string{};
+      try {
+        if (command == "stop") {
+          if (!service_ended)
+            std::fprintf(stderr, "tprobe: %s stopped the capture%s%s\n", from.c_str(), reason.empty() ? "" : ": ",
+                         reason.c_str());
+          service_ended = stopped_by_pipeline = true;
+        } else if (command == "narrow") {
+          narrowing n = narrow;
+          if (auto it = m.find("step"); it != m.end()) {
+            n.steps = config_parse_rank_or_step(*it, "step", "control command from " + from);
+            std::sort(n.steps.begin(), n.steps.end());
+            n.has_steps = !it->is_null();
+          }
+          if (auto it = m.find("list"); it != m.end()) {
+            n.list.clear();
+            if (!it->is_array()) throw usage_error("list: expected a list of strings");
+            for (const auto &e : *it) {
+              if (!e.is_string()) throw usage_error("list: expected a list of strings");
+              n.list.push_back(e.get<std::string>());
+            }
+          }
+          if (auto it = m.find("level"); it != m.end()) {
+            if (!it->is_string() || (*it != "L0" && *it != "L1" && *it != "mix"))
+              throw usage_error("level: expected \"L0\", \"L1\" or \"mix\"");
+            n.level = it->get<std::string>();
+          }
+          narrow = std::move(n);
+          std::fprintf(stderr, "tprobe: %s narrowed the capture (%s)%s%s\n", from.c_str(), m.dump().c_str(),
+                       reason.empty() ? "" : ": ", reason.c_str());
+        } else {
+          throw usage_error(fmt::format("unknown command \"{}\"", command));
+        }
+      } catch (const std::exception &e) {
+        // A bad command must never end the training: it is reported and ignored.
+        std::fprintf(stderr, "tprobe: warning: ignored a control command from %s: %s\n", from.c_str(), e.what());
+      }
+    }
   }
 
   record_header header(record_kind kind) {
@@ -419,14 +493,37 @@ struct tprobe_session {
       start = comma + 1;
     }
 
+    open_control();
     record session(header(record_kind::session));
     session.header.meta = config.session_meta();
+    if (control) session.header.meta["control"] = control->endpoint();
     session.header.meta["framework"] = framework;
     session.header.meta["rank"] = options.rank;
     // Set by `tprobe run` for a manifest's runs: tells a stage that reads several runs which is which.
     if (const char *label = std::getenv("TPROBE_RUN_LABEL"); label && *label) session.header.meta["label"] = label;
     for (auto &s : senders) s->send(session);
     sender = std::thread([this] { sender_loop(); });
+  }
+
+  // TPROBE_CONTROL_ENDPOINT chooses where to listen (a stage on another host needs tcp, and
+  // CurveZMQ keys, docs/network.md); a wrong one is the user's error. Without it, a default
+  // that cannot be bound costs the pipeline its control over the capture, never the training.
+  void open_control() {
+    const char *env = std::getenv("TPROBE_CONTROL_ENDPOINT");
+    if (env && *env) {
+      try {
+        control = std::make_unique<control_listener>(ctx, env);
+      } catch (const std::exception &e) {
+        throw usage_error(fmt::format("TPROBE_CONTROL_ENDPOINT: {}", e.what()));
+      }
+      return;
+    }
+    try {
+      control = std::make_unique<control_listener>(ctx, "");
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "tprobe: warning: no control endpoint (%s): stages cannot stop or narrow this capture\n",
+                   e.what());
+    }
   }
 
   void close() {
@@ -474,8 +571,9 @@ struct tprobe_session {
   // dumped step is a barrier (record.h), answered once the writer has written the step's files.
   // Not for steps outside the config's step list, which leave no files to wait for.
   void next_step() {
+    poll_control();
     const bool barrier = !config.async_dump && !service_ended && filter->rank_enabled(options.rank) &&
-                         filter->step_enabled(step);
+                         filter->step_enabled(step) && narrowed_step_enabled(step);
     record end(header(record_kind::step_end));
     if (barrier) end.header.meta = {{"barrier", ++barriers_requested}};
     bool delivered = enqueue(std::move(end), true);
@@ -496,6 +594,7 @@ struct tprobe_session {
   bool entry_begin(const char *entry, const char *parent, const char *const *stack, size_t stack_len,
                    int is_recompute, bool implicit = false) {
     if (!entry || !*entry) throw usage_error("entry name is empty");
+    poll_control();
     if (!active()) return false;
     auto [it, inserted] = entries.try_emplace(entry, false);
     if (!inserted) return it->second;
@@ -505,7 +604,7 @@ struct tprobe_session {
       entries.erase(it);
       throw usage_error(fmt::format("entry name \"{}\" {}", entry, problem));
     }
-    it->second = filter->entry_enabled(entry);
+    it->second = filter->entry_enabled(entry) && narrowed_entry_enabled(entry);
     if (!it->second) return false;
     // An implicit announcement (first capture of an unannounced entry) has nothing to say: the
     // writer creates an entry from its first tensor, so no record is spent on it.
@@ -753,6 +852,31 @@ int tprobe_capture_summary(tprobe_session *s, const char *entry, const char *slo
     st.nan_count = summary->nan_count;
     st.inf_count = summary->inf_count;
     h.stats = st;
+    return s->enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
+  });
+}
+
+int tprobe_capture_facts(tprobe_session *s, const char *entry, const char *slot, const tprobe_tensor_facts *facts) {
+  if (!s) return null_session();
+  return guarded([&] {
+    if (!facts) throw usage_error("tprobe_capture_facts: facts is NULL");
+    if (!s->slot_wanted(entry, slot)) {
+      ++s->counts.skipped;
+      return TPROBE_SKIPPED;
+    }
+    if (!facts->dtype || !*facts->dtype) throw usage_error(fmt::format("{} {}: facts name no dtype", entry, slot));
+    record r(s->header(record_kind::tensor));
+    auto &h = r.header;
+    h.entry = entry;
+    h.slot = slot;
+    h.foreign_dtype = facts->dtype;
+    if (facts->ndim < 0 || (facts->ndim > 0 && !facts->shape))
+      throw usage_error(fmt::format("{} {}: facts shape is missing", entry, slot));
+    h.shape.assign(facts->shape, facts->shape + facts->ndim);
+    for (int64_t d : h.shape)
+      if (d < 0) throw usage_error(fmt::format("{} {}: negative dimension in shape", entry, slot));
+    if (facts->device && *facts->device) h.device = facts->device;
+    h.requires_grad = facts->requires_grad != 0;
     return s->enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
   });
 }

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -644,6 +646,7 @@ struct stage_io::impl {
       case record_kind::hello:
       case record_kind::ack:
       case record_kind::synced:
+      case record_kind::control:
       case record_kind::final: return receive_file();  // connection control, meaningless in a file
       default: ++counts.received; return r;
     }
@@ -723,6 +726,7 @@ struct stage_io::impl {
           continue;
         case record_kind::ack:
         case record_kind::synced:
+        case record_kind::control:
           throw framing_error(fmt::format("{} sent {} to {}, which only consumers send", producer_label(id),
                                           record_kind_name(r.header.kind), input_endpoint));
         default:
@@ -959,6 +963,176 @@ void record_sender::finish(uint64_t records, uint64_t dropped) {
   record eos(record_header_of(record_kind::eos));
   eos.header.meta = {{"records", records}, {"dropped", dropped}};
   impl_->link.finish(eos);
+}
+
+// ---- control ----
+
+namespace {
+
+std::string control_default_endpoint() {
+  static std::atomic<uint64_t> serial{0};
+  std::string dir;
+  for (const char *var : {"TPROBE_RUN_DIR", "TMPDIR"})
+    if (const char *v = std::getenv(var); v && *v) {
+      dir = v;
+      break;
+    }
+  if (dir.empty()) dir = "/tmp";
+  std::string path = fmt::format("{}/tprobe-control-{}-{}", dir, ::getpid(), ++serial);
+  // sockaddr_un holds 107 characters: a deeper directory gets a loopback port instead.
+  if (path.size() > 100) return "tcp://127.0.0.1:*";
+  return "ipc://" + path;
+}
+
+}  // namespace
+
+struct control_listener::impl {
+  zmq::context_t &ctx;
+  zmq::socket_t pull;
+  std::string endpoint;
+  std::string wake_endpoint;  // inproc PAIR: the destructor's way to end the thread's poll
+  zmq::socket_t wake_sender;
+  std::thread thread;
+  std::atomic<bool> pending{false};
+  std::atomic<uint64_t> rejected{0};
+  std::mutex mutex;
+  std::vector<record> inbox;
+
+  explicit impl(zmq::context_t &c) : ctx(c) {}
+
+  void loop(zmq::socket_t &wake) {
+    for (;;) {
+      zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0}, {wake.handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 2, std::chrono::milliseconds(-1));
+      } catch (const zmq::error_t &e) {
+        if (e.num() == EINTR) continue;
+        return;  // the context is going away
+      }
+      if (items[1].revents & ZMQ_POLLIN) return;
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> frames;
+      zmq::message_t m;
+      try {
+        do {
+          if (!pull.recv(m, zmq::recv_flags::dontwait)) break;
+          frames.push_back(std::move(m));
+        } while (frames.back().more());
+      } catch (const zmq::error_t &) {
+        return;
+      }
+      if (frames.empty()) continue;
+      try {
+        record r = record_decode(frames);
+        if (r.header.kind != record_kind::control) {
+          ++rejected;
+          continue;
+        }
+        std::lock_guard lock(mutex);
+        inbox.push_back(std::move(r));
+        pending.store(true, std::memory_order_release);
+      } catch (const framing_error &) {
+        ++rejected;  // a malformed command must not reach the training thread, nor end the listener
+      }
+    }
+  }
+};
+
+control_listener::control_listener(zmq::context_t &ctx, const std::string &spec)
+    : impl_(std::make_unique<impl>(ctx)) {
+  auto &s = *impl_;
+  const std::string wanted = spec.empty() ? control_default_endpoint() : spec;
+  if (endpoint_is_file(wanted)) throw usage_error(fmt::format("control endpoint \"{}\" is a file, not a socket", wanted));
+  endpoint_check(wanted);
+  const std::string address = endpoint_bind_address(wanted);
+  const curve_plan curve = curve_plan_for(address, curve_role::server);
+  s.pull = zmq::socket_t(ctx, zmq::socket_type::pull);
+  curve_apply(s.pull, curve);
+  s.pull.set(zmq::sockopt::rcvhwm, 1000);
+  s.pull.set(zmq::sockopt::linger, 0);
+  try {
+    s.pull.bind(address);
+  } catch (const zmq::error_t &e) {
+    rethrow_zmq(e, "bind", address);
+  }
+  s.endpoint = s.pull.get(zmq::sockopt::last_endpoint);
+  static std::atomic<uint64_t> serial{0};
+  s.wake_endpoint = fmt::format("inproc://tprobe-control-wake-{}", ++serial);
+  zmq::socket_t wake(ctx, zmq::socket_type::pair);
+  wake.bind(s.wake_endpoint);
+  s.wake_sender = zmq::socket_t(ctx, zmq::socket_type::pair);
+  s.wake_sender.set(zmq::sockopt::linger, 0);
+  s.wake_sender.connect(s.wake_endpoint);
+  s.thread = std::thread([&s, w = std::move(wake)]() mutable {
+    s.loop(w);
+    w.set(zmq::sockopt::linger, 0);
+    w.close();
+    s.pull.close();
+  });
+}
+
+control_listener::~control_listener() {
+  auto &s = *impl_;
+  try {
+    s.wake_sender.send(zmq::str_buffer("x"), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t &) {
+  }
+  if (s.thread.joinable()) s.thread.join();
+}
+
+std::string control_listener::endpoint() const { return impl_->endpoint; }
+bool control_listener::pending() const { return impl_->pending.load(std::memory_order_relaxed); }
+uint64_t control_listener::rejected() const { return impl_->rejected.load(); }
+
+std::vector<record> control_listener::take() {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<record> out;
+  out.swap(impl_->inbox);
+  impl_->pending.store(false, std::memory_order_relaxed);
+  return out;
+}
+
+struct control_sender::impl {
+  zmq::context_t &ctx;
+  std::map<std::string, zmq::socket_t> sockets;
+  explicit impl(zmq::context_t &c) : ctx(c) {}
+};
+
+control_sender::control_sender(zmq::context_t &ctx) : impl_(std::make_unique<impl>(ctx)) {}
+control_sender::~control_sender() = default;
+
+bool control_sender::send(const std::string &endpoint, const record &command) {
+  if (command.header.kind != record_kind::control)
+    throw usage_error(fmt::format("control_sender: a {} record is not a command", record_kind_name(command.header.kind)));
+  auto it = impl_->sockets.find(endpoint);
+  if (it == impl_->sockets.end()) {
+    if (endpoint_is_file(endpoint)) throw usage_error(fmt::format("control endpoint \"{}\" is a file", endpoint));
+    endpoint_check(endpoint);
+    const curve_plan curve = curve_plan_for(endpoint, curve_role::client);
+    zmq::socket_t push(impl_->ctx, zmq::socket_type::push);
+    curve_apply(push, curve);
+    push.set(zmq::sockopt::linger, 0);  // a capture that is gone must not hold the stage open
+    push.set(zmq::sockopt::sndhwm, 1000);
+    push.set(zmq::sockopt::immediate, 0);  // queue until connected: the capture may be starting
+    try {
+      push.connect(endpoint);
+    } catch (const zmq::error_t &e) {
+      rethrow_zmq(e, "connect to", endpoint);
+    }
+    it = impl_->sockets.emplace(endpoint, std::move(push)).first;
+  }
+  auto frames = record_encode(command);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto flags =
+        (i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) | zmq::send_flags::dontwait;
+    try {
+      if (!it->second.send(frames[i], flags)) return false;
+    } catch (const zmq::error_t &e) {
+      if (e.num() == EINTR) return false;
+      rethrow_zmq(e, "send a command to", endpoint);
+    }
+  }
+  return true;
 }
 
 // ---- final ----

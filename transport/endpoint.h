@@ -203,6 +203,55 @@ class record_sender {
 // is gone or stuck; the launcher then deals with the stage's exit status).
 bool endpoint_send_final(zmq::context_t &ctx, const std::string &endpoint, int timeout_ms = 10000);
 
+// ---- Control: stages → capture (record.h "control", docs/wire-format.md "Control") ----
+//
+// The capture listens on a control endpoint of its own, announced in its session record (meta
+// key control), which every stage downstream sees: any stage, a user's own included, can send it
+// commands without the stages between relaying them. Commands are control records; the capture
+// applies them on its training thread at the next operator or step boundary. Delivery is best
+// effort and never blocks either side: a capture that is gone loses them, and the sender is
+// told only that its message could not be queued.
+
+// The capture's side: binds and receives on a thread of its own, so that the training thread
+// only ever pays one atomic load (pending()) while no command waits.
+class control_listener {
+ public:
+  // Binds `spec`: "" picks ipc://DIR/tprobe-control-PID-N with DIR = $TPROBE_RUN_DIR, $TMPDIR or
+  // /tmp (tcp://127.0.0.1:* where that path is too long for ipc). Throws usage_error for a bad
+  // spec, system_error when the bind fails.
+  control_listener(zmq::context_t &ctx, const std::string &spec);
+  ~control_listener();  // stops the thread; commands not taken are dropped
+  control_listener(const control_listener &) = delete;
+  control_listener &operator=(const control_listener &) = delete;
+  std::string endpoint() const;  // the bound address, as stages connect to it
+  bool pending() const;          // one relaxed atomic load
+  std::vector<record> take();    // the commands received so far, in arrival order
+  // Records that arrived but were not control records, or did not decode: counted, ignored.
+  uint64_t rejected() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// A stage's side: one socket per capture endpoint, connected on first use.
+class control_sender {
+ public:
+  explicit control_sender(zmq::context_t &ctx);
+  ~control_sender();
+  control_sender(const control_sender &) = delete;
+  control_sender &operator=(const control_sender &) = delete;
+  // Queues `command` (a record of kind control) for the capture at `endpoint` (from its session
+  // record). Never blocks: returns false when the message could not be queued (the capture's
+  // queue is full or unreachable). Throws usage_error for a bad endpoint or a record that is not
+  // a control record.
+  bool send(const std::string &endpoint, const record &command);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
 // The live-tap side: subscribes to a stage's tap and yields what it publishes. Lossy by design.
 class tap_subscriber {
  public:

@@ -17,8 +17,9 @@ namespace tprobe {
 
 namespace {
 
-constexpr std::array<std::string_view, 11> kind_names{
-    "hello", "ack", "session", "tensor", "value", "entry", "flush", "step_end", "eos", "final", "synced"};
+constexpr std::array<std::string_view, 12> kind_names{
+    "hello", "ack",      "session", "tensor", "value", "entry", "flush",
+    "step_end", "eos", "final", "synced", "control"};
 
 using packer_t = msgpack::packer<msgpack::sbuffer>;
 

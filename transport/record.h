@@ -78,6 +78,16 @@
 //                answer them is never waited for. The capture makes step_end a barrier, so
 //                that step() returns when the writer has written that step's files.
 //      synced    consumer → producer, answering a barrier: meta = {barrier: the token}.
+//      control   (1.1) a stage → a capture, on the capture's control endpoint (the session
+//                record's meta key control; endpoint.h "Control"), never on the data path:
+//                meta = {command: str, from: str (the sender, for messages), reason: str, …}:
+//                  stop    end the capture for good (msprobe's service end), e.g. after
+//                          overflow_nums overflowing calls;
+//                  narrow  capture less from now on: any of step (msprobe's list of ints and
+//                          "a-b" ranges: only those steps), list (entry name substrings: only
+//                          entries containing one), level ("L0": modules only, "L1": operators
+//                          only, "mix"). A narrowing replaces the previous one of the same key.
+//                A capture ignores (and reports once) a command it does not know.
 //      eos       end of this producer's stream: meta = {records: uint, dropped: uint}. The
 //                consumer answers ack: everything before eos has arrived.
 //                A stage that has seen eos from every producer finishes its output, sends its
@@ -139,13 +149,14 @@ enum class record_kind : uint8_t {
   eos,
   final,
   synced,
+  control,
 };
 std::string_view record_kind_name(record_kind k);
-// Connection control (hello, ack, eos, final, synced), as opposed to the data records a stage
+// Connection control (hello, ack, eos, final, synced, control), as opposed to the data records a stage
 // receives and may pass on.
 constexpr bool record_kind_is_control(record_kind k) {
   return k == record_kind::hello || k == record_kind::ack || k == record_kind::eos || k == record_kind::final ||
-         k == record_kind::synced;
+         k == record_kind::synced || k == record_kind::control;
 }
 std::optional<record_kind> record_kind_from_name(std::string_view name);
 
