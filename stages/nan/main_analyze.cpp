@@ -1,0 +1,31 @@
+// tprobe-nan-analyze: see nan_stage.h.
+#include <fmt/format.h>
+
+#include "nan_stage.h"
+
+int main(int argc, char **argv) {
+  using namespace tprobe;
+  return stage_main_guard("tprobe-nan-analyze", [&] {
+    const auto &d = nan_analyze_stage_description();
+    CLI::App app{d.summary, "tprobe-nan-analyze"};
+    nan_offline_options o;
+    app.add_option("STEPDIR", o.step_dir, "a step folder holding rank folders (rank, rank0, rank1, …)")->required();
+    app.add_option("-o,--output", o.output_dir, d.options[0].doc);
+    app.add_option("--config", o.config_path, d.options[1].doc);
+    app.add_flag_callback("--describe", [&d] { fmt::print("{}\n", stage_describe_json(d)); throw CLI::Success(); },
+                          "Print this stage's option table as JSON");
+    stage_parse(app, argc, argv);
+
+    const nan_offline_report r = nan_offline_run(o);
+    for (const auto &w : r.warnings) fmt::print(stderr, "tprobe-nan-analyze: warning: {}\n", w);
+    if (!r.verdict) {
+      fmt::print("tprobe-nan-analyze: no NaN/Inf producer in {} ({} ranks, {} entries)\n", o.step_dir, r.ranks,
+                 r.entries);
+      return static_cast<int>(EXIT_OK);
+    }
+    fmt::print("tprobe-nan-analyze: {}\n", nan_answer_line(*r.verdict));
+    fmt::print(stderr, "tprobe-nan-analyze: {} producers, {} calls with a non-finite output, {} explained by allow rules; "
+               "{}\n", r.verdict->producers.size(), r.verdict->anomalous, r.verdict->allowed, r.file);
+    return static_cast<int>(EXIT_NEGATIVE);
+  });
+}

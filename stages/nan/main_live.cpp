@@ -1,0 +1,30 @@
+// tprobe-nan-live: see nan_stage.h.
+#include <fmt/format.h>
+
+#include "nan_stage.h"
+
+int main(int argc, char **argv) {
+  using namespace tprobe;
+  return stage_main_guard("tprobe-nan-live", [&] {
+    const auto &d = nan_live_stage_description();
+    CLI::App app{d.summary, "tprobe-nan-live"};
+    stage_common_args common;
+    nan_live_options o;
+    o.output_dir = "./output";
+    stage_add_common_options(app, d, common);
+    app.add_option("--output-dir", o.output_dir, d.options[0].doc);
+    stage_parse(app, argc, argv);
+    o.log = stdout;
+
+    stage_install_signal_handlers();
+    zmq::context_t ctx;
+    stage_io io(ctx, common.io);
+    stage_signal_ready(common.ready_fd);
+    const auto r = nan_live_run(io, o);
+
+    fmt::print(stderr, "tprobe-nan-live: {} steps analysed, {} with a NaN/Inf producer, {} records, {} entries{}{}\n",
+               r.steps_analysed, r.steps_with_producer, r.records, r.entries,
+               r.first && !r.first->file.empty() ? ": " + r.first->file : "", io.interrupted() ? ", interrupted" : "");
+    return static_cast<int>(r.first ? EXIT_NEGATIVE : EXIT_OK);
+  });
+}
