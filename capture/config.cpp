@@ -1,4 +1,5 @@
 #include "config.h"
+#include "nan_analyze.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -38,7 +39,7 @@ const std::vector<std::string> level_names{"L0", "L1", "L2", "mix", "debug"};
 const std::vector<std::string> common_keys{"task",      "dump_path",         "rank",       "step",
                                            "level",     "enable_dataloader", "async_dump", "precision",
                                            "tprobe"};
-const std::vector<std::string> tprobe_keys{"pipeline_timeout_s", "on_pipeline_failure", "tensor_format"};
+const std::vector<std::string> tprobe_keys{"pipeline_timeout_s", "on_pipeline_failure", "tensor_format", "nan_analyze"};
 const std::vector<std::string> data_mode_names{"all", "forward", "backward", "input", "output"};
 
 // The keys msprobe documents for the section of each task (§2.4-§2.10).
@@ -490,6 +491,7 @@ ordered_json document_from_fields(const capture_config &cfg) {
   doc["tprobe"] = {{"pipeline_timeout_s", cfg.pipeline_timeout_s},
                    {"on_pipeline_failure", cfg.on_pipeline_failure},
                    {"tensor_format", cfg.tensor_format}};
+  if (!cfg.nan_analyze.is_null()) doc["tprobe"]["nan_analyze"] = cfg.nan_analyze;
   return doc;
 }
 
@@ -545,6 +547,7 @@ nlohmann::ordered_json capture_config::session_meta() const {
   meta["tensor_list"] = tensor_list;
   meta["async_dump"] = async_dump;
   meta["tensor_format"] = tensor_format;
+  if (!nan_analyze.is_null()) meta["nan_analyze"] = nan_analyze;
   return meta;
 }
 
@@ -615,6 +618,10 @@ static void parse_tprobe_section(const ordered_json &section, const std::string 
   if (auto *v = get(section, "on_pipeline_failure"))
     cfg.on_pipeline_failure = expect_one_of(*v, {"raise", "warn"}, where("on_pipeline_failure"));
   if (auto *v = get(section, "tensor_format")) cfg.tensor_format = expect_one_of(*v, {"npy", "pt"}, where("tensor_format"));
+  if (auto *v = get(section, "nan_analyze")) {
+    (void)nan_rules_from_json(*v, where("nan_analyze"));  // validated now: a typo must not wait for the stage
+    cfg.nan_analyze = *v;
+  }
 }
 
 capture_config config_parse(const nlohmann::ordered_json &doc, const std::string &source) {

@@ -64,13 +64,17 @@ struct capture_config {
   // tprobe.tensor_format: the format of the files in dump_tensor_data/: "npy" (NumPy, tprobe's
   // default) or "pt" (torch.save, msprobe's own for PyTorch, so msprobe's compare reads the dump).
   std::string tensor_format = "npy";
+  // tprobe.nan_analyze: allow rules of the NaN/Inf analysis (core/nan_analyze.h,
+  // nan_rules_from_json), validated here and passed to the stages in the session meta; null = the
+  // built-in rules.
+  nlohmann::ordered_json nan_analyze;
 
   nlohmann::ordered_json source;  // the document as given, before overrides
   std::string source_name;        // the input named in messages, e.g. the file's path
 
   // The effective config as a map, for dump headers and the stages: task, level, framework
   // ("pytorch"), dump_path, rank, step, precision, summary_mode, data_mode, scope, list,
-  // tensor_list, async_dump, tensor_format (the writer reads it).
+  // tensor_list, async_dump, tensor_format (the writer reads it), nan_analyze (when set).
   [[nodiscard]] nlohmann::ordered_json session_meta() const;
 };
 

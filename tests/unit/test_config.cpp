@@ -173,6 +173,26 @@ TEST(ConfigParse, TensorFormatIsNpyOrPt) {
   EXPECT_THAT(parse_error(top), HasSubstr("field \"tensor_format\": unknown key"));
 }
 
+// tprobe.nan_analyze: the NaN/Inf analysis' allow rules (core/nan_analyze.h), checked at parse time
+// and carried to the stages in the session meta; absent by default (the built-in rules).
+TEST(ConfigParse, NanAnalyzeRules) {
+  EXPECT_TRUE(config_parse(default_doc(), "config.json").nan_analyze.is_null());
+  EXPECT_FALSE(config_parse(default_doc(), "config.json").session_meta().contains("nan_analyze"));
+  ordered_json doc = default_doc();
+  doc["tprobe"] = {{"nan_analyze", {{"allow", {{{"op", "my_mask"}, {"slots", {"output"}}}}}}}};
+  capture_config cfg = config_parse(doc, "config.json");
+  EXPECT_EQ(cfg.session_meta()["nan_analyze"], doc["tprobe"]["nan_analyze"]);
+  config_overrides level;
+  level.level = "mix";
+  cfg.source = nullptr;  // re-derived from the fields: the rules stay
+  config_apply_overrides(cfg, level);
+  EXPECT_EQ(cfg.nan_analyze, doc["tprobe"]["nan_analyze"]);
+  doc["tprobe"]["nan_analyze"]["allow"][0]["slots"] = {"outputs"};
+  EXPECT_THAT(parse_error(doc), HasSubstr("config.json: field \"tprobe.nan_analyze\": allow[0]: slots: \"outputs\""));
+  doc["tprobe"]["nan_analyze"] = {{"allow", {{{"op", "x"}, {"slots", {"output"}}}}}, {"default", false}};
+  EXPECT_THAT(parse_error(doc), HasSubstr("unknown key \"default\""));
+}
+
 TEST(ConfigParse, TopLevelMustBeAnObject) {
   EXPECT_THAT(parse_error(ordered_json::array()), HasSubstr("expected a JSON object"));
 }
