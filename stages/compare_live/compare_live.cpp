@@ -398,6 +398,10 @@ class live_compare {
     const dump_file &bench = b != g.sides.end() ? b->second.dump : empty_bench;
     compare_table_options topt;
     topt.mode = g.any_payload ? compare_mode::all : compare_mode::summary;
+    // Tensors were compared as they arrived, paired by (entry, slot), and their payloads are gone:
+    // with tensor data the table pairs by name as they were; statistics are in every row, so a
+    // statistics table pairs calls as the offline compare does (compare_match.h).
+    topt.match = topt.mode == compare_mode::all ? compare_match::name : compare_match::automatic;
     compare_table t = compare_table_build(n->second.dump, bench, topt);
     if (topt.mode == compare_mode::all)
       for (size_t i = 0; i < t.rows.size(); ++i) {
