@@ -108,8 +108,9 @@ TEST(compare_live, tables_equal_the_offline_compare) {
                                       "--world-size", "2", "--seed", seed});
     ASSERT_EQ(r.status, 0) << r.err;
   }
+  // A live table with tensor data pairs by name, as its pairs were compared on arrival.
   const auto offline = test::run_process({test::bin("tprobe-compare"), dir / "dump1/step0", dir / "dump2/step0", "-o",
-                                          dir / "offline"});
+                                          dir / "offline", "--match", "name"});
   ASSERT_EQ(offline.status, 1) << offline.err;
 
   const auto live = run_live(dir, R"(, "args": ["--seed", "1"])", R"(, "args": ["--seed", "2"])", "live",
