@@ -546,6 +546,7 @@ nlohmann::ordered_json capture_config::session_meta() const {
   meta["list"] = list;
   meta["tensor_list"] = tensor_list;
   meta["async_dump"] = async_dump;
+  if (task == "overflow_check") meta["overflow_nums"] = overflow_nums;  // tprobe-overflow stops the capture there
   meta["tensor_format"] = tensor_format;
   if (!nan_analyze.is_null()) meta["nan_analyze"] = nan_analyze;
   return meta;
@@ -741,7 +742,9 @@ capture_filter::capture_filter(const capture_config &cfg)
       list_(cfg.list),
       // msprobe ignores tensor_list at level debug.
       tensor_list_(cfg.task == "statistics" && cfg.level != "debug" ? cfg.tensor_list : std::vector<std::string>{}),
-      save_all_tensors_(cfg.task == "tensor"),
+      // overflow_check: msprobe writes every tensor of an overflowing call; tprobe-overflow holds them
+      // until the verdict and drops the rest.
+      save_all_tensors_(cfg.task == "tensor" || cfg.task == "overflow_check"),
       crc32_(cfg.summary_mode == "md5") {
   std::sort(ranks_.begin(), ranks_.end());
   std::sort(steps_.begin(), steps_.end());

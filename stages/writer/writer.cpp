@@ -46,7 +46,7 @@ session_info session_from_meta(const json &meta) {
   if (s.tensor_format != "npy" && s.tensor_format != "pt")
     throw usage_error(fmt::format("session record: tensor_format \"{}\" is not one of npy, pt", s.tensor_format));
   const auto tensor_list = meta.value("tensor_list", json::array());
-  s.tensor_data = s.task == "tensor" || (tensor_list.is_array() && !tensor_list.empty());
+  s.tensor_data = s.task == "tensor" || s.task == "overflow_check" || (tensor_list.is_array() && !tensor_list.empty());
   // msprobe's _get_allowed_data_mode: an absent direction or io kind means both.
   const auto modes = meta.value("data_mode", json::array({"all"}));
   auto has = [&](const char *m) {

@@ -1,0 +1,33 @@
+// tprobe-overflow: see overflow.h.
+#include <fmt/format.h>
+
+#include "overflow.h"
+
+int main(int argc, char **argv) {
+  using namespace tprobe;
+  return stage_main_guard("tprobe-overflow", [&] {
+    const auto &description = overflow_stage_description();
+    CLI::App app{description.summary, "tprobe-overflow"};
+    stage_common_args common;
+    overflow_stage_options options;
+    stage_add_common_options(app, description, common);
+    app.add_option("--overflow-nums", options.overflow_nums, description.options[0].doc)
+        ->check(CLI::Range(int64_t{-1}, INT64_MAX));
+    stage_parse(app, argc, argv);
+
+    stage_install_signal_handlers();
+    zmq::context_t ctx;
+    stage_io io(ctx, common.io);
+    control_sender control(ctx);
+    stage_signal_ready(common.ready_fd);
+    const auto result = overflow_run(io, control, options);
+
+    const auto &counts = io.counts();
+    fmt::print(stderr,
+               "tprobe-overflow: {} records, {} calls judged, {} overflowed and passed on, {} records dropped past "
+               "overflow_nums, {} captures stopped, {} producers, {} truncated{}\n",
+               result.records, result.calls, result.overflow_calls, result.dropped_after_limit, result.stops_sent,
+               counts.producers, counts.truncated_producers, io.interrupted() ? ", interrupted" : "");
+    return EXIT_OK;
+  });
+}
