@@ -373,50 +373,11 @@ void parse_task_section(const ordered_json &doc, const std::string &source, capt
 
 // --- cross-field rules (§2.1, §2.11) ---------------------------------------------------------
 
-bool all_digits(std::string_view s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos; }
-
-// Splits the last "."-segment off `rest`; false when there is no ".".
-bool split_last_segment(std::string_view &rest, std::string_view &segment) {
-  const size_t dot = rest.rfind('.');
-  if (dot == std::string_view::npos) return false;
-  segment = rest.substr(dot + 1);
-  rest = rest.substr(0, dot);
-  return true;
-}
-
-bool starts_with_any_prefix(std::string_view rest, std::initializer_list<std::string_view> prefixes) {
-  return std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view prefix) {
-    return rest.size() > prefix.size() && rest.starts_with(prefix) && rest[prefix.size()] == '.';
-  });
-}
-
-// RangeScope.check_name_pattern (msprobe/core/data_dump/scope.py), written out rather than as
-// std::regex (GCC 12's <regex> trips -Wmaybe-uninitialized in some builds):
-//   API    ^(Distributed|Functional|Torch|Tensor|Mint|MintFunctional|Primitive|Aten|VF|NPU|Jit)\..*\.\d+\.(forward|backward)$
-//   module ^(Cell|Module)\..*\.(forward|backward)\.\d+$
-// (`.` does not match a newline, hence the newline test.)
-bool is_api_entry_name(std::string_view name) {
-  std::string_view rest = name, direction, count;
-  if (name.find('\n') != std::string_view::npos) return false;
-  if (!split_last_segment(rest, direction) || (direction != "forward" && direction != "backward")) return false;
-  if (!split_last_segment(rest, count) || !all_digits(count)) return false;
-  return starts_with_any_prefix(rest, {"Distributed", "Functional", "Torch", "Tensor", "Mint", "MintFunctional",
-                                       "Primitive", "Aten", "VF", "NPU", "Jit"});
-}
-
-bool is_module_entry_name(std::string_view name) {
-  std::string_view rest = name, direction, count;
-  if (name.find('\n') != std::string_view::npos) return false;
-  if (!split_last_segment(rest, count) || !all_digits(count)) return false;
-  if (!split_last_segment(rest, direction) || (direction != "forward" && direction != "backward")) return false;
-  return starts_with_any_prefix(rest, {"Cell", "Module"});
-}
-
 void check_scope_names(const capture_config &cfg, const std::string &source) {
   const std::string where = field_where(source, cfg.task + ".scope");
   for (const auto &name : cfg.scope) {
-    const bool api = is_api_entry_name(name);
-    const bool module = is_module_entry_name(name);
+    const bool api = entry_is_api_pattern(name);
+    const bool module = entry_is_module_pattern(name);
     if (cfg.level == "L1" && !api) {
       fail(where, fmt::format("element {} is not an API entry name as level \"L1\" requires "
                               "(e.g. \"Functional.linear.0.forward\")", quote(name)));
@@ -493,38 +454,6 @@ ordered_json document_from_fields(const capture_config &cfg) {
                    {"tensor_format", cfg.tensor_format}};
   if (!cfg.nan_analyze.is_null()) doc["tprobe"]["nan_analyze"] = cfg.nan_analyze;
   return doc;
-}
-
-// --- filter helpers --------------------------------------------------------------------------
-
-enum class entry_direction { unknown, forward, backward, parameters_grad };
-
-// Where the direction segment of an entry name is: last for APIs ("X.0.forward"), second to last
-// for modules ("Module.a.B.forward.0", "Module.a.B.parameters_grad.0"). A module path may itself
-// contain "forward" ("Module.forward_net..."), so whole segments are compared, from the end.
-struct direction_segment {
-  entry_direction direction = entry_direction::unknown;
-  size_t pos = 0, len = 0;
-};
-
-entry_direction classify(std::string_view segment) {
-  if (segment == "forward") return entry_direction::forward;
-  if (segment == "backward") return entry_direction::backward;
-  if (segment == "parameters_grad") return entry_direction::parameters_grad;
-  return entry_direction::unknown;
-}
-
-direction_segment find_direction(std::string_view name) {
-  const size_t last_dot = name.rfind('.');
-  const size_t last_pos = last_dot == std::string_view::npos ? 0 : last_dot + 1;
-  const std::string_view last = name.substr(last_pos);
-  if (auto d = classify(last); d != entry_direction::unknown) return {d, last_pos, last.size()};
-  if (last_dot == std::string_view::npos || last_dot == 0 || !all_digits(last)) return {};
-  const size_t prev_dot = name.rfind('.', last_dot - 1);
-  const size_t prev_pos = prev_dot == std::string_view::npos ? 0 : prev_dot + 1;
-  const std::string_view prev = name.substr(prev_pos, last_dot - prev_pos);
-  if (auto d = classify(prev); d != entry_direction::unknown) return {d, prev_pos, prev.size()};
-  return {};
 }
 
 }  // namespace
@@ -745,18 +674,10 @@ capture_filter::capture_filter(const capture_config &cfg)
       // overflow_check: msprobe writes every tensor of an overflowing call; tprobe-overflow holds them
       // until the verdict and drops the rest.
       save_all_tensors_(cfg.task == "tensor" || cfg.task == "overflow_check"),
-      crc32_(cfg.summary_mode == "md5") {
+      crc32_(cfg.summary_mode == "md5"),
+      data_mode_(cfg.data_mode) {
   std::sort(ranks_.begin(), ranks_.end());
   std::sort(steps_.begin(), steps_.end());
-  // _get_allowed_data_mode: an axis with nothing named on it allows both of its values.
-  if (!contains(cfg.data_mode, "all")) {
-    allow_forward_ = contains(cfg.data_mode, "forward");
-    allow_backward_ = contains(cfg.data_mode, "backward");
-    allow_input_ = contains(cfg.data_mode, "input");
-    allow_output_ = contains(cfg.data_mode, "output");
-    if (!allow_forward_ && !allow_backward_) allow_forward_ = allow_backward_ = true;
-    if (!allow_input_ && !allow_output_) allow_input_ = allow_output_ = true;
-  }
 }
 
 bool capture_filter::rank_enabled(int rank) const {
@@ -781,17 +702,14 @@ bool capture_filter::in_scope_range(std::string_view entry) {
   bool in_range = in_scope_;
   if (in_scope_ && entry == scope_[1]) in_scope_ = false;
 
-  const direction_segment segment = find_direction(entry);
-  if (in_range && segment.direction == entry_direction::forward) {
+  const entry_name name = entry_parse(entry);
+  if (in_range && name.is_forward()) {
     forwards_in_scope_.emplace(entry);
-    const bool module_style = segment.pos + segment.len < entry.size();
-    if (module_style && segment.pos > 0) modules_in_scope_.emplace(entry.substr(0, segment.pos - 1));
-  } else if (!in_range && segment.direction == entry_direction::backward) {
-    std::string forward(entry);
-    forward.replace(segment.pos, segment.len, "forward");
-    in_range = forwards_in_scope_.contains(forward);
-  } else if (!in_range && segment.direction == entry_direction::parameters_grad && segment.pos > 0) {
-    in_range = modules_in_scope_.contains(std::string(entry.substr(0, segment.pos - 1)));
+    if (name.count_last) modules_in_scope_.emplace(name.base);
+  } else if (!in_range && name.is_backward()) {
+    in_range = forwards_in_scope_.contains(entry_with_direction(entry, entry_direction::forward));
+  } else if (!in_range && name.is_parameters_grad()) {
+    in_range = modules_in_scope_.contains(std::string(name.base));
   }
   return in_range;
 }
@@ -803,21 +721,8 @@ bool capture_filter::in_list(std::string_view entry) const {
 }
 
 bool capture_filter::slot_enabled(std::string_view entry, std::string_view slot) const {
-  if (allow_forward_ && allow_backward_ && allow_input_ && allow_output_) return true;
-  const entry_direction direction = find_direction(entry).direction;
-  const bool direction_ok = direction == entry_direction::forward   ? allow_forward_
-                            : direction == entry_direction::unknown ? true
-                                                                    : allow_backward_;
-  if (direction == entry_direction::parameters_grad) return direction_ok && allow_output_;
-  const std::string_view section = slot.substr(0, slot.find('.'));
-  bool io_ok = true;
-  if (section == "input" || section == "input_args" || section == "kwargs" || section == "input_kwargs" ||
-      section == "parameters") {
-    io_ok = allow_input_;
-  } else if (section == "output" || section == "parameters_grad") {
-    io_ok = allow_output_;
-  }
-  return direction_ok && io_ok;
+  if (data_mode_.allows_everything()) return true;
+  return data_mode_.allows(entry, slot);
 }
 
 bool capture_filter::save_tensor(std::string_view entry) const {

@@ -28,6 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dump_semantics.h"
+
 namespace tprobe {
 
 // The effective configuration. Defaults are msprobe's.
@@ -135,11 +137,10 @@ class capture_filter {
   // parameters_grad entry when a forward of its module was. `list`: any element is a substring.
   [[nodiscard]] bool entry_enabled(std::string_view entry);
 
-  // data_mode (msprobe's _get_allowed_data_mode): the direction comes from the entry name
-  // (forward; backward and parameters_grad = backward), the io kind from the slot's first
-  // segment: input / input_args / kwargs / input_kwargs / parameters = input, output /
-  // parameters_grad = output. Every slot of a parameters_grad entry is an output. An entry or slot
-  // whose kind cannot be told is not filtered on that axis.
+  // data_mode, as data_mode_filter (core/dump_semantics.h) decides it: the direction from the
+  // entry name, the io kind from the slot's first segment; parameters follow the forward
+  // direction, parameters_grad entries the direction axis only (msprobe's hook manager). An entry
+  // or slot whose kind cannot be told is not filtered on that axis.
   [[nodiscard]] bool slot_enabled(std::string_view entry, std::string_view slot) const;
 
   // Whether real tensors of this entry are written: task tensor always; task statistics when the
@@ -157,7 +158,7 @@ class capture_filter {
   std::vector<std::string> scope_, list_, tensor_list_;
   bool save_all_tensors_ = false;
   bool crc32_ = false;
-  bool allow_forward_ = true, allow_backward_ = true, allow_input_ = true, allow_output_ = true;
+  data_mode_filter data_mode_;
   bool in_scope_ = false;
   std::unordered_set<std::string> forwards_in_scope_;  // "X.0.forward", "Module.a.B.forward.0"
   std::unordered_set<std::string> modules_in_scope_;   // "Module.a.B", for parameters_grad

@@ -186,6 +186,20 @@ typedef struct tprobe_tensor_summary {
 int tprobe_capture_summary(tprobe_session *session, const char *entry, const char *slot,
                            const tprobe_tensor_summary *summary);
 
+/* A tensor whose data tprobe cannot read: an element type it has no dtype for (fp8, quantized,
+   …) or a layout without plain memory (sparse, mkldnn). Only these facts travel (a tensor record
+   without data or statistics, transport/record.h "foreign_dtype"); the writer gives it
+   Max/Min/Mean/Norm null. TPROBE_SKIPPED when filtered out (counted like tprobe_capture_tensor). */
+typedef struct tprobe_tensor_facts {
+  const char *dtype; /* as the framework names it in dump.json: "torch.float8_e4m3fn" */
+  int ndim;
+  const int64_t *shape;
+  const char *device; /* "cuda:0"; NULL: "cpu" */
+  int requires_grad;
+} tprobe_tensor_facts;
+int tprobe_capture_facts(tprobe_session *session, const char *entry, const char *slot,
+                         const tprobe_tensor_facts *facts);
+
 /* The effective configuration as one JSON object (the session record's meta: task, level,
    dump_path, rank, step, summary_mode, data_mode, scope, list, tensor_list, …). NULL with
    tprobe_last_error() set when session is NULL. The text stays valid until the next call of this

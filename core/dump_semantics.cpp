@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 
 namespace tprobe {
 
@@ -87,6 +88,31 @@ entry_name entry_parse(std::string_view name) {
   e.count = last;
   e.base = name.substr(0, prev_dot);
   return e;
+}
+
+namespace {
+// "{prefix}." followed by at least the dot: the regexes' "^(prefix)\..*" before the "\." that
+// precedes the count or direction.
+bool base_has_prefix(std::string_view base, std::initializer_list<std::string_view> prefixes) {
+  for (const auto prefix : prefixes)
+    if (base.size() > prefix.size() && base.starts_with(prefix) && base[prefix.size()] == '.') return true;
+  return false;
+}
+}  // namespace
+
+bool entry_is_api_pattern(std::string_view name) {
+  if (name.find('\n') != std::string_view::npos) return false;
+  const entry_name e = entry_parse(name);
+  if ((!e.is_forward() && !e.is_backward()) || e.count_last || e.count.empty()) return false;
+  return base_has_prefix(e.base, {"Distributed", "Functional", "Torch", "Tensor", "Mint", "MintFunctional",
+                                  "Primitive", "Aten", "VF", "NPU", "Jit"});
+}
+
+bool entry_is_module_pattern(std::string_view name) {
+  if (name.find('\n') != std::string_view::npos) return false;
+  const entry_name e = entry_parse(name);
+  if ((!e.is_forward() && !e.is_backward()) || !e.count_last) return false;
+  return base_has_prefix(e.base, {"Cell", "Module"});
 }
 
 std::string_view entry_direction_name(entry_direction d) {

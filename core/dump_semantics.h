@@ -67,6 +67,13 @@ entry_name entry_parse(std::string_view name);
 
 std::string_view entry_direction_name(entry_direction d);  // "forward", "backward", "parameters_grad", ""
 
+// msprobe's RangeScope.check_name_pattern (core/data_dump/scope.py), the names a scope may give:
+//   API    ^(Distributed|Functional|Torch|Tensor|Mint|MintFunctional|Primitive|Aten|VF|NPU|Jit)\..*\.\d+\.(forward|backward)$
+//   module ^(Cell|Module)\..*\.(forward|backward)\.\d+$
+// (`.` does not match a newline, so no name with one matches.)
+bool entry_is_api_pattern(std::string_view name);
+bool entry_is_module_pattern(std::string_view name);
+
 // Builders, the inverse of entry_parse.
 std::string entry_api_name(std::string_view prefix, std::string_view op, int64_t n, entry_direction d);
 std::string entry_module_name(std::string_view module, int64_t n, entry_direction d);  // module = "Module.a.B"

@@ -11,6 +11,7 @@
 #include <lz4.h>
 #include <msgpack.hpp>
 
+#include "dump_semantics.h"
 #include "errors.h"
 
 namespace tprobe {
@@ -189,17 +190,8 @@ uint64_t record_header::element_count() const {
 }
 
 nlohmann::ordered_json tensor_stats_to_json(const tensor_stats &s) {
-  auto stat = [](const stat_value &v) -> nlohmann::ordered_json {
-    switch (v.k) {
-      case stat_value::kind::boolean: return v.boolean;
-      case stat_value::kind::integer: return v.integer;
-      case stat_value::kind::real: return v.real;
-      case stat_value::kind::null: break;
-    }
-    return nullptr;
-  };
-  nlohmann::ordered_json j{{"max", stat(s.max)}, {"min", stat(s.min)},   {"mean", stat(s.mean)},
-                           {"norm", stat(s.norm)}, {"nan", s.nan_count}, {"inf", s.inf_count}};
+  nlohmann::ordered_json j{{"max", stat_json(s.max)},   {"min", stat_json(s.min)}, {"mean", stat_json(s.mean)},
+                           {"norm", stat_json(s.norm)}, {"nan", s.nan_count},      {"inf", s.inf_count}};
   if (s.crc32) j["crc32"] = fmt::format("{:08x}", *s.crc32);
   return j;
 }
@@ -246,8 +238,8 @@ zmq::message_t record_header_encode(const record_header &h) {
     }
   }
   if (is_tensor) {
-    pack_str(p, "dtype");
-    pack_str(p, dtype_name(h.type));
+    if (h.foreign_dtype.empty()) pack_str(p, "dtype"), pack_str(p, dtype_name(h.type));
+    else pack_str(p, "foreign_dtype"), pack_str(p, h.foreign_dtype);
     pack_str(p, "shape");
     p.pack_array(static_cast<uint32_t>(h.shape.size()));
     for (int64_t d : h.shape) p.pack(d);
@@ -349,6 +341,10 @@ record_header record_header_decode(std::span<const std::byte> frame) {
       if (!t) throw framing_error(fmt::format("unknown dtype \"{}\"", name));
       h.type = *t;
       have_dtype = true;
+    } else if (key == "foreign_dtype") {
+      h.foreign_dtype = as_str(v, key);
+      if (h.foreign_dtype.empty()) bad_key(key, "a non-empty string");
+      have_dtype = true;
     } else if (key == "shape") {
       if (v.type != msgpack::type::ARRAY) bad_key(key, "an array");
       h.shape.reserve(v.via.array.size);
@@ -380,6 +376,9 @@ record_header record_header_decode(std::span<const std::byte> frame) {
   if (!have_kind) throw framing_error("header has no \"kind\"");
   if (h.kind == record_kind::tensor && (!have_dtype || !have_shape))
     throw framing_error(fmt::format("tensor record {} {} lacks \"dtype\" or \"shape\"", h.entry, h.slot));
+  if (!h.foreign_dtype.empty() && (h.stored || h.stats))
+    throw framing_error(fmt::format("tensor record {} {} of foreign dtype \"{}\" carries data or statistics",
+                                    h.entry, h.slot, h.foreign_dtype));
   if (h.stored && !have_length) throw framing_error("header has \"stored\" without \"length\"");
   if (h.stored && h.codec == record_codec::raw && *h.stored != h.length)
     throw framing_error(fmt::format("raw payload: stored {} != length {}", *h.stored, h.length));

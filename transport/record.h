@@ -35,7 +35,14 @@
 //      path           array[int|str]    opt: the nesting under the slot's section, ints are list
 //                                       indices and strs dict keys; default: parsed from slot,
 //                                       digit-only segments taken as list indices
-//      dtype          str               element type, dtype_name() of core/dtype.h (tensor)
+//      dtype          str               element type, dtype_name() of core/dtype.h (tensor; absent
+//                                       when foreign_dtype is given)
+//      foreign_dtype  str               opt: an element type tprobe has no dtype for (fp8,
+//                                       quantized, …, or a layout without plain memory), as the
+//                                       framework names it in dump.json ("torch.float8_e4m3fn").
+//                                       Such a tensor record has no payload and no stats: its
+//                                       facts (foreign_dtype, shape, requires_grad) are all that
+//                                       travels, and dump.json gets null statistics.
 //      shape          array[int]        tensor shape, [] for 0-d (tensor)
 //      device         str               "cpu", "cuda:0", … (opt, "cpu")
 //      requires_grad  bool              (opt, false)
@@ -180,6 +187,7 @@ struct record_header {
   std::optional<std::vector<record_path_element>> path;
   dtype type = dtype::float32;
   std::vector<int64_t> shape;
+  std::string foreign_dtype;  // "" = `type` is the element type (see foreign_dtype above)
   std::string device = "cpu";
   bool requires_grad = false;
   std::string tensor_type;  // "" = derived from the session's framework

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "compare_metrics.h"
+#include "dump_semantics.h"
 #include "errors.h"
 #include "pyjson.h"
 #include "tensor_stats.h"
@@ -319,10 +320,7 @@ int state_rank(const std::string &state) {
 
 bool params_grad_entry(const std::string &name) {
   // "….parameters_grad.N" (tprobe, msprobe's docs) or "….parameters_grad" (msprobe's read_op).
-  const std::string last = last_segment(name);
-  if (last == "parameters_grad") return true;
-  const size_t dot = name.rfind('.');
-  return dot != std::string::npos && last_segment(name.substr(0, dot)) == "parameters_grad";
+  return entry_parse(name).is_parameters_grad();
 }
 
 }  // namespace

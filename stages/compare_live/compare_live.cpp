@@ -9,6 +9,7 @@
 
 #include "compare/compare_output.h"
 #include "compare/compare_table.h"
+#include "dump_semantics.h"
 #include "errors.h"
 #include "safe_path.h"
 
@@ -60,14 +61,9 @@ std::string shape_str(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-// msprobe's row name and state for a slot: kwargs are inputs, parameters_grad rows are named
-// "{entry}.{param}".
+// msprobe's row name and state for a slot (core/dump_semantics.h).
 std::pair<std::string, std::string> row_name(const std::string &entry, const std::string &slot) {
-  const auto dot = slot.find('.');
-  const std::string first = slot.substr(0, dot), rest = dot == std::string::npos ? "" : slot.substr(dot + 1);
-  if (first == "kwargs") return {entry + ".input." + rest, "input"};
-  if (first == "parameters_grad") return {entry + "." + rest, "parameters_grad"};
-  return {entry + "." + slot, first};
+  return slot_compare_row(entry, slot);
 }
 
 tensor_operand operand_of(const record &r) {
@@ -222,30 +218,19 @@ class live_compare {
     const auto &h = r.header;
     init_side(side, label);
     const auto [name, state] = row_name(h.entry, h.slot);
-    std::vector<std::string> parts;
-    for (size_t pos = 0;;) {
-      const size_t dot = h.slot.find('.', pos);
-      parts.push_back(h.slot.substr(pos, dot - pos));
-      if (dot == std::string::npos) break;
-      pos = dot + 1;
-    }
-    const bool backward = h.entry.size() >= 9 && h.entry.compare(h.entry.size() - 9, 9, ".backward") == 0;
-    std::string section = parts[0];
-    if (section == "kwargs") section = "input_kwargs";
-    else if (section == "input" && !backward) section = "input_args";
+    // Placed where the writer would place it in dump.json.
+    const slot_location where = slot_locate(entry_parse(h.entry), h.slot);
     nlohmann::ordered_json doc = {
         {"task", "tensor"}, {"framework", side.dump.framework}, {"data", nlohmann::ordered_json::object()}};
-    nlohmann::ordered_json *at = &doc["data"][h.entry][section];
-    for (size_t i = 1; i < parts.size(); ++i) {
-      const bool index = !parts[i].empty() && parts[i].find_first_not_of("0123456789") == std::string::npos &&
-                         section != "input_kwargs" && section != "parameters";
-      if (index) {
-        const size_t k = std::stoul(parts[i]);
+    nlohmann::ordered_json *at = where.whole_entry ? &doc["data"][h.entry] : &doc["data"][h.entry][where.section];
+    for (const auto &step : where.path) {
+      if (const auto *index = std::get_if<int64_t>(&step)) {
+        const size_t k = static_cast<size_t>(*index);
         if (!at->is_array()) *at = nlohmann::ordered_json::array();
         while (at->size() <= k) at->push_back(nullptr);
         at = &(*at)[k];
       } else {
-        at = &(*at)[parts[i]];
+        at = &(*at)[std::get<std::string>(step)];
       }
     }
     *at = h.meta;
@@ -275,7 +260,7 @@ class live_compare {
     auto [name, state] = row_name(h.entry, h.slot);
     row.name = std::move(name);
     row.state = std::move(state);
-    row.dtype = dtype_framework_name(h.type, side.dump.framework);
+    row.dtype = h.foreign_dtype.empty() ? dtype_framework_name(h.type, side.dump.framework) : h.foreign_dtype;
     row.shape = shape_str(h.shape);
     row.stats = stat_cells(h.stats);
     row.requires_grad = cell::of_text(h.requires_grad ? "True" : "False");

@@ -38,7 +38,9 @@ std::string tap_format_line(const record &r) {
   std::string line = fmt::format("step {} rank {} ", h.step, h.rank);
   switch (h.kind) {
     case record_kind::tensor: {
-      line += fmt::format("{} {} {} [{}]", h.entry, h.slot, dtype_name(h.type), fmt::join(h.shape, ", "));
+      line += fmt::format("{} {} {} [{}]", h.entry, h.slot,
+                          h.foreign_dtype.empty() ? std::string(dtype_name(h.type)) : h.foreign_dtype,
+                          fmt::join(h.shape, ", "));
       if (h.stats) {
         const auto &s = *h.stats;
         line += fmt::format(" max={} min={} mean={} norm={}", stat_text(s.max), stat_text(s.min),
@@ -64,7 +66,7 @@ nlohmann::ordered_json tap_format_json(const record &r) {
                            {"step", h.step},                   {"seq", h.seq},   {"entry", h.entry},
                            {"slot", h.slot}};
   if (h.kind == record_kind::tensor) {
-    j["dtype"] = dtype_name(h.type);
+    j["dtype"] = h.foreign_dtype.empty() ? std::string(dtype_name(h.type)) : h.foreign_dtype;
     j["shape"] = h.shape;
     j["requires_grad"] = h.requires_grad;
     if (h.stats) j["stats"] = tensor_stats_to_json(*h.stats);

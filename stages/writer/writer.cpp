@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "dump_semantics.h"
 #include "errors.h"
 #include "npy.h"
 #include "pyjson.h"
@@ -30,7 +31,7 @@ struct session_info {
   // tprobe.tensor_format: dump_tensor_data/ files as .npy (NumPy) or .pt (torch.save, msprobe's).
   std::string tensor_format = "npy";
   bool tensor_data = false;  // task tensor, or a tensor_list: dump_tensor_data/ exists
-  bool allow_forward = true, allow_backward = true, allow_input = true, allow_output = true;
+  data_mode_filter data_mode;
 };
 
 session_info session_from_meta(const json &meta) {
@@ -47,80 +48,12 @@ session_info session_from_meta(const json &meta) {
     throw usage_error(fmt::format("session record: tensor_format \"{}\" is not one of npy, pt", s.tensor_format));
   const auto tensor_list = meta.value("tensor_list", json::array());
   s.tensor_data = s.task == "tensor" || s.task == "overflow_check" || (tensor_list.is_array() && !tensor_list.empty());
-  // msprobe's _get_allowed_data_mode: an absent direction or io kind means both.
-  const auto modes = meta.value("data_mode", json::array({"all"}));
-  auto has = [&](const char *m) {
-    for (const auto &e : modes)
-      if (e.is_string() && e.get<std::string>() == m) return true;
-    return false;
-  };
-  if (!has("all")) {
-    s.allow_forward = has("forward"), s.allow_backward = has("backward");
-    if (!s.allow_forward && !s.allow_backward) s.allow_forward = s.allow_backward = true;
-    s.allow_input = has("input"), s.allow_output = has("output");
-    if (!s.allow_input && !s.allow_output) s.allow_input = s.allow_output = true;
-  }
+  s.data_mode = data_mode_filter::from_json(meta.value("data_mode", json::array({"all"})));
   return s;
 }
 
 // msprobe's level "debug" (the single-point save API) writes debug.json in place of dump.json.
 std::string data_file_name(const session_info &s) { return s.level == "debug" ? "debug.json" : "dump.json"; }
-
-enum class entry_shape { api_forward, module_forward, backward, parameters_grad, other };
-
-entry_shape classify(const std::string &entry) {
-  if (entry.find(".parameters_grad") != std::string::npos) return entry_shape::parameters_grad;
-  const bool is_module = entry.rfind("Module.", 0) == 0 || entry.rfind("Cell.", 0) == 0;
-  if (entry.ends_with(".backward") || entry.find(".backward.") != std::string::npos) return entry_shape::backward;
-  if (entry.ends_with(".forward")) return entry_shape::api_forward;
-  if (entry.find(".forward.") != std::string::npos) return is_module ? entry_shape::module_forward
-                                                                     : entry_shape::api_forward;
-  return entry_shape::other;
-}
-
-// Section of dump.json that a slot's first segment names, per entry shape.
-std::string section_of(entry_shape shape, std::string_view first) {
-  if (shape == entry_shape::backward) return std::string(first);  // input | output
-  if (first == "input") return "input_args";
-  if (first == "kwargs") return "input_kwargs";
-  return std::string(first);  // output | parameters | anything a debug save names
-}
-
-bool section_is_input(std::string_view section) {
-  return section == "input_args" || section == "input_kwargs" || section == "input" || section == "parameters";
-}
-
-std::vector<std::string> split_dots(std::string_view s) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (;;) {
-    const size_t dot = s.find('.', start);
-    parts.emplace_back(s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
-    if (dot == std::string_view::npos) break;
-    start = dot + 1;
-  }
-  return parts;
-}
-
-bool all_digits(const std::string &s) {
-  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-}
-
-json stat_json(const stat_value &v) {
-  switch (v.k) {
-    case stat_value::kind::boolean: return v.boolean;
-    case stat_value::kind::integer: return v.integer;
-    case stat_value::kind::real: return v.real;
-    case stat_value::kind::null: break;
-  }
-  return nullptr;
-}
-
-std::string default_tensor_type(const std::string &framework) {
-  if (framework == "mindspore") return "mindspore.Tensor";
-  if (framework == "pytorch" || framework == "mindtorch") return "torch.Tensor";
-  return "numpy.ndarray";
-}
 
 // One dump folder: step{S}/rank{R}.
 struct dump_doc {
@@ -263,26 +196,17 @@ class dump_writer {
     auto &entries = static_cast<json::object_t::Container &>(d.data.get_ref<json::object_t &>());
     if (auto it = d.entry_index.find(entry); it != d.entry_index.end()) return entries[it->second].second;
     json e = json::object();
-    const auto &s = d.session;
-    const auto shape = classify(entry);
-    const bool forward_ok = s.allow_forward, backward_ok = s.allow_backward;
-    bool is_recompute_known = meta && meta->is_object() && meta->contains("is_recompute");
-    switch (shape) {
-      case entry_shape::api_forward:
-        if (forward_ok && s.allow_input) e["input_args"] = json::array(), e["input_kwargs"] = json::object();
-        if (is_recompute_known) e["is_recompute"] = (*meta)["is_recompute"];
-        if (forward_ok && s.allow_output) e["output"] = json::array();
-        break;
-      case entry_shape::module_forward:
-        if (forward_ok && s.allow_input) e["input_args"] = json::array(), e["input_kwargs"] = json::object();
-        if (forward_ok && s.allow_output) e["output"] = json::array();
-        break;
-      case entry_shape::backward:
-        if (backward_ok && s.allow_input) e["input"] = json::array();
-        if (backward_ok && s.allow_output) e["output"] = json::array();
-        break;
-      case entry_shape::parameters_grad:
-      case entry_shape::other: break;
+    const data_mode_filter &modes = d.session.data_mode;
+    const entry_name name = entry_parse(entry);
+    const bool is_recompute_known = meta && meta->is_object() && meta->contains("is_recompute");
+    // The sections msprobe's analyze_forward / analyze_backward write, empty until filled.
+    if (name.is_forward()) {
+      if (modes.forward() && modes.input()) e["input_args"] = json::array(), e["input_kwargs"] = json::object();
+      if (is_recompute_known && !name.is_module()) e["is_recompute"] = (*meta)["is_recompute"];
+      if (modes.forward() && modes.output()) e["output"] = json::array();
+    } else if (name.is_backward()) {
+      if (modes.backward() && modes.input()) e["input"] = json::array();
+      if (modes.backward() && modes.output()) e["output"] = json::array();
     }
     ++result_.entries;
     d.dirty = true;
@@ -308,7 +232,7 @@ class dump_writer {
     dump_doc &d = doc(h);
     json &e = entry_json(d, h.entry, &h.meta);
     if (!h.meta.is_object()) return;
-    if (h.meta.contains("is_recompute") && classify(h.entry) == entry_shape::module_forward)
+    if (h.meta.contains("is_recompute") && entry_parse(h.entry).is_module() && entry_parse(h.entry).is_forward())
       e["is_recompute"] = h.meta["is_recompute"];
     if (h.meta.contains("stack") && h.meta["stack"].is_array()) {
       std::vector<std::string> lines;
@@ -324,19 +248,12 @@ class dump_writer {
 
   json tensor_leaf(const record &r, dump_doc &d, const std::string &data_name) {
     const auto &h = r.header;
-    json t = json::object();
-    t["type"] = h.tensor_type.empty() ? default_tensor_type(d.session.framework) : h.tensor_type;
-    t["dtype"] = dtype_framework_name(h.type, d.session.framework);
-    t["shape"] = h.shape;
-    const tensor_stats s = h.stats.value_or(tensor_stats{});
-    t["Max"] = stat_json(s.max);
-    t["Min"] = stat_json(s.min);
-    t["Mean"] = stat_json(s.mean);
-    t["Norm"] = stat_json(s.norm);
-    t["requires_grad"] = h.requires_grad;
-    if (!data_name.empty()) t["data_name"] = data_name;
-    if (s.crc32) t["md5"] = fmt::format("{:08x}", *s.crc32);
-    return t;
+    const std::string type = h.tensor_type.empty() ? tensor_type_default(d.session.framework) : h.tensor_type;
+    // A foreign dtype (no payload, no stats) is already named as the framework names it.
+    const std::string dtype =
+        h.foreign_dtype.empty() ? dtype_framework_name(h.type, d.session.framework) : h.foreign_dtype;
+    // No stats: a statistics-less tensor, Max/Min/Mean/Norm null.
+    return tensor_leaf_json({type, dtype, &h.shape, h.stats ? &*h.stats : nullptr, h.requires_grad, data_name});
   }
 
   std::string save_tensor(const record &r, dump_doc &d) {
@@ -362,33 +279,14 @@ class dump_writer {
     const auto &h = r.header;
     dump_doc &d = doc(h);
     json &e = entry_json(d, h.entry, nullptr);
-    const auto shape = classify(h.entry);
+    const entry_name name = entry_parse(h.entry);
+    if (!d.session.data_mode.allows(name, h.slot)) return;
 
-    // Where in the entry: section and nesting path.
-    std::string section;
-    std::vector<record_path_element> path;
-    if (shape == entry_shape::parameters_grad) {
-      section = h.slot.rfind("parameters_grad.", 0) == 0 ? h.slot.substr(16) : h.slot;
-      path.emplace_back(int64_t{0});  // each parameter maps to a one-element list
-    } else {
-      const auto parts = split_dots(h.slot);
-      section = section_of(shape, parts.front());
-      if (h.path) {
-        path = *h.path;
-      } else {
-        for (size_t i = 1; i < parts.size(); ++i) {
-          if (all_digits(parts[i]) && section != "parameters" && !(section == "input_kwargs" && i == 1))
-            path.emplace_back(static_cast<int64_t>(std::stoll(parts[i])));
-          else
-            path.emplace_back(parts[i]);
-        }
-      }
-    }
-    if (shape != entry_shape::parameters_grad && shape != entry_shape::other) {
-      const bool is_backward = shape == entry_shape::backward;
-      if (is_backward ? !d.session.allow_backward : !d.session.allow_forward) return;
-      if (section_is_input(section) ? !d.session.allow_input : !d.session.allow_output) return;
-    }
+    // Where in the entry: section and nesting path (the record's own path when it has one).
+    slot_location where = slot_locate(name, h.slot);
+    if (h.path && !name.is_parameters_grad()) where.path = *h.path;
+    const std::string &section = where.section;
+    auto &path = where.path;
 
     json leaf;
     if (h.kind == record_kind::tensor) {
@@ -401,15 +299,13 @@ class dump_writer {
 
     // A module forward keeps is_recompute last, after a section that arrives later (parameters),
     // as msprobe writes it (msprobe-compat.md §10.2).
-    if (shape == entry_shape::module_forward && e.contains("is_recompute") && !e.contains(section)) {
+    if (name.is_module() && name.is_forward() && e.contains("is_recompute") && !e.contains(section)) {
       json flag = std::move(e["is_recompute"]);
       e.erase("is_recompute");
       e[section] = nullptr;
       e["is_recompute"] = std::move(flag);
     }
-    // A saved variable ("x.0.debug", PrecisionDebugger.save) is the entry's value itself: slot
-    // "debug" is the entry, "debug.0" / "debug.key" its elements.
-    json *node = shape == entry_shape::other && section == "debug" ? &e : &e[section];
+    json *node = where.whole_entry ? &e : &e[section];
     if (path.empty()) {
       *node = std::move(leaf);
     } else {

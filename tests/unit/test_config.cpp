@@ -807,16 +807,19 @@ TEST(CaptureFilter, DataModeCombinations) {
     for (const auto &s : slots) out.push_back(filter.slot_enabled(s.entry, s.slot));
     return out;
   };
+  // Parameters follow the forward direction alone (msprobe's analyze_forward writes them into any
+  // forward entry it writes) and parameter gradients the direction axis alone (its hook manager
+  // registers them unless data_mode names "forward" without "backward"): core/dump_semantics.h.
   //                                                fwd in, kwargs, fwd out, bwd in, bwd out, params, param grad
   EXPECT_THAT(allowed({"all"}), ElementsAre(true, true, true, true, true, true, true));
   EXPECT_THAT(allowed(ordered_json::array()), ElementsAre(true, true, true, true, true, true, true));
   EXPECT_THAT(allowed({"forward"}), ElementsAre(true, true, true, false, false, true, false));
   EXPECT_THAT(allowed({"backward"}), ElementsAre(false, false, false, true, true, false, true));
-  EXPECT_THAT(allowed({"input"}), ElementsAre(true, true, false, true, false, true, false));
-  EXPECT_THAT(allowed({"output"}), ElementsAre(false, false, true, false, true, false, true));
+  EXPECT_THAT(allowed({"input"}), ElementsAre(true, true, false, true, false, true, true));
+  EXPECT_THAT(allowed({"output"}), ElementsAre(false, false, true, false, true, true, true));
   EXPECT_THAT(allowed({"forward", "input"}), ElementsAre(true, true, false, false, false, true, false));
   EXPECT_THAT(allowed({"backward", "output"}), ElementsAre(false, false, false, false, true, false, true));
-  EXPECT_THAT(allowed({"forward", "backward", "output"}), ElementsAre(false, false, true, false, true, false, true));
+  EXPECT_THAT(allowed({"forward", "backward", "output"}), ElementsAre(false, false, true, false, true, true, true));
 }
 
 TEST(CaptureFilter, DataModeUsesWholeSegments) {

@@ -84,6 +84,24 @@ TEST(DumpSemantics, NamesOfNoKnownForm) {
   EXPECT_EQ(entry_backward_of("X.forward"), "X.backward");
 }
 
+// msprobe's scope patterns (RangeScope.check_name_pattern), the regexes written out.
+TEST(DumpSemantics, ScopePatterns) {
+  EXPECT_TRUE(entry_is_api_pattern("Functional.linear.0.forward"));
+  EXPECT_TRUE(entry_is_api_pattern("Tensor.__add__.12.backward"));
+  EXPECT_TRUE(entry_is_api_pattern("Functional..0.forward"));   // ".*" may be empty
+  EXPECT_FALSE(entry_is_api_pattern("Functional.0.forward"));   // no "\." before the count
+  EXPECT_FALSE(entry_is_api_pattern("Custom.linear.0.forward"));
+  EXPECT_FALSE(entry_is_api_pattern("Functional.linear.forward"));
+  EXPECT_FALSE(entry_is_api_pattern("Functional.lin\near.0.forward"));
+  EXPECT_FALSE(entry_is_api_pattern("Module.conv1.Conv2d.forward.0"));
+  EXPECT_TRUE(entry_is_module_pattern("Module.conv1.Conv2d.forward.0"));
+  EXPECT_TRUE(entry_is_module_pattern("Cell.net.Dense.backward.3"));
+  EXPECT_FALSE(entry_is_module_pattern("Module.forward.0"));
+  EXPECT_FALSE(entry_is_module_pattern("Module.a.B.parameters_grad.0"));
+  EXPECT_FALSE(entry_is_module_pattern("Functional.linear.0.forward"));
+  EXPECT_FALSE(entry_is_module_pattern("Module.a.B.forward.x"));
+}
+
 TEST(DumpSemantics, BackwardSlots) {
   EXPECT_EQ(slot_backward_of("input.1.0"), "output.1.0");
   EXPECT_EQ(slot_backward_of("input.0"), "output.0");

@@ -62,6 +62,29 @@ TEST(record, empty_payload_round_trips) {
   EXPECT_EQ(back.header.shape, (std::vector<int64_t>{0, 4}));
 }
 
+// A tensor tprobe cannot read travels as its facts: foreign_dtype instead of dtype, no payload,
+// no stats; one that claims data or statistics as well is malformed.
+TEST(record, foreign_dtype_tensor_round_trips_as_facts) {
+  record r(record_kind::tensor);
+  r.header.entry = "Torch.to.0.forward";
+  r.header.slot = "output.0";
+  r.header.foreign_dtype = "torch.float8_e4m3fn";
+  r.header.shape = {2, 3};
+  r.header.requires_grad = true;
+  record back = round_trip(r);
+  EXPECT_EQ(back.header.foreign_dtype, "torch.float8_e4m3fn");
+  EXPECT_EQ(back.header.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_TRUE(back.header.requires_grad);
+  EXPECT_FALSE(back.has_payload());
+  EXPECT_FALSE(back.header.stats);
+
+  r.header.stats = tensor_stats{};
+  EXPECT_THROW(round_trip(r), framing_error);
+  r.header.stats.reset();
+  r.set_payload(std::vector<std::byte>(6));
+  EXPECT_THROW(round_trip(r), framing_error);
+}
+
 TEST(record, header_only_record_has_one_frame) {
   record r(record_kind::entry);
   r.header.entry = "Module.conv1.Conv2d.forward.0";
