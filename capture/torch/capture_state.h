@@ -1,0 +1,145 @@
+// capture_state.h: the PyTorch capture's one state per process (torch_capture.h has the
+// contracts). Its parts live by concern:
+//   torch_capture.cpp   the session: open/close/start/stop/step, activity, failure, entries
+//   torch_values.cpp    value encoding: an argument or result → tensor, summary, facts or value
+//                       captures (the place to mark tensors whose memory is not to be read)
+//   device_stats.cpp    statistics of device tensors, computed on the device, collected in order
+//   backward_link.cpp   backward entries from the autograd graph
+//   op_callbacks.cpp    the RecordFunction callbacks: operators named, arguments and results
+// Every member function except the callbacks' entry points runs with `mutex` held.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/function.h>
+
+#include "backward_link.h"
+#include "device_stats.h"
+#include "op_callbacks.h"
+#include "torch_capture.h"
+#include "tprobe_capture.h"
+
+namespace tprobe::torch_capture {
+
+// Nesting of observed operators and of autograd nodes on this thread.
+extern thread_local int tl_depth;
+extern thread_local int tl_backward_depth;
+
+// A C API call's TPROBE_ERROR as an exception naming `what` and tprobe_last_error().
+[[noreturn]] void fail_c_api(const char *what);
+int checked(int rc, const char *what);
+
+struct state {
+  std::mutex mutex;
+  tprobe_session *session = nullptr;
+  open_options options;
+  std::string config_text;
+  bool level_ops = false, level_modules = false, mix = false;
+  bool allow_forward = true, allow_backward = true;
+  bool high_precision = false;
+  std::vector<int64_t> ranks, steps;
+
+  bool started = false;
+  std::atomic<bool> ops_on{false}, backward_on{false};
+  uint64_t training_thread = 0;
+  std::optional<at::CallbackHandle> function_callback, backward_callback;
+
+  std::unordered_map<std::string, int64_t> call_counts;  // "Functional.linear." → next n
+  std::vector<std::string> module_stack;                 // forward entries of running modules
+  std::unordered_map<int64_t, open_module> open_modules;
+  int64_t next_token = 1;
+  std::unordered_map<node_key, std::vector<node_subscription>, node_key_hash> node_inputs;
+  std::deque<pending_summary> pending;
+  std::vector<pending_collective> collectives;
+
+  std::mutex info_mutex;
+  std::unordered_map<const char *, std::unique_ptr<op_info>> infos;
+
+  uint64_t operators = 0, unsupported = 0, device_summaries = 0, errors = 0;
+  tprobe_session_counts final_counts{};  // the session's, kept when it closes
+  std::string failure;  // the first failure: capture is off from then on
+  std::atomic<bool> forked{false};  // in a child of fork(): the session belongs to the parent
+
+  // ---- activity (torch_capture.cpp) ----
+
+  bool rank_enabled() const {
+    if (ranks.empty()) return true;
+    const int64_t r = options.rank < 0 ? 0 : options.rank;
+    return std::find(ranks.begin(), ranks.end(), r) != ranks.end();
+  }
+  bool step_enabled() const {
+    if (steps.empty()) return true;
+    const int64_t s = tprobe_current_step(session);
+    return std::find(steps.begin(), steps.end(), s) != steps.end();
+  }
+  // Turns the callbacks on exactly while they can capture something.
+  void update_callbacks();
+  void fail(const std::string &what);
+  // A control call of the C API failed (a detached session, say): the capture goes off, as for
+  // any failure, and the caller hears of it.
+  [[noreturn]] void fail_and_throw(const char *what);
+  void check_failure() const;
+  bool entry_begin(const std::string &entry, const std::optional<std::string> &parent, int stack, int is_recompute);
+
+  // ---- values and tensors (torch_values.cpp) ----
+
+  bool capture_value(const std::string &entry, const std::string &slot, const nlohmann::json &leaf);
+  // A tensor tprobe cannot describe with statistics: its description, statistics null.
+  bool capture_unsupported(const std::string &entry, const std::string &slot, const at::Tensor &t);
+  bool capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
+                    bool requires_grad);
+  bool capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);
+  bool capture_summary_null(const std::string &entry, const std::string &slot, const at::Tensor &t,
+                            DLDataType dtype, bool requires_grad);
+  void collect_collectives();
+  // An operator argument or result at `slot`: tensors, lists of tensors, values. With `edges`,
+  // tensors requiring grad are noted for the backward link.
+  void capture_ivalue(const std::string &entry, const std::string &slot, const c10::IValue &v, std::string_view arg,
+                      bool capture, std::vector<input_edge> *edges);
+
+  // ---- device statistics (device_stats.cpp) ----
+
+  bool capture_device(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
+                      bool requires_grad);
+  // Hands finished device statistics to the session, in order; wait: all of them.
+  void collect_device(bool wait);
+
+  // ---- backward link (backward_link.cpp) ----
+
+  static void note_edge(std::vector<input_edge> &edges, const std::string &forward_slot, const at::Tensor &t);
+  void link_backward(const std::shared_ptr<backward_link> &link, uint64_t begin, std::vector<input_edge> &inputs,
+                     const std::vector<std::pair<at::Tensor, std::string>> &outputs);
+  void add_grad_input_hook(Node *n, const std::shared_ptr<backward_link> &link,
+                           std::vector<std::pair<size_t, std::string>> leaving);
+  // Announces a backward entry; true when it is captured.
+  bool backward_begin(backward_link &link);
+  // A node's post hook: the gradients leaving it toward the forward's inputs.
+  void backward_outputs(backward_link &link, const std::vector<std::pair<size_t, std::string>> &leaving,
+                        const torch::autograd::variable_list &grads);
+  // The BACKWARD_FUNCTION callback: a node starts with the gradients of forward outputs.
+  void backward_node(const at::RecordFunction &fn);
+
+  // ---- operators (op_callbacks.cpp) ----
+
+  const op_info &info_of(const at::RecordFunction &fn);
+  std::unique_ptr<at::ObserverContext> op_begin(const at::RecordFunction &fn, int depth);
+  void op_end(const at::RecordFunction &fn, op_context &ctx);
+};
+
+// The process's state, never destroyed: operators and hooks may run during exit.
+state &the_state();
+
+}  // namespace tprobe::torch_capture

@@ -1,0 +1,186 @@
+// op_callbacks.cpp: the operator and autograd-node callbacks (at::RecordFunction), registered
+// once per process and enabled while capturing (op_callbacks.h).
+#include "op_callbacks.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <ATen/SequenceNumber.h>
+#include <ATen/core/function_schema.h>
+
+#include "capture_state.h"
+#include "python_stack.h"
+
+namespace tprobe::torch_capture {
+
+const op_info &state::info_of(const at::RecordFunction &fn) {
+  // Keyed by the name's address, which for dispatcher operators is their schema's (one per
+  // overload, alive as long as the operator); the name check catches a reused address.
+  // Ranges named by a temporary string (no schema) are not cached: their addresses are not
+  // stable, and the map would grow with every new one.
+  static const op_info not_an_operator;
+  const char *name = fn.name();
+  std::lock_guard lock(info_mutex);
+  if (auto it = infos.find(name); it != infos.end() && it->second->name == name) return *it->second;
+  const auto schema = fn.operator_schema();
+  if (!schema) return not_an_operator;
+  auto info = std::make_unique<op_info>();
+  info->name = name;
+  info->outer = op_name_of(name, false);
+  info->nested = op_name_of(name, true);
+  info->has_schema = true;
+  for (const auto &a : schema->arguments()) info->arguments.push_back({a.name(), a.kwarg_only()});
+  auto &slot = infos[name];
+  slot = std::move(info);
+  return *slot;
+}
+
+std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &fn, int depth) {
+  const op_info &info = info_of(fn);
+  if (!info.has_schema) return nullptr;
+  // The stack first: it takes the GIL, which must never be awaited under our mutex.
+  const int stack = options.stacks && allow_forward ? python_stack_current() : -1;
+  std::lock_guard lock(mutex);
+  if (!ops_on.load() || !session) return nullptr;
+  try {
+    collect_collectives();
+    auto ctx = std::make_unique<op_context>();
+    const op_name &n = depth == 0 ? info.outer : info.nested;
+    std::string base = n.prefix + "." + n.api + ".";
+    const int64_t count = call_counts[base]++;
+    base += std::to_string(count);
+    ctx->forward = base + ".forward";
+    ctx->backward = base + ".backward";
+    if (mix && !module_stack.empty()) {
+      ctx->parent = module_stack.back();
+      ctx->backward_parent = backward_name(module_stack.back());
+    }
+    ++operators;
+    const bool forward = allow_forward && entry_begin(ctx->forward, ctx->parent, stack, 0);
+    ctx->capture_outputs = forward;
+    ctx->link = allow_backward && at::GradMode::is_enabled();
+    if (ctx->link) ctx->sequence_begin = at::sequence_number::peek();
+    if (!forward && !ctx->link) return nullptr;
+    const auto inputs = fn.inputs();
+    if (forward && n.prefix == "Distributed") {
+      ctx->collective = true;
+      ctx->arguments.assign(inputs.begin(), inputs.end());
+    }
+    size_t positional = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const bool kw = i < info.arguments.size() && info.arguments[i].kwarg_only;
+      const std::string arg = i < info.arguments.size() ? info.arguments[i].name : std::string();
+      const std::string slot = kw ? "kwargs." + arg : "input." + std::to_string(positional++);
+      capture_ivalue(ctx->forward, slot, inputs[i], arg, forward, ctx->link ? &ctx->inputs : nullptr);
+    }
+    if (ctx->link && std::none_of(ctx->inputs.begin(), ctx->inputs.end(), [](const input_edge &e) {
+          return e.receives();
+        }))
+      ctx->link = false;  // no input requires grad, so no output will
+    if (!forward && !ctx->link) return nullptr;
+    return ctx;
+  } catch (const std::exception &e) {
+    fail(e.what());
+    return nullptr;
+  }
+}
+
+void state::op_end(const at::RecordFunction &fn, op_context &ctx) {
+  std::lock_guard lock(mutex);
+  if (!session) return;
+  try {
+    const auto &outputs = fn.outputs();
+    // A single list result (split, unbind) is the output list itself, as msprobe's is.
+    const bool flatten = outputs.size() == 1 && outputs[0].isTensorList();
+    std::vector<std::pair<at::Tensor, std::string>> linked;
+    if (ctx.collective) collectives.push_back({ctx.forward, std::move(ctx.arguments)});
+    auto add = [&](const c10::IValue &v, const std::string &slot) {
+      if (ctx.capture_outputs && !ctx.collective) capture_ivalue(ctx.forward, slot, v, {}, true, nullptr);
+      if (ctx.link && v.isTensor()) linked.emplace_back(v.toTensor(), slot);
+    };
+    if (flatten) {
+      const auto list = outputs[0].toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) add(c10::IValue(list.get(j)), "output." + std::to_string(j));
+    } else {
+      for (size_t i = 0; i < outputs.size(); ++i) add(outputs[i], "output." + std::to_string(i));
+    }
+    if (ctx.link && backward_on.load()) {
+      auto link = make_link(ctx.backward, ctx.backward_parent);
+      link_backward(link, ctx.sequence_begin, ctx.inputs, linked);
+    }
+  } catch (const std::exception &e) {
+    fail(e.what());
+  }
+}
+
+namespace {
+
+// ---- RecordFunction callbacks: registered once per process, enabled while capturing ----
+
+bool is_own(const at::RecordFunction &fn) { return std::strncmp(fn.name(), "tprobe::", 8) == 0; }
+
+// In a forked child (a DataLoader worker) the callbacks are still enabled but capture nothing:
+// turn them off for good at the first chance outside the fork handler, where taking the callback
+// registry's lock is safe.
+void quiesce_after_fork(state &s) {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true)) return;
+  if (s.function_callback) at::disableCallback(*s.function_callback);
+  if (s.backward_callback) at::disableCallback(*s.backward_callback);
+}
+
+std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction &fn) {
+  if (is_own(fn)) return nullptr;
+  const int depth = tl_depth++;
+  state &s = the_state();
+  if (s.forked) {
+    quiesce_after_fork(s);
+    return nullptr;
+  }
+  if (!s.ops_on.load(std::memory_order_relaxed) || tl_backward_depth > 0 || depth >= s.options.op_depth ||
+      at::RecordFunction::currentThreadId() != s.training_thread)
+    return nullptr;
+  return s.op_begin(fn, depth);
+}
+
+void on_function_end(const at::RecordFunction &fn, at::ObserverContext *ctx) {
+  if (is_own(fn)) return;
+  --tl_depth;
+  if (ctx) the_state().op_end(fn, *static_cast<op_context *>(ctx));
+}
+
+std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction &fn) {
+  ++tl_backward_depth;
+  state &s = the_state();
+  if (s.forked) quiesce_after_fork(s);
+  else if (s.backward_on.load(std::memory_order_relaxed)) s.backward_node(fn);
+  return nullptr;
+}
+
+void on_backward_end(const at::RecordFunction &, at::ObserverContext *) { --tl_backward_depth; }
+
+}  // namespace
+
+void register_callbacks(state &s) {
+  if (s.function_callback) return;
+  s.function_callback = at::addGlobalCallback(at::RecordFunctionCallback(on_function_start, on_function_end)
+                                                  .needsInputs(true)
+                                                  .needsOutputs(true)
+                                                  .scopes({at::RecordScope::FUNCTION}));
+  at::disableCallback(*s.function_callback);
+  s.backward_callback = at::addGlobalCallback(at::RecordFunctionCallback(on_backward_start, on_backward_end)
+                                                  .needsInputs(true)
+                                                  .scopes({at::RecordScope::BACKWARD_FUNCTION}));
+  at::disableCallback(*s.backward_callback);
+  // A forked child (a DataLoader worker) inherits our state but not the sender thread.
+  pthread_atfork(nullptr, nullptr, [] {
+    state &c = the_state();
+    c.forked = true;
+    c.ops_on = false;
+    c.backward_on = false;
+  });
+}
+
+}  // namespace tprobe::torch_capture

@@ -1,0 +1,242 @@
+// torch_values.cpp: value encoding, how an operator argument or result becomes capture calls
+// (torch_values.h, capture_state.h).
+#include "torch_values.h"
+
+#include <cmath>
+
+#include "capture_state.h"
+
+namespace tprobe::torch_capture {
+
+using json = nlohmann::json;
+
+// ---- values ----
+
+std::string python_dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float: return "torch.float32";
+    case c10::ScalarType::Double: return "torch.float64";
+    case c10::ScalarType::Half: return "torch.float16";
+    case c10::ScalarType::BFloat16: return "torch.bfloat16";
+    case c10::ScalarType::Long: return "torch.int64";
+    case c10::ScalarType::Int: return "torch.int32";
+    case c10::ScalarType::Short: return "torch.int16";
+    case c10::ScalarType::Char: return "torch.int8";
+    case c10::ScalarType::Byte: return "torch.uint8";
+    case c10::ScalarType::Bool: return "torch.bool";
+    case c10::ScalarType::ComplexFloat: return "torch.complex64";
+    case c10::ScalarType::ComplexDouble: return "torch.complex128";
+    case c10::ScalarType::ComplexHalf: return "torch.complex32";
+    default: break;
+  }
+  return std::string("torch.") + c10::toString(t);
+}
+
+json real_leaf(double v) {
+  // JSON has no NaN/Inf; msprobe's Python writes them as bare tokens, which a JSON value cannot
+  // carry through the record's msgpack: spell them as Python would print them.
+  if (std::isnan(v)) return json{{"type", "float"}, {"value", "nan"}};
+  if (std::isinf(v)) return json{{"type", "float"}, {"value", v > 0 ? "inf" : "-inf"}};
+  return json{{"type", "float"}, {"value", v}};
+}
+
+// msprobe's JSON leaf of a non-tensor argument (msprobe-compat.md §1.7). `arg` is the schema's
+// argument name: ints named dtype / memory_format / layout are enums.
+json ivalue_leaf(const c10::IValue &v, std::string_view arg) {
+  if (v.isNone()) return nullptr;
+  if (v.isBool()) return json{{"type", "bool"}, {"value", v.toBool()}};
+  if (v.isInt()) {
+    const int64_t i = v.toInt();
+    if (arg == "dtype" && i >= 0 && i < static_cast<int64_t>(c10::ScalarType::NumOptions))
+      return json{{"type", "torch.dtype"}, {"value", python_dtype_name(static_cast<c10::ScalarType>(i))}};
+    if (arg == "memory_format") {
+      static const char *names[] = {"contiguous_format", "preserve_format", "channels_last", "channels_last_3d"};
+      if (i >= 0 && i < 4) return json{{"type", "torch.memory_format"}, {"format", names[i]}};
+    }
+    if (arg == "layout") return json{{"type", "torch.layout"}, {"value", i == 0 ? "torch.strided" : "torch.sparse_coo"}};
+    return json{{"type", "int"}, {"value", i}};
+  }
+  if (v.isDouble()) return real_leaf(v.toDouble());
+  if (v.isComplexDouble()) {
+    const auto c = v.toComplexDouble();
+    return json{{"type", "complex"}, {"value", "(" + std::to_string(c.real()) + "+" + std::to_string(c.imag()) + "j)"}};
+  }
+  if (v.isString()) return json{{"type", "str"}, {"value", v.toStringRef()}};
+  if (v.isDevice()) return json{{"type", "torch.device"}, {"value", v.toDevice().str()}};
+  if (v.isIntList()) {
+    json a = json::array();
+    for (int64_t i : v.toIntVector()) a.push_back(json{{"type", "int"}, {"value", i}});
+    return a;
+  }
+  if (v.isDoubleList()) {
+    json a = json::array();
+    for (double d : v.toDoubleVector()) a.push_back(real_leaf(d));
+    return a;
+  }
+  if (v.isBoolList()) {
+    json a = json::array();
+    for (bool b : v.toBoolList()) a.push_back(json{{"type", "bool"}, {"value", b}});
+    return a;
+  }
+  if (v.isList()) {
+    json a = json::array();
+    for (const c10::IValue &e : v.toListRef()) a.push_back(ivalue_leaf(e, {}));
+    return a;
+  }
+  if (v.isTuple()) {
+    json a = json::array();
+    for (const c10::IValue &e : v.toTupleRef().elements()) a.push_back(ivalue_leaf(e, {}));
+    return a;
+  }
+  return nullptr;  // generators, objects: msprobe writes null for unsupported types
+}
+
+// ---- tensors ----
+
+bool dl_dtype_of(c10::ScalarType t, DLDataType &out) {
+  auto set = [&](uint8_t code, uint8_t bits) {
+    out = DLDataType{code, bits, 1};
+    return true;
+  };
+  switch (t) {
+    case c10::ScalarType::Float: return set(kDLFloat, 32);
+    case c10::ScalarType::Double: return set(kDLFloat, 64);
+    case c10::ScalarType::Half: return set(kDLFloat, 16);
+    case c10::ScalarType::BFloat16: return set(kDLBfloat, 16);
+    case c10::ScalarType::Char: return set(kDLInt, 8);
+    case c10::ScalarType::Short: return set(kDLInt, 16);
+    case c10::ScalarType::Int: return set(kDLInt, 32);
+    case c10::ScalarType::Long: return set(kDLInt, 64);
+    case c10::ScalarType::Byte: return set(kDLUInt, 8);
+    case c10::ScalarType::Bool: return set(TPROBE_DL_BOOL, 8);
+    case c10::ScalarType::ComplexFloat: return set(kDLComplex, 64);
+    case c10::ScalarType::ComplexDouble: return set(kDLComplex, 128);
+    default: return false;
+  }
+}
+
+// A Python number that torch wrapped into a 0-d CPU tensor (`x + 1`): dumped as the number.
+std::optional<json> wrapped_number_leaf(const at::Tensor &t) {
+  if (!t.unsafeGetTensorImpl()->is_wrapped_number() || !t.device().is_cpu() || t.dim() != 0) return std::nullopt;
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Double: return real_leaf(*static_cast<const double *>(t.data_ptr()));
+    case c10::ScalarType::Long: return json{{"type", "int"}, {"value", *static_cast<const int64_t *>(t.data_ptr())}};
+    case c10::ScalarType::Bool: return json{{"type", "bool"}, {"value", *static_cast<const bool *>(t.data_ptr())}};
+    default: return std::nullopt;
+  }
+}
+
+// ---- state: entries and tensors (mutex held) ----
+
+bool state::capture_value(const std::string &entry, const std::string &slot, const json &leaf) {
+  return checked(tprobe_capture_value(session, entry.c_str(), slot.c_str(), leaf.dump().c_str()), "value") ==
+         TPROBE_OK;
+}
+
+bool state::capture_unsupported(const std::string &entry, const std::string &slot, const at::Tensor &t) {
+  ++unsupported;
+  json leaf{{"type", "torch.Tensor"},
+            {"dtype", python_dtype_name(t.scalar_type())},
+            {"shape", t.sizes().vec()},
+            {"Max", nullptr},
+            {"Min", nullptr},
+            {"Mean", nullptr},
+            {"Norm", nullptr},
+            {"requires_grad", t.requires_grad()}};
+  return capture_value(entry, slot, leaf);
+}
+
+bool state::capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
+                  bool requires_grad) {
+  DLTensor dl{};
+  dl.data = t.data_ptr();
+  dl.device = DLDevice{kDLCPU, 0};
+  dl.ndim = static_cast<int>(t.dim());
+  dl.dtype = dtype;
+  dl.shape = const_cast<int64_t *>(t.sizes().data());
+  dl.strides = const_cast<int64_t *>(t.strides().data());
+  dl.byte_offset = 0;
+  return checked(tprobe_capture_tensor(session, entry.c_str(), slot.c_str(), &dl, requires_grad), "tensor") ==
+         TPROBE_OK;
+}
+
+bool state::capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t) {
+  if (!t.defined()) return capture_value(entry, slot, nullptr);
+  if (auto number = wrapped_number_leaf(t)) return capture_value(entry, slot, *number);
+  // Our own reductions and copies are not the model's operators.
+  at::DisableRecordFunctionGuard no_record;
+  at::NoGradGuard no_grad;
+  DLDataType dtype{};
+  if (!dl_dtype_of(t.scalar_type(), dtype) || t.is_sparse() || t.is_quantized() || t.is_mkldnn() ||
+      (!t.is_meta() && !t.has_storage()))
+    return capture_unsupported(entry, slot, t);
+  const bool requires_grad = t.requires_grad();
+  if (t.is_meta()) return capture_summary_null(entry, slot, t, dtype, requires_grad);
+  if (t.is_cuda()) {
+    unsigned flags = 0;
+    if (checked(tprobe_capture_query(session, entry.c_str(), slot.c_str(), &flags), "query") != TPROBE_OK)
+      return false;
+    if (flags == 0) return capture_device(entry, slot, t, dtype, requires_grad);
+    return capture_host(entry, slot, t.cpu().resolve_conj().resolve_neg(), dtype, requires_grad);
+  }
+  if (!t.device().is_cpu()) return capture_host(entry, slot, t.cpu().resolve_conj().resolve_neg(), dtype, requires_grad);
+  // Conjugate and negative views keep their bit in the tensor, not in memory.
+  if (t.is_conj() || t.is_neg()) return capture_host(entry, slot, t.resolve_conj().resolve_neg(), dtype, requires_grad);
+  return capture_host(entry, slot, t, dtype, requires_grad);
+}
+
+bool state::capture_summary_null(const std::string &entry, const std::string &slot, const at::Tensor &t,
+                          DLDataType dtype, bool requires_grad) {
+  tprobe_tensor_summary s{};
+  s.dtype = dtype;
+  const auto sizes = t.sizes();
+  s.ndim = static_cast<int>(sizes.size());
+  s.shape = sizes.data();
+  const std::string device = t.device().str();
+  s.device = device.c_str();
+  s.requires_grad = requires_grad;
+  s.max = s.min = s.mean = s.norm = stat_null();
+  return checked(tprobe_capture_summary(session, entry.c_str(), slot.c_str(), &s), "summary") == TPROBE_OK;
+}
+
+// msprobe's output of a collective is its in-place buffers after the communication (§1.5). The
+// operator returns before that (the caller waits on its work handle, outside any operator), so
+// the buffers are read later: at the next captured operator, or at stop/step/close, by which
+// time a synchronous collective has completed. An asynchronous one still in flight by then is
+// read mid-communication (docs/pytorch.md).
+void state::collect_collectives() {
+  if (collectives.empty()) return;
+  auto done = std::move(collectives);
+  collectives.clear();
+  for (const auto &c : done)
+    for (size_t i = 0; i < c.arguments.size(); ++i)
+      capture_ivalue(c.entry, "output." + std::to_string(i), c.arguments[i], {}, true, nullptr);
+}
+
+void state::capture_ivalue(const std::string &entry, const std::string &slot, const c10::IValue &v,
+                    std::string_view arg, bool capture, std::vector<input_edge> *edges) {
+  if (v.isTensor()) {
+    const at::Tensor &t = v.toTensor();
+    if (capture) capture_tensor(entry, slot, t);
+    if (edges) note_edge(*edges, slot, t);
+  } else if (v.isTensorList()) {
+    const auto list = v.toTensorList();
+    if (capture && list.size() == 0) capture_value(entry, slot, json::array());
+    for (size_t j = 0; j < list.size(); ++j)
+      capture_ivalue(entry, slot + "." + std::to_string(j), c10::IValue(list.get(j)), {}, capture, edges);
+  } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
+    const auto list = v.toListRef();
+    bool has_tensor = false;
+    for (const auto &e : list) has_tensor = has_tensor || e.isTensor();
+    if (!has_tensor) {
+      if (capture) capture_value(entry, slot, ivalue_leaf(v, arg));
+      return;
+    }
+    for (size_t j = 0; j < list.size(); ++j)
+      capture_ivalue(entry, slot + "." + std::to_string(j), list[j], {}, capture, edges);
+  } else if (capture) {
+    capture_value(entry, slot, ivalue_leaf(v, arg));
+  }
+}
+
+}  // namespace tprobe::torch_capture

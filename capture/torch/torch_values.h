@@ -1,0 +1,31 @@
+// torch_values.h: value encoding for the PyTorch capture. How an ATen value is described:
+// tensors by their DLPack dtype (or, for what tprobe cannot read, by their facts alone), other
+// values as msprobe's JSON leaves (msprobe-compat.md §1.7). The routing of an operator argument to
+// the capture calls (capture_tensor, capture_ivalue, …) is state's, in torch_values.cpp.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <dlpack/dlpack.h>
+#include <nlohmann/json.hpp>
+
+namespace tprobe::torch_capture {
+
+// str(dtype) as Python prints it: "torch.float32", "torch.bfloat16", …
+std::string python_dtype_name(c10::ScalarType t);
+
+// msprobe's JSON leaf of a non-tensor argument. `arg` is the schema's argument name: ints named
+// dtype / memory_format / layout are enums.
+nlohmann::json ivalue_leaf(const c10::IValue &v, std::string_view arg);
+
+// The DLPack type of a scalar type tprobe reads; false for the others (fp8, quantized, …).
+bool dl_dtype_of(c10::ScalarType t, DLDataType &out);
+
+// A Python number that torch wrapped into a 0-d CPU tensor (`x + 1`): dumped as the number.
+std::optional<nlohmann::json> wrapped_number_leaf(const at::Tensor &t);
+
+}  // namespace tprobe::torch_capture
