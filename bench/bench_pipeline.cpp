@@ -98,11 +98,12 @@ struct pipeline_result {
   uint64_t received = 0;  // records reaching the end (writer records or sink count)
   tprobe_session_counts counts{};
   std::vector<double> latencies_ns;  // per capture call, when asked for
+  std::vector<double> step_ns;       // per step() call
 };
 
 // Runs capture -> stats -> (writer | null sink) with `n` tensors of `elems` float32 over `steps`.
 pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t elems, long steps,
-                             tprobe_stats_mode mode, bool time_calls) {
+                             tprobe_stats_mode mode, bool time_calls, bool async_dump = false) {
   static int run_id = 0;
   ++run_id;
   const std::string stats_ep = "ipc://" + dir + "/stats" + std::to_string(run_id);
@@ -111,8 +112,8 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
   const std::string config = dir + "/config" + std::to_string(run_id) + ".json";
   {
     std::ofstream f(config);
-    f << R"({"task":"statistics","dump_path":")" << dump
-      << R"(","level":"L1","statistics":{"scope":[],"list":[],"data_mode":["all"],"summary_mode":"statistics"}})";
+    f << R"({"task":"statistics","dump_path":")" << dump << R"(","async_dump":)" << (async_dump ? "true" : "false")
+      << R"(,"level":"L1","statistics":{"scope":[],"list":[],"data_mode":["all"],"summary_mode":"statistics"}})";
   }
 
   zmq::context_t ctx;
@@ -217,7 +218,9 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
       }
     }
     check(tprobe_stop(s), "tprobe_stop");
+    const auto s0 = clock_type::now();
     check(tprobe_step(s), "tprobe_step");
+    res.step_ns.push_back(std::chrono::duration<double, std::nano>(clock_type::now() - s0).count());
   }
   tprobe_session_counts_get(s, &res.counts);
   check(tprobe_session_close(s), "tprobe_session_close");
@@ -323,6 +326,21 @@ int main(int argc, char **argv) try {
                 "waits %llu]\n",
                 bytes / 1024, p50, p99, cold50, hot50, over, over <= 2.0 ? "MET" : "NOT MET", n,
                 static_cast<unsigned long long>(r.counts.waits));
+    std::fflush(stdout);
+  }
+
+  // 5. what the step barrier costs: step() returns once the writer has written the step's files
+  // (issue 12), against async_dump, whose step() only queues the step's end. Per step: 100
+  // entries of 1 KiB, the dump.json of a small model.
+  {
+    const long steps = std::max<long>(20, a.steps / 2), per_step = 100;
+    auto sync = run_pipeline(dir, true, steps * per_step, 256, steps, TPROBE_STATS_COPY, false, false);
+    auto async = run_pipeline(dir, true, steps * per_step, 256, steps, TPROBE_STATS_COPY, false, true);
+    const double sync50 = percentile(sync.step_ns, 0.5) / 1e6, async50 = percentile(async.step_ns, 0.5) / 1e6;
+    std::printf("step() with barrier: p50 %.2f ms  p99 %.2f ms; async_dump: p50 %.3f ms  (+%.2f ms per step, "
+                "%ld entries per step; whole run %.3f s vs %.3f s = %.2fx)\n",
+                sync50, percentile(sync.step_ns, 0.99) / 1e6, async50, sync50 - async50, per_step, sync.seconds,
+                async.seconds, sync.seconds / async.seconds);
     std::fflush(stdout);
   }
 
