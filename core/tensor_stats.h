@@ -63,6 +63,10 @@ tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool 
 
 // zlib CRC-32 (polynomial 0xEDB88320) of a byte range; msprobe formats it as "%08x".
 uint32_t crc32_bytes(const void *data, size_t size);
+// Continues a CRC-32 over more bytes: crc32_update(crc32_bytes(a), b) == crc32_bytes(a ++ b).
+uint32_t crc32_update(uint32_t crc, const void *data, size_t size);
+// zlib's crc32, the reference the above must equal (tests, bench/bench_crc.cpp).
+uint32_t crc32_bytes_zlib(const void *data, size_t size);
 
 // Round-trip helpers used by the statistics code and by tests.
 float bfloat16_to_float(uint16_t bits);

@@ -571,6 +571,38 @@ TEST(Crc32, KnownValues) {
   EXPECT_EQ(crc32_bytes(grad.data(), grad.size() * sizeof(float)), 0xe2863940u);
 }
 
+TEST(crc32, equals_zlib_at_every_length_and_alignment) {
+  // The vectorised CRC (ISA-L, when built with it) folds 16/64-byte blocks: lengths and start
+  // offsets around those sizes, and a large buffer, must all give zlib's value.
+  std::vector<unsigned char> buf(1 << 20);
+  uint32_t x = 12345;
+  for (auto &b : buf) b = static_cast<unsigned char>((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t offset : {0, 1, 3, 7, 15}) {
+    for (size_t n = 0; n < 300; ++n)
+      ASSERT_EQ(crc32_bytes(buf.data() + offset, n), crc32_bytes_zlib(buf.data() + offset, n)) << offset << " " << n;
+  }
+  EXPECT_EQ(crc32_bytes(buf.data() + 5, buf.size() - 5), crc32_bytes_zlib(buf.data() + 5, buf.size() - 5));
+  EXPECT_EQ(crc32_update(crc32_bytes(buf.data(), 1000), buf.data() + 1000, 5000), crc32_bytes_zlib(buf.data(), 6000));
+}
+
+TEST(crc32, taken_in_the_statistics_pass_equals_a_pass_of_its_own) {
+  // The statistics of a large tensor are summed in pieces when a CRC is wanted: the same values
+  // to the bit, and the CRC of the whole.
+  for (size_t count : {size_t{1}, size_t{4095}, size_t{65536}, size_t{65537}, size_t{1000003}}) {
+    std::vector<float> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = std::sin(static_cast<float>(i)) * 1000.0f;
+    if (count > 70000) v[70000] = INFINITY;
+    const auto plain = tensor_stats_compute(v.data(), dtype::float32, count, false, {});
+    const auto fused = tensor_stats_compute(v.data(), dtype::float32, count, false, {.crc32 = true});
+    EXPECT_EQ(fused.max, plain.max);
+    EXPECT_EQ(fused.min, plain.min);
+    EXPECT_EQ(fused.mean, plain.mean);
+    EXPECT_EQ(fused.norm, plain.norm);
+    EXPECT_EQ(fused.inf_count, plain.inf_count);
+    EXPECT_EQ(fused.crc32, std::optional<uint32_t>(crc32_bytes_zlib(v.data(), count * 4))) << count;
+  }
+}
+
 TEST(Crc32, OfTensorRawBytes) {
   const auto data = random_floats(1234, 99);
   stats_options o;

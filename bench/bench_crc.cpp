@@ -1,0 +1,71 @@
+// bench_crc.cpp: CRC-32 (summary_mode md5) throughput against one read pass over the same memory,
+// measured in the same run: the goal is a checksum at memory speed (issue 16).
+//
+//   tprobe-bench-crc [--mib N] [--reps N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tensor_stats.h"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+template <class F>
+double best_gbps(size_t bytes, int reps, F &&f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return static_cast<double>(bytes) / best / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  size_t mib = 256;
+  int reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--mib")) mib = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  }
+  const size_t bytes = mib << 20;
+  std::vector<float> data(bytes / 4);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 1000) * 0.001f;
+  // The baseline: one vectorised read pass (integer sum: no floating-point order to keep).
+  volatile uint64_t sink = 0;
+  const auto *words = reinterpret_cast<const uint64_t *>(data.data());
+  const double read = best_gbps(bytes, reps, [&] {
+    uint64_t acc = 0;
+    for (size_t i = 0; i < bytes / 8; ++i) acc += words[i];
+    sink = acc;
+  });
+  uint32_t crc_fast = 0, crc_zlib = 0;
+  const double fast = best_gbps(bytes, reps, [&] { crc_fast = tprobe::crc32_bytes(data.data(), bytes); });
+  const double zlib = best_gbps(bytes, reps, [&] { crc_zlib = tprobe::crc32_bytes_zlib(data.data(), bytes); });
+  tprobe::stats_options plain{}, with_crc{.high_precision = false, .crc32 = true};
+  const double stats = best_gbps(bytes, reps, [&] {
+    (void)tprobe::tensor_stats_compute(data.data(), tprobe::dtype::float32, data.size(), false, plain);
+  });
+  const double stats_crc = best_gbps(bytes, reps, [&] {
+    (void)tprobe::tensor_stats_compute(data.data(), tprobe::dtype::float32, data.size(), false, with_crc);
+  });
+  std::printf("tprobe CRC-32 benchmark (%zu MiB float32, best of %d)\n", mib, reps);
+  std::printf("one read pass (u64 sum):    %6.2f GB/s  (baseline)\n", read);
+  std::printf("crc32_bytes (tprobe):       %6.2f GB/s  = %.2fx the read pass  %s\n", fast, fast / read,
+              crc_fast == crc_zlib ? "(equals zlib)" : "(DIFFERS FROM ZLIB)");
+  std::printf("zlib crc32:                 %6.2f GB/s  = %.2fx the read pass\n", zlib, zlib / read);
+  std::printf("statistics:                 %6.2f GB/s\n", stats);
+  std::printf("statistics + CRC (md5 mode): %5.2f GB/s  = %.2fx the statistics alone (goal: md5 costs little "
+              "more than statistics)\n", stats_crc, stats / stats_crc);
+  (void)sink;
+  return crc_fast == crc_zlib ? 0 : 1;
+}
