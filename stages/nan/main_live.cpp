@@ -12,13 +12,22 @@ int main(int argc, char **argv) {
     nan_live_options o;
     o.output_dir = "./output";
     stage_add_common_options(app, d, common);
+    bool stop_capture = false;
     app.add_option("--output-dir", o.output_dir, d.options[0].doc);
+    app.add_flag("--stop-capture", stop_capture, d.options[1].doc);
     stage_parse(app, argc, argv);
     o.log = stdout;
 
     stage_install_signal_handlers();
     zmq::context_t ctx;
     stage_io io(ctx, common.io);
+    control_sender control(ctx);
+    if (stop_capture)
+      o.on_verdict = [&](const nan_live_verdict &v) {  // the control path of docs/wire-format.md
+        record stop(record_kind::control);
+        stop.header.meta = {{"command", "stop"}, {"from", "tprobe-nan-live"}, {"reason", v.line}};
+        for (const auto &ep : v.controls) (void)control.send(ep, stop);
+      };
     stage_signal_ready(common.ready_fd);
     const auto r = nan_live_run(io, o);
 

@@ -19,6 +19,7 @@ const stage_description &nan_live_stage_description() {
       true,
       {
           {"output-dir", "string", "./output", "folder for anomaly_analyze_{ns}.json of the first verdict"},
+          {"stop-capture", "bool", "false", "stop every capture of the job once the first producer is named"},
       }};
   return d;
 }
@@ -66,6 +67,8 @@ class live_nan {
     int32_t rank = r.header.rank;
     if (rank < 0 && m.is_object() && m.contains("rank") && m["rank"].is_number_integer()) rank = m["rank"].get<int32_t>();
     ranks_.insert(rank_of(rank));
+    if (m.is_object() && m.contains("control") && m["control"].is_string())
+      controls_.push_back(m["control"].get<std::string>());
     if (m.is_object() && m.contains("framework") && m["framework"].is_string())
       framework_[r.header.run] = m["framework"].get<std::string>();
     if (!rules_ && m.is_object())
@@ -193,10 +196,12 @@ class live_nan {
     r.header.meta = {{"event", "first_producer"}, {"step", step},       {"rank", v->first.rank},
                      {"entry", v->first.entry},   {"line", out.line}, {"file", out.file}};
     io_.send(r);
+    out.controls = controls_;
     res_.first = out;
     if (o_.on_verdict) o_.on_verdict(*res_.first);
   }
 
+  std::vector<std::string> controls_;
   stage_io &io_;
   const nan_live_options &o_;
   std::optional<nan_rules> rules_;

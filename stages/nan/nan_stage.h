@@ -61,6 +61,7 @@ struct nan_live_verdict {
   nan_verdict verdict;
   std::string line;  // nan_answer_line()
   std::string file;  // "" when no output_dir
+  std::vector<std::string> controls;  // the control endpoints of the job's captures (session records)
 };
 
 struct nan_live_options {
