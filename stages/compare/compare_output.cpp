@@ -303,6 +303,12 @@ void compare_write_json(const compare_table &t, const std::string &path, const s
       colors.push_back(r.color == row_color::red ? json("red") : r.color == row_color::yellow ? json("yellow") : json(nullptr));
     tail["highlight"] = std::move(colors);
   }
+  // Each row's verdict, so a reader (the report stage) need not re-derive msprobe's rules per mode:
+  // "f" failing (compare_row_failing), "e" tensor files not read, "u" no bench row, "o" otherwise.
+  std::string status(t.rows.size(), 'o');
+  for (size_t i = 0; i < t.rows.size(); ++i)
+    status[i] = compare_row_failing(t, i) ? 'f' : compare_row_error(t, i) ? 'e' : t.rows[i].bench ? 'o' : 'u';
+  tail["row_status"] = std::move(status);
   tail["failing_rows"] = failing;
   tail["unmatched_rows"] = unmatched;
   tail["error_rows"] = errors;

@@ -22,6 +22,8 @@
 //    "npu": "<npu dump.json>", "bench": "<bench dump.json>", "rank": "rank0"|null,
 //    "columns": [...], "rows": [[cell, ...], ...],        cells: number, string, bool or null
 //    "highlight": ["red"|"yellow"|null, ...] (only with highlighting),
+//    "row_status": "ofeu…": one character per row: f failing (compare_row_failing), e error row,
+//                  u unmatched (no bench row), o otherwise,
 //    "failing_rows": N, "unmatched_rows": N, "error_rows": N (rows whose tensor files could not be read),
 //    "paired_by_name": N, "paired_by_alignment": N (paired rows by how: compare_match.h),
 //    "advisor": {"line": "12"|"NA", "suspect_nodes": "...", "expert_advice": "..."} | null}

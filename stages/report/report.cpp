@@ -1,0 +1,864 @@
+// report.cpp: reading the result files and rendering the page (see report.h).
+#include "report.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "dump_semantics.h"
+#include "errors.h"
+#include "pyjson.h"
+#include "report_page.h"
+#include "safe_path.h"
+
+#ifndef TPROBE_VERSION
+#define TPROBE_VERSION "unknown"
+#endif
+
+namespace tprobe {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+const stage_description &report_stage_description() {
+  static const stage_description d{
+      "report",
+      "one self-contained HTML page and a terminal summary of compare, nan-analyze and gradsim results",
+      true,
+      false,
+      {
+          {"output", "string", "report.html", "the HTML page to write"},
+          {"results", "list", "", "result folders or files (compare_result*.json, anomaly_analyze_*.json, "
+                                  "similarities.csv); as a manifest stage, announced result folders join them"},
+          {"title", "string", "tprobe report", "the page's title"},
+      }};
+  return d;
+}
+
+bool report_model::negative() const {
+  for (const auto &c : compares)
+    if (c.failing > 0 || c.errors > 0) return true;
+  for (const auto &n : nans)
+    if (!n.ranks.empty()) return true;
+  for (const auto &g : gradsims)
+    if (g.first_suspect_step) return true;
+  return false;
+}
+
+namespace {
+
+std::string read_text(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw system_error(fmt::format("unable to open {}: {}", path, std::strerror(errno)));
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw system_error(fmt::format("unable to read {}", path));
+  return s.str();
+}
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// RFC 4180 rows (quoted fields, doubled quotes, CRLF or LF); a leading UTF-8 BOM is skipped.
+std::vector<std::vector<std::string>> csv_parse(std::string_view text) {
+  if (starts_with(text, "\xEF\xBB\xBF")) text.remove_prefix(3);
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> row;
+  std::string field;
+  bool quoted = false, any = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field += c;
+      }
+      continue;
+    }
+    if (c == '"') {
+      quoted = true;
+      any = true;
+    } else if (c == ',') {
+      row.push_back(std::move(field));
+      field.clear();
+      any = true;
+    } else if (c == '\n' || c == '\r') {
+      if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      if (any || !field.empty()) {
+        row.push_back(std::move(field));
+        rows.push_back(std::move(row));
+      }
+      row.clear();
+      field.clear();
+      any = false;
+    } else {
+      field += c;
+      any = true;
+    }
+  }
+  if (quoted) throw usage_error("unterminated quoted field");
+  if (any || !field.empty()) {
+    row.push_back(std::move(field));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::optional<double> parse_number(const std::string &s) {
+  if (s.empty()) return std::nullopt;
+  char *end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size()) return std::nullopt;
+  return v;
+}
+
+// The dump's task/level/framework: the first keys of dump.json in msprobe's order (§1.4), read
+// from its head only, since the dump itself can be gigabytes.
+ojson dump_head_info(const std::string &dump_json) {
+  std::ifstream in(dump_json, std::ios::binary);
+  if (!in) return nullptr;
+  std::string head(8192, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  ojson info = ojson::object();
+  for (const char *key : {"task", "level", "framework"}) {
+    const std::string quoted = fmt::format("\"{}\"", key);
+    const size_t k = head.find(quoted);
+    if (k == std::string::npos) continue;
+    const size_t open = head.find('"', head.find(':', k + quoted.size()) + 1);
+    const size_t close = open == std::string::npos ? open : head.find('"', open + 1);
+    if (close != std::string::npos) info[key] = head.substr(open + 1, close - open - 1);
+  }
+  return info.empty() ? ojson(nullptr) : info;
+}
+
+// construct.json beside the NPU side's dump.json, when there is one (levels L0 and mix).
+void attach_construct(report_compare &c, std::vector<std::string> *warnings) {
+  if (c.npu.empty()) return;
+  c.npu_dump_info = dump_head_info(c.npu);
+  if (!c.bench.empty()) c.bench_dump_info = dump_head_info(c.bench);
+  const fs::path construct = fs::path(c.npu).parent_path() / "construct.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(construct, ec)) return;
+  try {
+    c.construct = pyjson_load_file(construct.string());
+    c.construct_file = construct.string();
+  } catch (const std::exception &e) {
+    if (warnings) warnings->push_back(fmt::format("module tree left out: {}", e.what()));
+  }
+}
+
+std::string rank_from_path(const fs::path &p) {
+  for (fs::path d = p.parent_path(); !d.empty() && d != d.root_path(); d = d.parent_path()) {
+    const std::string name = d.filename().string();
+    if (name == "rank" || (starts_with(name, "rank") && name.size() > 4 &&
+                           std::all_of(name.begin() + 4, name.end(), [](char ch) { return ch >= '0' && ch <= '9'; })))
+      return name;
+    break;  // only the folder holding the file
+  }
+  return {};
+}
+
+// compare_result_rank3_20250101120000.csv → "rank3"
+std::string rank_from_result_name(const std::string &stem) {
+  const size_t r = stem.find("_rank");
+  if (r == std::string::npos) return {};
+  size_t e = r + 5;
+  while (e < stem.size() && stem[e] >= '0' && stem[e] <= '9') ++e;
+  return stem.substr(r + 1, e - r - 1);
+}
+
+char status_from_cells(const std::vector<std::string> &columns, const std::vector<ojson> &row) {
+  auto text = [&](std::string_view col) -> std::string {
+    for (size_t j = 0; j < columns.size() && j < row.size(); ++j)
+      if (columns[j] == col && row[j].is_string()) return row[j].get<std::string>();
+    return {};
+  };
+  const std::string accuracy = text("Accuracy Reached or Not"), result = text("Result");
+  if (accuracy == "No" || result == "Warning" || result == "Different") return 'f';
+  if (text("Bench Name") == "N/A") return 'u';
+  return 'o';
+}
+
+void count_status(report_compare &c) {
+  c.failing = c.unmatched = c.errors = 0;
+  for (char s : c.status) {
+    c.failing += s == 'f';
+    c.unmatched += s == 'u';
+    c.errors += s == 'e';
+  }
+}
+
+void set_first_failing(report_compare &c) {
+  if (!c.advisor_line.empty() && c.advisor_line != "NA") {
+    if (auto v = parse_number(c.advisor_line); v && *v >= 0 && static_cast<size_t>(*v) < c.rows.size()) {
+      c.first_failing = static_cast<size_t>(*v);
+      return;
+    }
+  }
+  for (size_t i = 0; i < c.status.size(); ++i)
+    if (c.status[i] == 'f') {
+      c.first_failing = i;
+      return;
+    }
+}
+
+// advisor{suffix}_{ts}.txt of compare_result{suffix}_{ts}.csv.
+void read_advisor(report_compare &c, const fs::path &csv) {
+  const std::string stem = csv.stem().string();
+  const fs::path advisor = csv.parent_path() / ("advisor" + stem.substr(std::string("compare_result").size()) + ".txt");
+  std::error_code ec;
+  if (!fs::is_regular_file(advisor, ec)) return;
+  std::istringstream in(read_text(advisor.string()));
+  std::string line, *last = nullptr;
+  while (std::getline(in, line)) {
+    if (starts_with(line, "Line: ")) {
+      c.advisor_line = line.substr(6);
+      last = nullptr;
+    } else if (starts_with(line, "Suspect Nodes: ")) {
+      c.suspect = line.substr(15);
+      last = nullptr;
+    } else if (starts_with(line, "Expert Advice: ")) {
+      c.advice = line.substr(15);
+      last = &c.advice;
+    } else if (last) {
+      *last += "\n" + line;  // advice texts span lines
+    }
+  }
+}
+
+std::string json_string_or(const ojson &doc, const char *key) {
+  auto it = doc.find(key);
+  return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
+
+}  // namespace
+
+report_compare report_read_compare_json(const std::string &path) {
+  ojson doc = pyjson_load_file(path);
+  if (!doc.is_object() || json_string_or(doc, "format") != "tprobe-compare" || !doc.contains("columns") ||
+      !doc["columns"].is_array() || !doc.contains("rows") || !doc["rows"].is_array())
+    throw usage_error(fmt::format("{}: not a tprobe compare result (format tprobe-compare, columns, rows)", path));
+  report_compare c;
+  c.file = path;
+  c.mode = json_string_or(doc, "mode");
+  c.match = json_string_or(doc, "match");
+  c.npu = json_string_or(doc, "npu");
+  c.bench = json_string_or(doc, "bench");
+  c.rank = json_string_or(doc, "rank");
+  for (const auto &col : doc["columns"]) c.columns.push_back(col.is_string() ? col.get<std::string>() : col.dump());
+  auto &rows = doc["rows"];
+  c.rows.reserve(rows.size());
+  for (auto &row : rows) {
+    if (!row.is_array()) throw usage_error(fmt::format("{}: a row is not an array", path));
+    std::vector<ojson> cells;
+    cells.reserve(row.size());
+    for (auto &cell : row) cells.push_back(std::move(cell));
+    c.rows.push_back(std::move(cells));
+  }
+  if (auto st = doc.find("row_status"); st != doc.end() && st->is_string() && st->get_ref<const std::string &>().size() == c.rows.size()) {
+    const auto &s = st->get_ref<const std::string &>();
+    c.status.assign(s.begin(), s.end());
+  } else {  // a result written before row_status existed
+    for (const auto &row : c.rows) c.status.push_back(status_from_cells(c.columns, row));
+  }
+  if (auto h = doc.find("highlight"); h != doc.end() && h->is_array() && h->size() == c.rows.size()) {
+    for (const auto &v : *h) {
+      const std::string s = v.is_string() ? v.get<std::string>() : "";
+      c.color.push_back(s == "red" ? 'r' : s == "yellow" ? 'y' : '.');
+    }
+  }
+  count_status(c);
+  if (auto a = doc.find("advisor"); a != doc.end() && a->is_object()) {
+    c.advisor_line = json_string_or(*a, "line");
+    c.suspect = json_string_or(*a, "suspect_nodes");
+    c.advice = json_string_or(*a, "expert_advice");
+  }
+  set_first_failing(c);
+  return c;
+}
+
+report_compare report_read_compare_csv(const std::string &path) {
+  std::vector<std::vector<std::string>> table;
+  try {
+    table = csv_parse(read_text(path));
+  } catch (const usage_error &e) {
+    throw usage_error(fmt::format("{}: {}", path, e.what()));
+  }
+  if (table.empty() || table[0].empty() || table[0][0] != "NPU Name")
+    throw usage_error(fmt::format("{}: not a compare result (its first column is not \"NPU Name\")", path));
+  report_compare c;
+  c.file = path;
+  c.columns = table[0];
+  c.rank = rank_from_result_name(fs::path(path).stem().string());
+  for (size_t i = 1; i < table.size(); ++i) {
+    std::vector<ojson> cells;
+    for (auto &f : table[i]) {
+      if (f.empty()) {
+        cells.emplace_back(nullptr);
+      } else if (auto v = parse_number(f); v && std::isfinite(*v)) {
+        cells.emplace_back(*v);
+      } else {
+        cells.emplace_back(std::move(f));
+      }
+    }
+    cells.resize(c.columns.size());
+    c.rows.push_back(std::move(cells));
+  }
+  for (const auto &row : c.rows) c.status.push_back(status_from_cells(c.columns, row));
+  const auto has = [&](std::string_view col) { return std::find(c.columns.begin(), c.columns.end(), col) != c.columns.end(); };
+  c.mode = has("Accuracy Reached or Not") ? "all" : has("NPU MD5") ? "md5" : has("Max diff") ? "summary" : "";
+  count_status(c);
+  read_advisor(c, path);
+  set_first_failing(c);
+  return c;
+}
+
+report_nan report_read_nan(const std::string &path) {
+  const ojson doc = pyjson_load_file(path);
+  if (!doc.is_object()) throw usage_error(fmt::format("{}: not an anomaly_analyze result (an object of rank_N lists)", path));
+  report_nan n;
+  n.file = path;
+  for (const auto &[rank, nodes] : doc.items()) {
+    if (!nodes.is_array()) throw usage_error(fmt::format("{}: \"{}\" is not a list of nodes", path, rank));
+    for (const auto &node : nodes) {
+      if (!node.is_object()) throw usage_error(fmt::format("{}: \"{}\" holds a node that is not an object", path, rank));
+      report_nan_rank r;
+      r.rank = rank;
+      r.op_name = json_string_or(node, "op_name");
+      for (const char *key : {"construct_info", "stack_info"}) {
+        auto &out = std::string_view(key) == "construct_info" ? r.construct_info : r.stack_info;
+        if (auto it = node.find(key); it != node.end() && it->is_array())
+          for (const auto &s : *it) out.push_back(s.is_string() ? s.get<std::string>() : s.dump());
+      }
+      if (auto it = node.find("data_info"); it != node.end()) r.data_info = *it;
+      n.ranks.push_back(std::move(r));
+    }
+  }
+  return n;
+}
+
+std::vector<size_t> report_suspect_steps(const std::vector<double> &s) {
+  // msprobe's doc rule (not enforced by its code): "a step-0 similarity below 0.97, or a drop of
+  // more than 0.03 from one step to the next, marks that step".
+  std::vector<size_t> out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (std::isnan(s[i])) continue;
+    const bool bad = i == 0 ? s[i] < 0.97 : (!std::isnan(s[i - 1]) && s[i - 1] - s[i] > 0.03);
+    if (bad) out.push_back(i);
+  }
+  return out;
+}
+
+report_gradsim report_read_similarities(const std::string &path) {
+  std::vector<std::vector<std::string>> table;
+  try {
+    table = csv_parse(read_text(path));
+  } catch (const usage_error &e) {
+    throw usage_error(fmt::format("{}: {}", path, e.what()));
+  }
+  if (table.empty() || table[0].empty() || table[0][0] != "step")
+    throw usage_error(fmt::format("{}: not a similarities.csv (its first row is not \"step,0,1,…\")", path));
+  report_gradsim g;
+  g.file = path;
+  g.rank = rank_from_path(path);
+  g.steps.assign(table[0].begin() + 1, table[0].end());
+  for (size_t i = 1; i < table.size(); ++i) {
+    report_gradsim_param p;
+    p.name = table[i][0];
+    for (size_t j = 1; j < table[i].size(); ++j) {
+      auto v = parse_number(table[i][j]);
+      if (!v) throw usage_error(fmt::format("{}: row {} (\"{}\"), step {}: \"{}\" is not a number", path, i + 1, p.name, j - 1, table[i][j]));
+      p.similarity.push_back(*v);
+    }
+    if (p.similarity.size() != g.steps.size())
+      throw usage_error(fmt::format("{}: row {} (\"{}\") has {} values for {} steps", path, i + 1, p.name, p.similarity.size(), g.steps.size()));
+    p.suspect = report_suspect_steps(p.similarity);
+    if (!p.suspect.empty() && (!g.first_suspect_step || p.suspect.front() < *g.first_suspect_step))
+      g.first_suspect_step = p.suspect.front();
+    g.params.push_back(std::move(p));
+  }
+  return g;
+}
+
+// ---- scanning ----
+
+namespace {
+
+// report_scan, where `require` false lets a manifest stage render run info without results.
+report_model scan_results(const report_options &o, bool require) {
+  report_model m;
+  m.title = o.title;
+  if (o.results.empty() && require) throw usage_error("no result folder or file given (RESULT_DIR… or --results)");
+  std::vector<fs::path> files;
+  std::set<std::string> seen;
+  auto add = [&](const fs::path &p) {
+    std::error_code ec;
+    const std::string key = fs::weakly_canonical(p, ec).string();
+    if (seen.insert(ec ? p.string() : key).second) files.push_back(p);
+  };
+  auto scan_dir = [&](const fs::path &dir, int depth, auto &self) -> void {
+    std::error_code ec;
+    std::vector<fs::path> entries;
+    for (const auto &e : fs::directory_iterator(dir, ec)) entries.push_back(e.path());
+    if (ec) throw system_error(fmt::format("unable to list {}: {}", dir.string(), ec.message()));
+    std::sort(entries.begin(), entries.end());
+    for (const auto &p : entries) {
+      const std::string name = p.filename().string();
+      if (fs::is_directory(p, ec)) {
+        // gradsim writes rank{N}/similarities.csv; a step folder's rank folders hold other results
+        if (depth == 0 && starts_with(name, "rank")) self(p, depth + 1, self);
+      } else {
+        add(p);
+      }
+    }
+  };
+  for (const auto &r : o.results) {
+    std::error_code ec;
+    const fs::path p(r);
+    if (fs::is_directory(p, ec)) {
+      scan_dir(p, 0, scan_dir);
+    } else if (fs::exists(p, ec)) {
+      add(p);
+    } else {
+      throw usage_error(fmt::format("{}: no such file or folder", r));
+    }
+  }
+
+  std::set<std::string> json_stems;
+  for (const auto &f : files)
+    if (starts_with(f.filename().string(), "compare_result") && f.extension() == ".json")
+      json_stems.insert((f.parent_path() / f.stem()).string());
+  for (const auto &f : files) {
+    const std::string name = f.filename().string();
+    try {
+      if (starts_with(name, "compare_result") && f.extension() == ".json") {
+        m.compares.push_back(report_read_compare_json(f.string()));
+      } else if (starts_with(name, "compare_result") && f.extension() == ".csv") {
+        if (json_stems.count((f.parent_path() / f.stem()).string())) continue;  // the JSON says more
+        m.compares.push_back(report_read_compare_csv(f.string()));
+      } else if (starts_with(name, "anomaly_analyze_") && f.extension() == ".json") {
+        m.nans.push_back(report_read_nan(f.string()));
+      } else if (name == "similarities.csv") {
+        m.gradsims.push_back(report_read_similarities(f.string()));
+      } else {
+        continue;
+      }
+      m.inputs.push_back(f.string());
+    } catch (const usage_error &e) {
+      m.warnings.push_back(fmt::format("skipped: {}", e.what()));
+    }
+  }
+  for (auto &c : m.compares) attach_construct(c, &m.warnings);
+  if (require && m.compares.empty() && m.nans.empty() && m.gradsims.empty()) {
+    std::string why = m.warnings.empty() ? "" : " (" + m.warnings.front() + ")";
+    throw usage_error(fmt::format("no result found in {} (compare_result*.json/.csv, anomaly_analyze_*.json, "
+                                  "rank*/similarities.csv){}", fmt::join(o.results, ", "), why));
+  }
+  // Ranks in order, so the page and the summary read rank0, rank1, …
+  auto rank_key = [](const std::string &r) {
+    auto n = parse_number(r.size() > 4 ? r.substr(4) : std::string{});
+    return n ? *n : -1.0;
+  };
+  std::stable_sort(m.compares.begin(), m.compares.end(),
+                   [&](const auto &a, const auto &b) { return rank_key(a.rank) < rank_key(b.rank); });
+  std::stable_sort(m.gradsims.begin(), m.gradsims.end(),
+                   [&](const auto &a, const auto &b) { return rank_key(a.rank) < rank_key(b.rank); });
+  return m;
+}
+
+}  // namespace
+
+report_model report_scan(const report_options &o) { return scan_results(o, true); }
+
+// ---- the page ----
+
+namespace {
+
+void append_json_string(std::string &out, std::string_view s) {
+  out += ojson(std::string(s)).dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
+std::string json_text(const ojson &v) { return v.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+// One column: {"name": …, "dict": [strings], "v": [cells]}. A cell is a number (8 significant
+// digits), null, a bool, "N"/"I"/"-I" (NaN, ±inf), "=" (the same text as the row's first column:
+// Bench Name beside NPU Name) or "K", the index of its text in dict.
+void append_column(std::string &out, const report_compare &c, size_t j) {
+  std::unordered_map<std::string, size_t> index;
+  std::vector<const std::string *> dict;
+  std::string values;
+  values.reserve(c.rows.size() * 8);
+  for (size_t i = 0; i < c.rows.size(); ++i) {
+    if (i) values += ',';
+    const ojson &v = j < c.rows[i].size() ? c.rows[i][j] : ojson(nullptr);
+    if (v.is_number_integer()) {
+      values += json_text(v);
+    } else if (v.is_number()) {
+      const double d = v.get<double>();
+      if (std::isnan(d)) values += "\"N\"";
+      else if (std::isinf(d)) values += d > 0 ? "\"I\"" : "\"-I\"";
+      else values += fmt::format("{:.8g}", d);
+    } else if (v.is_boolean()) {
+      values += v.get<bool>() ? "true" : "false";
+    } else if (v.is_string()) {
+      const auto &s = v.get_ref<const std::string &>();
+      if (j > 0 && !c.rows[i].empty() && c.rows[i][0].is_string() && c.rows[i][0].get_ref<const std::string &>() == s) {
+        values += "\"=\"";
+        continue;
+      }
+      auto [it, fresh] = index.try_emplace(s, dict.size());
+      if (fresh) dict.push_back(&it->first);
+      values += fmt::format("\"{}\"", it->second);
+    } else {
+      values += "null";
+    }
+  }
+  out += "{\"name\":";
+  append_json_string(out, c.columns[j]);
+  out += ",\"dict\":[";
+  for (size_t k = 0; k < dict.size(); ++k) {
+    if (k) out += ',';
+    append_json_string(out, *dict[k]);
+  }
+  out += "],\"v\":[";
+  out += values;
+  out += "]}";
+}
+
+// The entry a row belongs to: the longest dotted prefix of its name that construct.json knows, else
+// the longest one that reads as an entry name (core/dump_semantics.h), else the name itself.
+struct entry_index {
+  std::vector<std::string> entries;
+  std::vector<int64_t> row_entry;
+  std::string direction;  // per entry: f forward, b backward, g parameters_grad, ? unknown
+};
+
+entry_index rows_to_entries(const report_compare &c, const std::unordered_map<std::string, size_t> &nodes) {
+  entry_index x;
+  std::unordered_map<std::string, size_t> known;
+  for (const auto &row : c.rows) {
+    const std::string name = !row.empty() && row[0].is_string() ? row[0].get<std::string>() : std::string{};
+    std::string entry;
+    char dir = '?';
+    for (size_t end = name.size(); end != std::string::npos && end > 0; end = name.rfind('.', end - 1)) {
+      const std::string_view prefix(name.data(), end);
+      const entry_name parsed = entry_parse(prefix);
+      if (nodes.count(std::string(prefix)) || parsed.direction != entry_direction::none) {
+        entry = std::string(prefix);
+        dir = parsed.is_forward() ? 'f' : parsed.is_backward() ? 'b' : parsed.is_parameters_grad() ? 'g' : '?';
+        if (dir == '?') {  // a construct key of no known form: its direction from its segments
+          dir = entry.find(".backward") != std::string::npos ? 'b' : 'f';
+        }
+        break;
+      }
+    }
+    if (entry.empty()) entry = name;
+    auto [it, fresh] = known.try_emplace(entry, x.entries.size());
+    if (fresh) {
+      x.entries.push_back(entry);
+      x.direction += dir;
+    }
+    x.row_entry.push_back(static_cast<int64_t>(it->second));
+  }
+  return x;
+}
+
+void append_compare(std::string &out, const report_compare &c) {
+  // The module tree: construct.json's nodes, each with its parent's index (-1 for a root).
+  std::vector<std::string> nodes;
+  std::unordered_map<std::string, size_t> node_index;
+  std::vector<int64_t> parent;
+  auto node_of = [&](const std::string &name) {
+    auto [it, fresh] = node_index.try_emplace(name, nodes.size());
+    if (fresh) {
+      nodes.push_back(name);
+      parent.push_back(-1);
+    }
+    return it->second;
+  };
+  if (c.construct.is_object()) {
+    for (const auto &[key, value] : c.construct.items()) {
+      const ojson *p = &value;
+      if (value.is_array() && !value.empty()) p = &value[0];  // Megatron: [parent, micro_step]
+      if (!p->is_null() && !p->is_string()) continue;          // "megatron_micro_step_number": N
+      const size_t k = node_of(key);
+      if (p->is_string() && !p->get_ref<const std::string &>().empty())
+        parent[k] = static_cast<int64_t>(node_of(p->get<std::string>()));
+    }
+  }
+  const entry_index x = rows_to_entries(c, node_index);
+
+  ojson head = ojson::object();
+  head["file"] = c.file;
+  head["rank"] = c.rank;
+  head["mode"] = c.mode;
+  head["match"] = c.match;
+  head["npu"] = c.npu;
+  head["bench"] = c.bench;
+  head["npu_dump"] = c.npu_dump_info;
+  head["bench_dump"] = c.bench_dump_info;
+  head["construct_file"] = c.construct_file;
+  head["n"] = c.rows.size();
+  head["failing"] = c.failing;
+  head["unmatched"] = c.unmatched;
+  head["errors"] = c.errors;
+  head["first_failing"] = c.first_failing ? ojson(*c.first_failing) : ojson(nullptr);
+  head["advisor_line"] = c.advisor_line;
+  head["suspect"] = c.suspect;
+  head["advice"] = c.advice;
+  head["status"] = std::string(c.status.begin(), c.status.end());
+  head["color"] = std::string(c.color.begin(), c.color.end());
+  head["entries"] = x.entries;
+  head["entry_dir"] = x.direction;
+  head["nodes"] = nodes;
+  head["node_parent"] = parent;
+  std::vector<int64_t> entry_node;
+  for (const auto &e : x.entries) {
+    auto it = node_index.find(e);
+    entry_node.push_back(it == node_index.end() ? -1 : static_cast<int64_t>(it->second));
+  }
+  head["entry_node"] = entry_node;
+  std::string text = json_text(head);
+  text.pop_back();  // reopen the object for the big arrays, written without a DOM
+  out += text;
+  out += ",\"row_entry\":[";
+  for (size_t i = 0; i < x.row_entry.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(x.row_entry[i]);
+  }
+  out += "],\"columns\":[";
+  for (size_t j = 0; j < c.columns.size(); ++j) {
+    if (j) out += ',';
+    append_column(out, c, j);
+  }
+  out += "]}";
+}
+
+std::string local_time_text() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buffer[64];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S %Z", &tm);
+  return buffer;
+}
+
+// "</" would end the <script> element that holds the data; "<\/" is the same JSON string.
+void escape_for_script(std::string &s) {
+  std::string out;
+  out.reserve(s.size() + 64);
+  for (size_t i = 0; i < s.size(); ++i) {
+    out += s[i];
+    if (s[i] == '<' && i + 1 < s.size() && s[i + 1] == '/') out += '\\';
+  }
+  s.swap(out);
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string report_render_html(const report_model &m) {
+  std::string data = "{\"title\":";
+  append_json_string(data, m.title);
+  data += ",\"version\":";
+  append_json_string(data, TPROBE_VERSION);
+  data += ",\"generated\":";
+  append_json_string(data, local_time_text());
+  data += ",\"compares\":[";
+  for (size_t i = 0; i < m.compares.size(); ++i) {
+    if (i) data += ',';
+    append_compare(data, m.compares[i]);
+  }
+  data += "]";
+
+  ojson nans = ojson::array();
+  for (const auto &n : m.nans) {
+    ojson ranks = ojson::array();
+    for (const auto &r : n.ranks)
+      ranks.push_back({{"rank", r.rank}, {"op_name", r.op_name}, {"construct_info", r.construct_info},
+                       {"stack_info", r.stack_info}, {"data_info", r.data_info}});
+    nans.push_back({{"file", n.file}, {"ranks", std::move(ranks)}});
+  }
+  ojson gradsims = ojson::array();
+  for (const auto &g : m.gradsims) {
+    ojson params = ojson::array();
+    for (const auto &p : g.params)
+      params.push_back({{"name", p.name}, {"sim", p.similarity}, {"suspect", p.suspect}});
+    gradsims.push_back({{"file", g.file}, {"rank", g.rank}, {"steps", g.steps}, {"params", std::move(params)},
+                        {"first_suspect", g.first_suspect_step ? ojson(*g.first_suspect_step) : ojson(nullptr)}});
+  }
+  ojson run = {{"inputs", m.inputs}, {"warnings", m.warnings}, {"stream", nullptr}};
+  if (m.stream) {
+    run["stream"] = {{"sessions", m.stream->sessions},
+                     {"records", m.stream->records},
+                     {"producers", m.stream->producers},
+                     {"truncated_producers", m.stream->truncated_producers},
+                     {"upstream_dropped", m.stream->upstream_dropped},
+                     {"events", m.stream->events}};
+  }
+  data += ",\"nans\":" + json_text(nans) + ",\"gradsims\":" + json_text(gradsims) + ",\"run\":" + json_text(run);
+  data += ",\"negative\":";
+  data += m.negative() ? "true" : "false";
+  data += "}";
+  escape_for_script(data);
+
+  std::string page(report_page_template());
+  auto replace = [&](std::string_view marker, const std::string &with) {
+    const size_t at = page.find(marker);
+    if (at == std::string::npos) throw std::logic_error(fmt::format("report page template lacks {}", marker));
+    page.replace(at, marker.size(), with);
+  };
+  replace("@@TITLE@@", html_escape(m.title));
+  replace("@@DATA@@", data);
+  return page;
+}
+
+std::vector<std::string> report_summary_lines(const report_model &m, const std::string &file) {
+  std::vector<std::string> lines;
+  for (const auto &c : m.compares) {
+    const std::string verdict = c.failing ? "FAIL" : c.errors ? "ERROR" : "PASS";
+    // "compare_transformer/rank0": the result's folder and rank tell several compares apart
+    const std::string folder = fs::path(c.file).parent_path().filename().string();
+    const std::string label = folder + (c.rank.empty() || c.rank == folder ? "" : "/" + c.rank);
+    std::string line = fmt::format("tprobe-report: compare {}: {}: {} rows, {} failing, {} unmatched, {} not compared",
+                                   label, verdict, c.rows.size(), c.failing, c.unmatched, c.errors);
+    if (c.first_failing && c.first_failing < c.rows.size() && !c.rows[*c.first_failing].empty() &&
+        c.rows[*c.first_failing][0].is_string())
+      line += fmt::format("; first {}: line {} {}", c.status[*c.first_failing] == 'e' ? "error" : "failing",
+                          *c.first_failing, c.rows[*c.first_failing][0].get<std::string>());
+    lines.push_back(std::move(line));
+  }
+  for (const auto &n : m.nans) {
+    if (n.ranks.empty()) {
+      lines.push_back("tprobe-report: nan-analyze: PASS: no NaN/Inf producer");
+      continue;
+    }
+    for (const auto &r : n.ranks)
+      lines.push_back(fmt::format("tprobe-report: nan-analyze: FAIL: first producer {} {}{}", r.rank, r.op_name,
+                                  r.construct_info.size() > 1 ? " in " + r.construct_info[r.construct_info.size() - 2] : ""));
+  }
+  for (const auto &g : m.gradsims) {
+    const std::string where = g.rank.empty() ? "" : " " + g.rank;
+    if (!g.first_suspect_step) {
+      lines.push_back(fmt::format("tprobe-report: gradsim{}: PASS: no suspect step in {} steps", where, g.steps.size()));
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const auto &p : g.params)
+      if (std::find(p.suspect.begin(), p.suspect.end(), *g.first_suspect_step) != p.suspect.end()) names.push_back(p.name);
+    if (names.size() > 3) names.resize(3), names.push_back("…");
+    lines.push_back(fmt::format("tprobe-report: gradsim{}: FAIL: first suspect step {} ({})", where,
+                                g.steps[*g.first_suspect_step], fmt::join(names, ", ")));
+  }
+  if (m.stream)
+    lines.push_back(fmt::format("tprobe-report: stream: {} records from {} producers, {} dropped upstream, {} gone "
+                                "without end-of-stream", m.stream->records, m.stream->producers,
+                                m.stream->upstream_dropped, m.stream->truncated_producers));
+  lines.push_back(fmt::format("tprobe-report: verdict: {}{}", m.negative() ? "FAIL" : "PASS",
+                              file.empty() ? "" : "; report " + file));
+  return lines;
+}
+
+namespace {
+
+void write_page(report_result &r, const std::string &output) {
+  if (output.empty()) throw usage_error("--output is empty");
+  const std::string page = report_render_html(r.model);
+  const fs::path out(output);
+  std::error_code ec;
+  if (out.has_parent_path() && !fs::exists(out.parent_path(), ec)) {
+    fs::create_directories(out.parent_path(), ec);
+    if (ec) throw system_error(fmt::format("unable to create {}: {}", out.parent_path().string(), ec.message()));
+  }
+  atomic_write_file(output, page);
+  r.file = output;
+  r.bytes = page.size();
+  r.summary = report_summary_lines(r.model, r.file);
+}
+
+}  // namespace
+
+report_result report_run(const report_options &o) {
+  report_result r;
+  r.model = report_scan(o);
+  write_page(r, o.output);
+  return r;
+}
+
+report_result report_run_stream(stage_io &io, const report_options &o) {
+  report_stream_info info;
+  report_options options = o;
+  auto add_folder_of = [&](const std::string &file) {
+    const std::string dir = fs::path(file).parent_path().string();
+    if (!dir.empty() && std::find(options.results.begin(), options.results.end(), dir) == options.results.end())
+      options.results.push_back(dir);
+  };
+  while (auto rec = io.receive()) {
+    const auto &h = rec->header;
+    ++info.records;
+    if (h.kind == record_kind::session) {
+      info.sessions.push_back(h.meta.is_null() ? ojson::object() : ojson(h.meta));
+      continue;
+    }
+    if (h.kind != record_kind::value || !h.meta.is_object()) continue;
+    const std::string event = h.meta.value("event", "");
+    if (event == "compare_live_summary") {
+      if (auto f = h.meta.find("files"); f != h.meta.end() && f->is_array())
+        for (const auto &file : *f)
+          if (file.is_string()) add_folder_of(file.get<std::string>());
+      info.events.push_back(fmt::format("compare-live: {} rows, {} failing", h.meta.value("rows", uint64_t{0}),
+                                        h.meta.value("failing", uint64_t{0})));
+    } else if (event == "first_producer") {
+      if (auto f = h.meta.find("file"); f != h.meta.end() && f->is_string() && !f->get<std::string>().empty())
+        add_folder_of(f->get<std::string>());
+      info.events.push_back(fmt::format("nan-live: first producer: step {} rank {} {}", h.step, h.rank, h.entry));
+    } else if (event == "first_divergence") {
+      info.events.push_back(fmt::format("compare-live: first divergence: step {} rank {} {} {}", h.step, h.rank,
+                                        h.entry, h.slot));
+    }
+  }
+  const auto &counts = io.counts();
+  info.producers = counts.producers;
+  info.truncated_producers = counts.truncated_producers;
+  info.upstream_dropped = counts.upstream_dropped;
+
+  report_result r;
+  r.model = scan_results(options, false);  // a run's counters and configs are worth a page on their own
+  r.model.title = options.title;
+  r.model.stream = std::move(info);
+  write_page(r, options.output);
+  return r;
+}
+
+}  // namespace tprobe

@@ -1,0 +1,168 @@
+// report.h: the report stage (tprobe-report): the results of compare, nan-analyze and gradsim
+// turned into one self-contained HTML page and a few summary lines for a terminal or a CI log.
+//
+//   tprobe report RESULT_DIR|FILE… -o report.html [--title TEXT]
+//
+// What it reads (report_scan), in each folder given (and its rank*/ sub-folders), or a file given
+// by name:
+//   compare_result*.json        tprobe compare / compare-live's table for programs
+//                               (compare_output.h); a compare_result*.csv without its .json (an
+//                               older or hand-made result) is read as text, with advisor*.txt of
+//                               the same suffix and timestamp
+//   anomaly_analyze_*.json      tprobe nan-analyze / nan-live (msprobe-compat.md §4.2)
+//   similarities.csv            gradsim, msprobe's §5.2 format: "step,0,1,…", a row per
+//                               parameter, a last row "summary"; the rank from a rank{N}/ folder
+// and, for a compare, construct.json beside the NPU dump.json the result names (the module tree).
+// Anything else is ignored; finding nothing at all is a usage error.
+//
+// The page (report_render_html) holds everything inline (CSS, JS, SVG drawn by its own script, the
+// data as one JSON block): no network, readable offline in any browser. Per compare: the verdict,
+// the first failing row with the advisor's advice, counts by result, the rows as a sortable,
+// filterable, paged table with msprobe's red/yellow marks (when the compare ran with
+// --highlight), a chart of a chosen metric along execution order (forward and backward apart) and
+// the module tree coloured by each module's worst row. Per NaN/Inf analysis: the first producer
+// per rank with its module path and stack. Per gradsim rank: the summary similarity and the suspect
+// parameters' curves with the suspect steps marked (msprobe's rule, below). Run info: the tprobe
+// version, the inputs, dump paths and their dump.json task/level, and, when the report ran as a
+// manifest stage, the sessions' configs and the stream's record and drop counters.
+//
+// Scale: the table travels column by column, strings interned per column, numbers with 8
+// significant digits (the compare's own files keep them in full); the page shows 100 rows at a
+// time, so 200,000 rows load and filter without freezing the browser (docs/performance.md).
+//
+// As a manifest stage (the last one): tprobe-report reads the streams of the stages it lists as
+// inputs until they end, then renders. It counts sessions (their configs), records, upstream drops
+// and producers gone without end-of-stream, and adds the folders of the result files that stages
+// announce downstream (compare-live's "compare_live_summary", nan-live's "first_producer") to its
+// --results. A stage's stream ends after it wrote its files, so reading the stages whose results
+// it shows is what orders the report after them. Example (pipelines/compare-live-report.json):
+//   {"name": "report", "stage": "report", "inputs": ["capture", "compare"],
+//    "options": {"output": "output/report.html"}}
+//
+// Suspect steps (gradsim, msprobe-compat.md §5.2 rule 7): a parameter's similarity below 0.97 at
+// the first step, or lower by more than 0.03 than at the step before.
+//
+// Exit (main): 0 when no result is negative; 1 when one is (a failing or unreadable compare row, a
+// NaN/Inf producer, a suspect gradsim step); 100 for bad options or nothing to report; 111 for
+// files that cannot be read or written.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "endpoint.h"
+#include "stage_main.h"
+
+namespace tprobe {
+
+struct report_options {
+  std::vector<std::string> results;  // folders or files
+  std::string output = "report.html";
+  std::string title = "tprobe report";
+};
+
+// One compare result, as read from its file.
+struct report_compare {
+  std::string file;                  // compare_result*.json or .csv
+  std::string rank;                  // "rank0", or "" (the JSON's rank, else from the file name)
+  std::string mode;                  // all | summary | md5 ("" if unknown: a csv)
+  std::string match;                 // auto | name ("" if unknown)
+  std::string npu, bench;            // dump.json paths ("" if unknown)
+  std::vector<std::string> columns;
+  std::vector<std::vector<nlohmann::ordered_json>> rows;  // cells: number, string, bool, null
+  std::vector<char> status;          // per row: 'o' ok, 'f' failing, 'e' error, 'u' unmatched
+  std::vector<char> color;           // per row: 'r' red, 'y' yellow, '.' none; empty: no highlight
+  size_t failing = 0, unmatched = 0, errors = 0;
+  std::optional<size_t> first_failing;  // row index (the advisor's line)
+  std::string suspect, advice, advisor_line;  // the advisor's three lines ("" when there was none)
+  nlohmann::ordered_json construct;  // construct.json of the NPU dump, or null
+  std::string construct_file;
+  nlohmann::ordered_json npu_dump_info, bench_dump_info;  // {task, level, framework} or null
+};
+
+struct report_nan_rank {
+  std::string rank;  // "rank_0" as in the file
+  std::string op_name;
+  std::vector<std::string> construct_info, stack_info;
+  nlohmann::ordered_json data_info;
+};
+
+struct report_nan {
+  std::string file;
+  std::vector<report_nan_rank> ranks;
+};
+
+struct report_gradsim_param {
+  std::string name;
+  std::vector<double> similarity;  // per step, in file order
+  std::vector<size_t> suspect;     // indices into steps
+};
+
+struct report_gradsim {
+  std::string file;
+  std::string rank;  // "rank0", or ""
+  std::vector<std::string> steps;
+  std::vector<report_gradsim_param> params;  // the summary row last, name "summary"
+  std::optional<size_t> first_suspect_step;  // index into steps, over every parameter
+};
+
+// What a manifest stage learnt from its input stream.
+struct report_stream_info {
+  nlohmann::ordered_json sessions = nlohmann::ordered_json::array();  // the session records' meta
+  uint64_t records = 0, producers = 0, truncated_producers = 0, upstream_dropped = 0;
+  std::vector<std::string> events;  // one line per result event seen (first divergence, producer)
+};
+
+struct report_model {
+  std::string title;
+  std::vector<report_compare> compares;
+  std::vector<report_nan> nans;
+  std::vector<report_gradsim> gradsims;
+  std::vector<std::string> inputs;    // what was read
+  std::vector<std::string> warnings;  // files skipped and why
+  std::optional<report_stream_info> stream;
+  [[nodiscard]] bool negative() const;
+};
+
+struct report_result {
+  report_model model;
+  std::vector<std::string> summary;  // the terminal lines (report_summary_lines)
+  std::string file;                  // the page written
+  uint64_t bytes = 0;
+};
+
+const stage_description &report_stage_description();
+
+// Reads every result under options.results. Throws usage_error when a path does not exist or no
+// result was found, system_error when a file cannot be read. A malformed result file is skipped
+// with a warning (the others are still shown).
+[[nodiscard]] report_model report_scan(const report_options &options);
+
+// Readers of one file each (throw usage_error for a malformed file, system_error for I/O).
+[[nodiscard]] report_compare report_read_compare_json(const std::string &path);
+[[nodiscard]] report_compare report_read_compare_csv(const std::string &path);
+[[nodiscard]] report_nan report_read_nan(const std::string &path);
+[[nodiscard]] report_gradsim report_read_similarities(const std::string &path);
+
+// msprobe's suspect-step rule over one parameter's similarities (indices of the suspect steps).
+[[nodiscard]] std::vector<size_t> report_suspect_steps(const std::vector<double> &similarity);
+
+// The self-contained page.
+[[nodiscard]] std::string report_render_html(const report_model &m);
+
+// The terminal summary: one line per result, then the overall verdict, each starting
+// "tprobe-report: ". `file` is the page's path ("" to leave it out).
+[[nodiscard]] std::vector<std::string> report_summary_lines(const report_model &m, const std::string &file);
+
+// Offline: scan, render, write options.output (0640, atomically).
+[[nodiscard]] report_result report_run(const report_options &options);
+
+// As a manifest stage: reads `io` to the end of its stream (sessions, counters, result events whose
+// folders join options.results), then as report_run.
+[[nodiscard]] report_result report_run_stream(stage_io &io, const report_options &options);
+
+}  // namespace tprobe

@@ -1,0 +1,652 @@
+// report_page.cpp: the page template (see report_page.h). Plain ES2017 and SVG, no library: the
+// page must open offline in any current browser, and a reader can audit what it runs.
+#include "report_page.h"
+
+namespace tprobe {
+
+namespace {
+
+constexpr std::string_view page = R"TPROBE(<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>@@TITLE@@</title>
+<style>
+:root { --red:#d62728; --redbg:#ffd6d6; --yellow:#b58900; --yellowbg:#fff3a8; --green:#2ca02c; --grey:#8a8a8a;
+        --purple:#8e44ad; --ink:#1d1d1f; --muted:#666; --line:#ddd; --blue:#1f77b4; }
+* { box-sizing: border-box; }
+body { margin:0; font:14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color:var(--ink); background:#fafafa; }
+header { background:#fff; border-bottom:1px solid var(--line); padding:12px 24px; position:sticky; top:0; z-index:5; }
+header h1 { font-size:18px; margin:0 12px 0 0; display:inline-block; }
+nav { display:inline; } nav a { margin-right:14px; color:var(--blue); text-decoration:none; }
+main { padding:8px 24px 60px; max-width:1500px; }
+section { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 18px; margin:16px 0; }
+h2 { font-size:17px; margin:4px 0 10px; } h3 { font-size:15px; margin:18px 0 6px; }
+code, pre, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:12.5px; }
+pre { white-space:pre-wrap; background:#f4f4f4; padding:8px; border-radius:4px; margin:4px 0; }
+.verdict { display:inline-block; font-weight:700; padding:3px 10px; border-radius:4px; color:#fff; }
+.verdict.fail, .verdict-box.fail { background:var(--red); }
+.verdict.pass, .verdict-box.pass { background:var(--green); }
+.verdict.error, .verdict-box.error { background:var(--purple); }
+.verdict-box { color:#fff; padding:8px 12px; border-radius:6px; font-size:15px; font-weight:600; }
+.help { color:var(--muted); font-size:13px; }
+.first { border-left:4px solid var(--red); padding:6px 12px; margin:10px 0; background:#fff7f7; }
+.badge { display:inline-block; padding:2px 8px; margin:2px 4px 2px 0; border-radius:10px; background:#eee; font-size:12.5px; cursor:pointer; border:1px solid transparent; }
+.badge.f { background:var(--redbg); } .badge.e { background:#ecdcf3; } .badge.u { background:#e8e8e8; } .badge.o { background:#daf2da; }
+.badge.r { background:var(--redbg); border-color:var(--red); } .badge.y { background:var(--yellowbg); border-color:var(--yellow); }
+.controls { display:flex; flex-wrap:wrap; gap:8px; align-items:center; margin:6px 0; }
+.controls input[type=search] { width:340px; padding:4px 6px; }
+button { cursor:pointer; }
+.chip { background:#e6f0fa; border-radius:10px; padding:2px 8px; }
+.table-wrap { overflow:auto; max-height:70vh; border:1px solid var(--line); }
+table.rows { border-collapse:collapse; font-size:12.5px; white-space:nowrap; }
+table.rows th { position:sticky; top:0; background:#f0f0f0; border-bottom:1px solid #ccc; padding:4px 6px; text-align:left; cursor:pointer; user-select:none; z-index:2; }
+table.rows th.sorted-asc::after { content:" ▲"; } table.rows th.sorted-desc::after { content:" ▼"; }
+table.rows td { border-bottom:1px solid #eee; padding:3px 6px; max-width:420px; overflow:hidden; text-overflow:ellipsis; }
+table.rows td.num { text-align:right; font-variant-numeric:tabular-nums; }
+table.rows tr.hl-r td { background:var(--redbg); } table.rows tr.hl-y td { background:var(--yellowbg); }
+table.rows tr.first-failing td { border-top:2px solid var(--red); border-bottom:2px solid var(--red); }
+table.rows tr.flash td { animation: flash 1.6s ease-out; }
+@keyframes flash { from { background:#9cd0ff; } }
+td.mark { font-weight:700; } .st { display:inline-block; width:9px; height:9px; border-radius:50%; margin-right:5px; }
+.st.f { background:var(--red); } .st.e { background:var(--purple); } .st.u { background:var(--grey); } .st.o { background:var(--green); }
+.ff-label { color:var(--red); font-weight:700; margin-left:4px; }
+svg.chart { background:#fff; border:1px solid var(--line); display:block; margin:4px 0 10px; cursor:crosshair; }
+svg.chart text { font-size:11px; fill:#444; }
+.tree ul { list-style:none; padding-left:18px; margin:0; } .tree > ul { padding-left:0; }
+.tree summary { cursor:pointer; padding:1px 0; } .tree .leaf { padding:1px 0 1px 14px; }
+.sev { display:inline-block; width:10px; height:10px; border-radius:2px; margin-right:6px; vertical-align:-1px; }
+.sev4 { background:var(--red); } .sev3 { background:#e5c000; } .sev2 { background:var(--purple); } .sev1 { background:var(--grey); } .sev0 { background:var(--green); } .sev-1 { background:#fff; border:1px solid #bbb; }
+.tree .cnt { color:var(--muted); font-size:12px; margin-left:6px; }
+.tree button, .linkish { font-size:11px; padding:0 5px; margin-left:6px; }
+table.kv td { padding:2px 10px 2px 0; vertical-align:top; } table.kv td:first-child { color:var(--muted); white-space:nowrap; }
+table.plain { border-collapse:collapse; } table.plain td, table.plain th { border-bottom:1px solid #eee; padding:3px 8px; text-align:left; vertical-align:top; }
+.legend span { margin-right:14px; font-size:12.5px; } .legend i { display:inline-block; width:18px; height:3px; vertical-align:middle; margin-right:4px; }
+.warn { color:#a05a00; }
+</style>
+</head>
+<body>
+<header><h1 id="title"></h1><span id="verdict" class="verdict"></span> <nav id="nav"></nav></header>
+<main id="main"><noscript>This report draws its tables and charts with JavaScript; please enable it (nothing is fetched from the network).</noscript></main>
+<script type="application/json" id="tprobe-data">@@DATA@@</script>
+<script>
+'use strict';
+(function () {
+const D = JSON.parse(document.getElementById('tprobe-data').textContent);
+const SVGNS = 'http://www.w3.org/2000/svg';
+const PAGE = 100;
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  if (attrs) for (const k in attrs) {
+    const v = attrs[k];
+    if (v == null || v === false) continue;
+    if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) if (k != null) e.append(k);
+  return e;
+}
+function sv(tag, attrs, text) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const k in attrs) e.setAttribute(k, attrs[k]);
+  if (text != null) e.textContent = text;
+  return e;
+}
+function fmt(v) {
+  if (v == null) return '';
+  if (typeof v !== 'number') return String(v);
+  if (Number.isNaN(v)) return 'nan';
+  if (!Number.isFinite(v)) return v > 0 ? 'inf' : '-inf';
+  if (Number.isInteger(v)) return String(v);
+  const a = Math.abs(v);
+  if (a < 1e-4 || a >= 1e15) return v.toExponential(6).replace(/\.?0+e/, 'e');
+  return String(+v.toPrecision(8));
+}
+// A cell as a number for sorting and charts: numbers, and texts such as "12.5%" or "0.3".
+const NUMTEXT = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?%?$/i;
+function num(v) {
+  if (typeof v === 'number') return v;
+  if (typeof v === 'string' && NUMTEXT.test(v)) return parseFloat(v);
+  return NaN;
+}
+const STATUS_NAME = { f: 'failing', e: 'not compared', u: 'unmatched', o: 'passing' };
+function plural(n, one, many) { return n + ' ' + (n === 1 ? one : (many || one + 's')); }
+
+function decode(c) {
+  const cols = [];
+  for (const col of c.columns) {
+    const v = col.v, dict = col.dict, n = v.length, out = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const x = v[i];
+      if (typeof x !== 'string') { out[i] = x; continue; }
+      if (x === '=') out[i] = cols[0][i];
+      else if (x === 'N') out[i] = NaN;
+      else if (x === 'I') out[i] = Infinity;
+      else if (x === '-I') out[i] = -Infinity;
+      else out[i] = dict[+x];
+    }
+    cols.push(out);
+  }
+  return cols;
+}
+
+// ---------------------------------------------------------------- compare
+function compareVerdict(c) { return c.failing ? 'fail' : c.errors ? 'error' : 'pass'; }
+// "compare_transformer/rank0": the result's folder, then its rank, so that several compares differ.
+function compareLabel(c) {
+  const parts = c.file.split('/');
+  return (parts.length > 1 ? parts[parts.length - 2] : '') + (c.rank && c.rank !== parts[parts.length - 2] ? '/' + c.rank : '');
+}
+
+function renderCompare(c, ci, main) {
+  const cols = decode(c);
+  const names = c.columns.map(x => x.name);
+  const n = c.n;
+  const status = c.status, color = c.color || '';
+  const sec = el('section', { class: 'cmp', id: 'cmp-' + ci, 'data-index': ci });
+  main.append(sec);
+  const label = 'Compare ' + compareLabel(c);
+  const dumps = c.npu ? ' NPU ' + c.npu + ' against bench ' + c.bench : '';
+  sec.append(el('h2', { text: label + (c.mode ? ' — mode ' + c.mode : '') + (c.match ? ', match ' + c.match : '') }));
+  const v = compareVerdict(c);
+  const vtext = v === 'fail'
+    ? 'FAIL: ' + c.failing + ' of ' + plural(n, 'row') + ' fail msprobe\'s accuracy criteria'
+    : v === 'error' ? 'NOT COMPARED: ' + plural(c.errors, 'row') + ' could not be compared (tensor files not read)'
+    : 'PASS: all ' + plural(n, 'row') + ' meet msprobe\'s accuracy criteria';
+  sec.append(el('div', { class: 'verdict-box ' + v, text: vtext + (c.unmatched ? '; ' + c.unmatched + ' unmatched' : '') }));
+  sec.append(el('div', { class: 'help', text: 'From ' + c.file + '.' + dumps }));
+
+  // Row severities: the tree's colours and the chart's marks.
+  const sev = new Int8Array(n);
+  for (let i = 0; i < n; i++) {
+    const s = status[i], h = color[i];
+    sev[i] = (s === 'f' || h === 'r') ? 4 : h === 'y' ? 3 : s === 'e' ? 2 : s === 'u' ? 1 : 0;
+  }
+
+  const state = { name: '', result: 'all', entries: null, entryLabel: '', sortCol: -1, sortDir: 1, page: 0, view: null, flash: -1 };
+  const first = c.first_failing;
+  if (first != null && first < n) {
+    const box = el('div', { class: 'first' });
+    const what = status[first] === 'e' ? 'First row not compared' : 'First failing row';
+    box.append(el('div', null, el('b', { text: what + ': ' }), 'line ' + first + ' ', el('code', { class: 'first-name', text: cols[0][first] }),
+      el('button', { class: 'goto-first linkish', text: 'show it in the table', onclick: () => gotoRow(first) })));
+    if (c.advice) box.append(el('div', { class: 'help', text: 'Advisor (' + (c.suspect || '') + '):' }), el('pre', { class: 'advice', text: c.advice }));
+    sec.append(box);
+  } else if (c.advice) {
+    sec.append(el('div', { class: 'help', text: 'Advisor: ' + c.advice }));
+  }
+
+  // Counts by result, each a filter.
+  const counts = el('div', { class: 'counts' });
+  const byStatus = { f: 0, e: 0, u: 0, o: 0 }, byColor = { r: 0, y: 0 };
+  for (let i = 0; i < n; i++) { byStatus[status[i]]++; if (color[i] in byColor) byColor[color[i]]++; }
+  const resultCol = names.indexOf('Accuracy Reached or Not') >= 0 ? names.indexOf('Accuracy Reached or Not') : names.indexOf('Result');
+  const byValue = new Map();
+  if (resultCol >= 0) for (let i = 0; i < n; i++) { const k = String(cols[resultCol][i] == null ? '' : cols[resultCol][i]); byValue.set(k, (byValue.get(k) || 0) + 1); }
+  for (const s of ['f', 'e', 'u', 'o']) if (byStatus[s]) counts.append(el('span', { class: 'badge ' + s, text: STATUS_NAME[s] + ': ' + byStatus[s], onclick: () => setResult('s:' + s) }));
+  if (byColor.r) counts.append(el('span', { class: 'badge r', text: 'red: ' + byColor.r, onclick: () => setResult('c:r') }));
+  if (byColor.y) counts.append(el('span', { class: 'badge y', text: 'yellow: ' + byColor.y, onclick: () => setResult('c:y') }));
+  if (resultCol >= 0) for (const [k, cnt] of byValue) counts.append(el('span', { class: 'badge', text: names[resultCol] + ' = ' + (k === '' ? '(empty)' : k) + ': ' + cnt, onclick: () => setResult('v:' + k) }));
+  sec.append(counts);
+  if (!color) sec.append(el('div', { class: 'help', text: 'No red/yellow marks: run tprobe compare with --highlight for msprobe\'s highlighting.' }));
+
+  // ---- chart
+  sec.append(el('h3', { text: 'A metric along execution order' }));
+  const METRICS = ['Cosine', 'MaxAbsErr', 'MaxRelativeErr', 'EucDist', 'One Thousandth Err Ratio', 'Five Thousandths Err Ratio',
+                   'Max diff', 'Min diff', 'Mean diff', 'L2norm diff', 'MinRelativeErr', 'MeanRelativeErr', 'NormRelativeErr'];
+  const metrics = METRICS.filter(m => { const j = names.indexOf(m); if (j < 0) return false; for (let i = 0; i < n; i++) if (Number.isFinite(num(cols[j][i]))) return true; return false; });
+  const chartBox = el('div', { class: 'charts' });
+  if (metrics.length) {
+    const sel = el('select', { class: 'metric' });
+    for (const m of metrics) sel.append(el('option', { value: m, text: /diff$/.test(m) ? '|' + m + '|' : m }));
+    const log = el('input', { type: 'checkbox', class: 'logscale' });
+    sel.value = metrics[0];
+    const autoLog = () => { log.checked = !/Cosine|Ratio/.test(sel.value); };
+    autoLog();
+    sel.addEventListener('change', () => { autoLog(); drawCharts(); });
+    log.addEventListener('change', drawCharts);
+    sec.append(el('div', { class: 'controls' }, 'metric ', sel, el('label', null, log, ' log scale'),
+      el('span', { class: 'help', text: 'Red ticks: failing rows; the red line: the first failing row. Click a point to see its row.' })));
+    sec.append(chartBox);
+    function drawCharts() {
+      chartBox.textContent = '';
+      const j = names.indexOf(sel.value), abs = /diff$/.test(sel.value);
+      for (const [dirName, dirs] of [['forward', 'f?'], ['backward (and parameter gradients)', 'bg']]) {
+        const idx = [];
+        for (let i = 0; i < n; i++) if (dirs.indexOf(c.entry_dir[c.row_entry[i]]) >= 0) idx.push(i);
+        if (!idx.length) continue;
+        chartBox.append(el('div', { class: 'help', text: dirName + ': ' + plural(idx.length, 'row') }));
+        chartBox.append(lineChart(idx, i => { const x = num(cols[j][i]); return abs ? Math.abs(x) : x; }, sel.value, log.checked));
+      }
+    }
+    drawCharts();
+  } else {
+    sec.append(el('div', { class: 'help', text: 'No numeric metric in this compare (mode ' + (c.mode || '?') + '): see the table.' }));
+  }
+
+  function lineChart(idx, value, metric, logScale) {
+    const W = 1000, H = 200, L = 64, R = 10, T = 10, B = 26, pw = W - L - R, ph = H - T - B, m = idx.length;
+    const svg = sv('svg', { class: 'chart', width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'data-metric': metric });
+    const buckets = Math.min(pw, m);
+    const lo = new Float64Array(buckets).fill(Infinity), hi = new Float64Array(buckets).fill(-Infinity), bad = new Int8Array(buckets);
+    let ymin = Infinity, ymax = -Infinity, firstX = -1;
+    for (let k = 0; k < m; k++) {
+      const b = Math.min(buckets - 1, Math.floor(k * buckets / m));
+      let y = value(idx[k]);
+      if (sev[idx[k]] > bad[b]) bad[b] = sev[idx[k]];
+      if (idx[k] === first) firstX = b;
+      if (!Number.isFinite(y)) continue;
+      if (logScale) { if (y <= 0) continue; y = Math.log10(y); }
+      if (y < lo[b]) lo[b] = y; if (y > hi[b]) hi[b] = y;
+      if (y < ymin) ymin = y; if (y > ymax) ymax = y;
+    }
+    if (!Number.isFinite(ymin)) { svg.append(sv('text', { x: L, y: H / 2 }, 'no finite values' + (logScale ? ' above 0 (try without log scale)' : ''))); return svg; }
+    if (ymax === ymin) { ymax += 0.5; ymin -= 0.5; }
+    const X = b => L + (b + 0.5) * pw / buckets, Y = y => T + ph - (y - ymin) / (ymax - ymin) * ph;
+    const short = v => { const a = Math.abs(v); return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(2) : String(+v.toPrecision(4)); };
+    const lab = y => short(logScale ? Math.pow(10, y) : y);
+    for (const y of [ymin, (ymin + ymax) / 2, ymax]) {
+      svg.append(sv('line', { x1: L, x2: W - R, y1: Y(y), y2: Y(y), stroke: '#eee' }));
+      svg.append(sv('text', { x: L - 4, y: Y(y) + 4, 'text-anchor': 'end' }, lab(y)));
+    }
+    const thresholds = { Cosine: 0.99, MaxAbsErr: 0.001 };
+    if (metric in thresholds) {
+      const t = logScale ? Math.log10(thresholds[metric]) : thresholds[metric];
+      if (t >= ymin && t <= ymax) {
+        svg.append(sv('line', { x1: L, x2: W - R, y1: Y(t), y2: Y(t), stroke: '#e08', 'stroke-dasharray': '4 3' }));
+        svg.append(sv('text', { x: W - R - 2, y: Y(t) - 3, 'text-anchor': 'end' }, 'msprobe threshold ' + thresholds[metric]));
+      }
+    }
+    let band = '', line = '', started = false;
+    const worstLow = metric === 'Cosine' || /Ratio/.test(metric);
+    for (let b = 0; b < buckets; b++) {
+      if (lo[b] > hi[b]) { started = false; continue; }
+      band += 'M' + X(b).toFixed(1) + ' ' + Y(lo[b]).toFixed(1) + 'V' + Y(hi[b]).toFixed(1);
+      line += (started ? 'L' : 'M') + X(b).toFixed(1) + ' ' + Y(worstLow ? lo[b] : hi[b]).toFixed(1);
+      started = true;
+    }
+    svg.append(sv('path', { d: band, stroke: '#9ecae1', 'stroke-width': Math.max(1, pw / buckets), fill: 'none' }));
+    svg.append(sv('path', { d: line, stroke: '#1f77b4', 'stroke-width': 1.2, fill: 'none', class: 'series' }));
+    let ticks = '', yticks = '';
+    for (let b = 0; b < buckets; b++) {
+      if (bad[b] >= 4) ticks += 'M' + X(b).toFixed(1) + ' ' + (T + ph + 2) + 'v7';
+      else if (bad[b] === 3) yticks += 'M' + X(b).toFixed(1) + ' ' + (T + ph + 2) + 'v7';
+    }
+    if (yticks) svg.append(sv('path', { d: yticks, stroke: '#e5c000', 'stroke-width': 2 }));
+    if (ticks) svg.append(sv('path', { d: ticks, stroke: '#d62728', 'stroke-width': 2, class: 'fail-ticks' }));
+    if (firstX >= 0) {
+      svg.append(sv('line', { x1: X(firstX), x2: X(firstX), y1: T, y2: T + ph, stroke: '#d62728', 'stroke-width': 1.5, class: 'first-line' }));
+      svg.append(sv('text', { x: X(firstX) + 4, y: T + 12, fill: '#d62728' }, 'first failing'));
+    }
+    svg.append(sv('text', { x: L, y: H - 4 }, 'row ' + idx[0]));
+    svg.append(sv('text', { x: W - R, y: H - 4, 'text-anchor': 'end' }, 'row ' + idx[m - 1] + ' (execution order →)'));
+    const tip = sv('title', {}, '');
+    svg.append(tip);
+    const at = ev => {
+      const r = svg.getBoundingClientRect();
+      const x = (ev.clientX - r.left) * W / r.width;
+      const k = Math.max(0, Math.min(m - 1, Math.floor((x - L) / pw * m)));
+      return idx[k];
+    };
+    svg.addEventListener('mousemove', ev => { const i = at(ev); tip.textContent = 'row ' + i + ': ' + cols[0][i] + ' = ' + fmt(value(i)); });
+    svg.addEventListener('click', ev => gotoRow(at(ev)));
+    return svg;
+  }
+
+  // ---- table
+  sec.append(el('h3', { text: 'Rows' }));
+  const nameIn = el('input', { type: 'search', class: 'name-filter', placeholder: 'filter by name (substring, or /regex/)' });
+  const resultSel = el('select', { class: 'result-filter' });
+  resultSel.append(el('option', { value: 'all', text: 'all results' }));
+  for (const s of ['f', 'e', 'u', 'o']) if (byStatus[s]) resultSel.append(el('option', { value: 's:' + s, text: STATUS_NAME[s] }));
+  if (byColor.r) resultSel.append(el('option', { value: 'c:r', text: 'red (highlight)' }));
+  if (byColor.y) resultSel.append(el('option', { value: 'c:y', text: 'yellow (highlight)' }));
+  if (resultCol >= 0) for (const k of byValue.keys()) resultSel.append(el('option', { value: 'v:' + k, text: names[resultCol] + ' = ' + (k === '' ? '(empty)' : k) }));
+  const chip = el('span', { class: 'module-filter' });
+  const info = el('span', { class: 'page-info' });
+  const prev = el('button', { class: 'prev', text: '‹ prev' }), next = el('button', { class: 'next', text: 'next ›' });
+  sec.append(el('div', { class: 'controls' }, nameIn, resultSel, chip, prev, next, info));
+  const thead = el('thead'), tbody = el('tbody');
+  const table = el('table', { class: 'rows' }, thead, tbody);
+  sec.append(el('div', { class: 'table-wrap' }, table));
+  const hr = el('tr');
+  hr.append(el('th', { 'data-col': -1, text: '#' }));
+  names.forEach((name, j) => hr.append(el('th', { 'data-col': j, text: name })));
+  thead.append(hr);
+  thead.addEventListener('click', ev => {
+    const th = ev.target.closest('th'); if (!th) return;
+    const j = +th.getAttribute('data-col');
+    if (state.sortCol === j) state.sortDir = -state.sortDir; else { state.sortCol = j; state.sortDir = 1; }
+    for (const t of hr.children) t.className = '';
+    th.className = state.sortDir > 0 ? 'sorted-asc' : 'sorted-desc';
+    refilter(false);
+  });
+  let timer = 0;
+  nameIn.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(() => refilter(true), 120); });
+  resultSel.addEventListener('change', () => refilter(true));
+  prev.addEventListener('click', () => { if (state.page > 0) { state.page--; renderPage(); } });
+  next.addEventListener('click', () => { if ((state.page + 1) * PAGE < state.view.length) { state.page++; renderPage(); } });
+
+  function setResult(v) { resultSel.value = v; refilter(true); table.scrollIntoView({ block: 'nearest' }); }
+  let lowerNames = null;
+  const sortKeys = new Map();
+  function keysOf(j) {
+    if (sortKeys.has(j)) return sortKeys.get(j);
+    const col = j < 0 ? null : cols[j], nk = new Float64Array(n), sk = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const v = j < 0 ? i : col[i];
+      const x = num(v);
+      nk[i] = x; sk[i] = Number.isNaN(x) ? (v == null ? null : String(v)) : null;
+    }
+    const k = { nk, sk }; sortKeys.set(j, k); return k;
+  }
+  function refilter(resetPage) {
+    const q = state.name = nameIn.value.trim();
+    state.result = resultSel.value;
+    let re = null;
+    if (q.length > 2 && q[0] === '/' && q[q.length - 1] === '/') { try { re = new RegExp(q.slice(1, -1), 'i'); } catch (e) { re = null; } }
+    const ql = q.toLowerCase();
+    if (q && !re && !lowerNames) lowerNames = cols[0].map(s => String(s == null ? '' : s).toLowerCase());
+    const r = state.result, kind = r.slice(0, 2), want = r.slice(2);
+    const entries = state.entries;
+    const out = [];
+    for (let i = 0; i < n; i++) {
+      if (entries && !entries.has(c.row_entry[i])) continue;
+      if (r !== 'all') {
+        if (kind === 's:' && status[i] !== want) continue;
+        if (kind === 'c:' && color[i] !== want) continue;
+        if (kind === 'v:' && String(cols[resultCol][i] == null ? '' : cols[resultCol][i]) !== want) continue;
+      }
+      if (q) { if (re ? !re.test(String(cols[0][i])) : lowerNames[i].indexOf(ql) < 0) continue; }
+      out.push(i);
+    }
+    let view = Uint32Array.from(out);
+    if (state.sortCol !== -1 || state.sortDir !== 1) {
+      const { nk, sk } = keysOf(state.sortCol), d = state.sortDir;
+      view.sort((a, b) => {
+        const x = nk[a], y = nk[b];
+        const xn = Number.isNaN(x), yn = Number.isNaN(y);
+        if (!xn && !yn) return x === y ? a - b : (x < y ? -d : d);
+        if (xn !== yn) return xn ? 1 : -1;          // numbers first, either way
+        const s = sk[a], t = sk[b];
+        if (s === t) return a - b;
+        if (s == null) return 1; if (t == null) return -1;
+        return s < t ? -d : d;
+      });
+    }
+    state.view = view;
+    if (resetPage) state.page = 0;
+    renderPage();
+  }
+  function renderPage() {
+    const view = state.view, pages = Math.max(1, Math.ceil(view.length / PAGE));
+    if (state.page >= pages) state.page = pages - 1;
+    const start = state.page * PAGE, end = Math.min(view.length, start + PAGE);
+    info.textContent = (view.length ? (start + 1) + '–' + end : '0') + ' of ' + view.length + ' rows (' + n + ' in all), page ' + (state.page + 1) + ' of ' + pages;
+    const frag = document.createDocumentFragment();
+    for (let p = start; p < end; p++) {
+      const i = view[p];
+      const cls = [];
+      if (color[i] === 'r') cls.push('hl-r'); else if (color[i] === 'y') cls.push('hl-y');
+      if (i === first) cls.push('first-failing');
+      if (i === state.flash) cls.push('flash');
+      const tr = el('tr', { 'data-row': i, 'data-status': status[i], class: cls.join(' ') || null });
+      const mark = el('td', { class: 'mark' }, el('span', { class: 'st ' + status[i], title: STATUS_NAME[status[i]] }), String(i));
+      if (i === first) mark.append(el('span', { class: 'ff-label', text: '◀ first failing' }));
+      tr.append(mark);
+      for (let j = 0; j < cols.length; j++) {
+        const v = cols[j][i], t = fmt(v);
+        tr.append(el('td', { class: typeof v === 'number' ? 'num' : null, title: t.length > 40 ? t : null, text: t }));
+      }
+      frag.append(tr);
+    }
+    tbody.textContent = '';
+    tbody.append(frag);
+    state.flash = -1;
+  }
+  function gotoRow(i) {
+    let pos = state.view.indexOf(i);
+    if (pos < 0) {  // filtered out: show every row again
+      nameIn.value = ''; resultSel.value = 'all'; state.entries = null; chip.textContent = '';
+      refilter(true);
+      pos = state.view.indexOf(i);
+    }
+    state.page = Math.floor(pos / PAGE);
+    state.flash = i;
+    renderPage();
+    const tr = tbody.querySelector('tr[data-row="' + i + '"]');
+    if (tr) tr.scrollIntoView({ block: 'center' });
+  }
+  function filterEntries(set, label) {
+    state.entries = set;
+    chip.textContent = '';
+    chip.append(el('span', { class: 'chip' }, 'module: ' + label + ' ', el('button', { class: 'linkish clear-module', text: '✕', onclick: () => { state.entries = null; chip.textContent = ''; refilter(true); } })));
+    refilter(true);
+    table.scrollIntoView({ block: 'nearest' });
+  }
+  refilter(true);
+
+  // ---- module tree
+  sec.append(el('h3', { text: 'Module tree (construct.json), each module coloured by its worst row' }));
+  const tree = el('div', { class: 'tree' });
+  sec.append(tree);
+  const nodes = c.nodes, parent = c.node_parent, nn = nodes.length;
+  if (!nn) {
+    tree.append(el('div', { class: 'help', text: c.construct_file ? 'construct.json is empty: level L1 dumps have no module structure (dump at L0 or mix for a tree).'
+      : 'No construct.json beside the NPU dump' + (c.npu ? ' (' + c.npu + ')' : '') + '.' }));
+  } else {
+    const kids = Array.from({ length: nn }, () => []), roots = [];
+    for (let k = 0; k < nn; k++) (parent[k] >= 0 ? kids[parent[k]] : roots).push(k);
+    const nsev = new Int8Array(nn).fill(-1), nrows = new Uint32Array(nn), nfail = new Uint32Array(nn);
+    for (let i = 0; i < n; i++) {
+      const k = c.entry_node[c.row_entry[i]];
+      if (k < 0) continue;
+      if (sev[i] > nsev[k]) nsev[k] = sev[i];
+      nrows[k]++; if (status[i] === 'f') nfail[k]++;
+    }
+    // Children before parents: a post-order walk, iterative (trees can be deep).
+    const order = [], stack = roots.slice(), seen = new Uint8Array(nn);
+    while (stack.length) { const k = stack.pop(); if (seen[k]) continue; seen[k] = 1; order.push(k); for (const q of kids[k]) stack.push(q); }
+    for (let p = order.length - 1; p >= 0; p--) {
+      const k = order[p], up = parent[k];
+      if (up >= 0) { if (nsev[k] > nsev[up]) nsev[up] = nsev[k]; nrows[up] += nrows[k]; nfail[up] += nfail[k]; }
+    }
+    const SEVNAME = ['passing', 'unmatched rows', 'rows not compared', 'yellow rows', 'failing rows'];
+    const subtreeEntries = k => {
+      const nodesIn = new Set(), st = [k];
+      while (st.length) { const q = st.pop(); nodesIn.add(q); for (const r of kids[q]) st.push(r); }
+      const set = new Set();
+      c.entry_node.forEach((nd, e) => { if (nodesIn.has(nd)) set.add(e); });
+      return set;
+    };
+    const nodeItem = k => {
+      const li = el('li');
+      const head = [el('span', { class: 'sev sev' + nsev[k], title: nsev[k] < 0 ? 'no rows' : SEVNAME[nsev[k]] }), el('span', { class: 'mono', text: nodes[k] }),
+        el('span', { class: 'cnt', text: nrows[k] ? nfail[k] + ' failing of ' + plural(nrows[k], 'row') : 'no rows' })];
+      if (nrows[k]) head.push(el('button', { class: 'rows-btn', text: 'rows', onclick: ev => { ev.preventDefault(); filterEntries(subtreeEntries(k), nodes[k]); } }));
+      if (!kids[k].length) { li.append(el('div', { class: 'leaf', 'data-node': k }, ...head)); return li; }
+      const det = el('details', { class: 'node', 'data-node': k }, el('summary', null, ...head));
+      let built = false;
+      det.addEventListener('toggle', () => { if (det.open && !built) { built = true; det.append(list(kids[k])); } });
+      li.append(det);
+      return li;
+    };
+    const list = ks => {
+      const ul = el('ul');
+      const more = (from) => {
+        for (let p = from; p < Math.min(ks.length, from + 200); p++) ul.append(nodeItem(ks[p]));
+        if (from + 200 < ks.length) ul.append(el('li', null, el('button', { class: 'linkish', text: 'show ' + (ks.length - from - 200) + ' more', onclick: ev => { ev.target.parentNode.remove(); more(from + 200); } })));
+      };
+      more(0);
+      return ul;
+    };
+    tree.append(el('div', { class: 'help', text: plural(nn, 'node') + ', ' + plural(roots.length, 'root') + '. Open a module to see its children; "rows" shows its rows in the table.' }));
+    tree.append(list(roots));
+  }
+}
+
+// ---------------------------------------------------------------- nan-analyze
+function renderNan(x, k, main) {
+  const sec = el('section', { class: 'nan', id: 'nan-' + k });
+  main.append(sec);
+  sec.append(el('h2', { text: 'Where the first NaN/Inf came from (nan-analyze)' }));
+  sec.append(el('div', { class: 'help', text: 'From ' + x.file + '.' }));
+  if (!x.ranks.length) { sec.append(el('div', { class: 'verdict-box pass', text: 'No NaN/Inf producer.' })); return; }
+  sec.append(el('div', { class: 'verdict-box fail', text: 'FAIL: ' + x.ranks.map(r => r.rank + ' ' + r.op_name).join('; ') }));
+  for (const r of x.ranks) {
+    sec.append(el('h3', { text: r.rank + ': ' + r.op_name }));
+    const t = el('table', { class: 'kv' });
+    t.append(el('tr', null, el('td', { text: 'first producer' }), el('td', null, el('code', { class: 'producer', text: r.op_name }))));
+    t.append(el('tr', null, el('td', { text: 'module path' }), el('td', { class: 'mono', text: r.construct_info.length ? r.construct_info.join(' › ') : '(none: construct.json is empty at level L1)' })));
+    sec.append(t);
+    sec.append(el('div', { class: 'help', text: 'Stack (innermost last):' }), el('pre', { class: 'stack', text: r.stack_info.length ? r.stack_info.join('\n') : '(no stack recorded)' }));
+    const d = el('details', null, el('summary', { text: 'its inputs and outputs (statistics)' }), el('pre', { text: JSON.stringify(r.data_info, null, 1) }));
+    sec.append(d);
+  }
+}
+
+// ---------------------------------------------------------------- gradsim
+const PALETTE = ['#d62728', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf', '#bcbd22', '#7f7f7f'];
+function renderGradsim(g, k, main) {
+  const sec = el('section', { class: 'gradsim', id: 'grad-' + k });
+  main.append(sec);
+  sec.append(el('h2', { text: 'Gradient similarity' + (g.rank ? ' ' + g.rank : '') + ' (gradsim)' }));
+  sec.append(el('div', { class: 'help', text: 'From ' + g.file + '. Similarity: share of gradient elements with the same sign in both runs. A step is suspect when a parameter is below 0.97 at the first step or drops by more than 0.03 from the step before (msprobe\'s rule).' }));
+  const summary = g.params.find(p => p.name === 'summary');
+  const suspects = g.params.filter(p => p.name !== 'summary' && p.suspect.length);
+  if (g.first_suspect == null) sec.append(el('div', { class: 'verdict-box pass', text: 'PASS: no suspect step in ' + plural(g.steps.length, 'step') }));
+  else {
+    const at = g.first_suspect;
+    const who = g.params.filter(p => p.suspect.indexOf(at) >= 0).map(p => p.name);
+    sec.append(el('div', { class: 'verdict-box fail', text: 'FAIL: first suspect step ' + g.steps[at] + ' (' + who.slice(0, 5).join(', ') + (who.length > 5 ? ', …' : '') + ')' }));
+  }
+  // The suspect parameters, those that dropped most at their first suspect step first.
+  const drop = p => { const s = p.suspect[0]; return s === 0 ? 1 - p.sim[0] : p.sim[s - 1] - p.sim[s]; };
+  suspects.sort((a, b) => a.suspect[0] - b.suspect[0] || drop(b) - drop(a));
+  const shown = (summary ? [summary] : []).concat(suspects.slice(0, PALETTE.length));
+  const pick = el('select', { class: 'param-pick' }, el('option', { value: '', text: 'add a parameter…' }));
+  for (const p of g.params) if (shown.indexOf(p) < 0) pick.append(el('option', { value: p.name, text: p.name }));
+  const box = el('div');
+  pick.addEventListener('change', () => { const p = g.params.find(q => q.name === pick.value); if (p) { shown.push(p); draw(); } pick.value = ''; });
+  sec.append(el('div', { class: 'controls' }, pick), box);
+  function draw() {
+    box.textContent = '';
+    const W = 1000, H = 260, L = 50, R = 10, T = 12, B = 28, pw = W - L - R, ph = H - T - B, m = g.steps.length;
+    const svg = sv('svg', { class: 'chart grad', width: W, height: H, viewBox: '0 0 ' + W + ' ' + H });
+    let ymin = 1;
+    for (const p of shown) for (const v of p.sim) if (Number.isFinite(v) && v < ymin) ymin = v;
+    ymin = Math.max(0, Math.min(0.9, Math.floor(ymin * 20) / 20));
+    const X = s => L + (m === 1 ? pw / 2 : s * pw / (m - 1)), Y = v => T + ph - (v - ymin) / (1 - ymin) * ph;
+    for (const v of [ymin, (ymin + 1) / 2, 0.97, 1]) {
+      svg.append(sv('line', { x1: L, x2: W - R, y1: Y(v), y2: Y(v), stroke: v === 0.97 ? '#e08' : '#eee', 'stroke-dasharray': v === 0.97 ? '4 3' : '' }));
+      svg.append(sv('text', { x: L - 4, y: Y(v) + 4, 'text-anchor': 'end' }, fmt(v)));
+    }
+    const every = Math.max(1, Math.ceil(m / 20));
+    for (let s = 0; s < m; s += every) svg.append(sv('text', { x: X(s), y: H - 8, 'text-anchor': 'middle' }, g.steps[s]));
+    if (g.first_suspect != null) {
+      svg.append(sv('line', { x1: X(g.first_suspect), x2: X(g.first_suspect), y1: T, y2: T + ph, stroke: '#d62728', 'stroke-dasharray': '5 3' }));
+      svg.append(sv('text', { x: X(g.first_suspect) + 4, y: T + 12, fill: '#d62728' }, 'first suspect step ' + g.steps[g.first_suspect]));
+    }
+    const legend = el('div', { class: 'legend' });
+    shown.forEach((p, q) => {
+      const colour = p.name === 'summary' ? '#1f77b4' : PALETTE[(q - (summary ? 1 : 0)) % PALETTE.length];
+      let d = '';
+      p.sim.forEach((v, s) => { if (Number.isFinite(v)) d += (d ? 'L' : 'M') + X(s).toFixed(1) + ' ' + Y(v).toFixed(1); });
+      svg.append(sv('path', { d: d, stroke: colour, fill: 'none', 'stroke-width': p.name === 'summary' ? 2.5 : 1.5, class: 'curve', 'data-param': p.name }));
+      for (const s of p.suspect) svg.append(sv('circle', { cx: X(s), cy: Y(p.sim[s]), r: 4.5, fill: 'none', stroke: '#d62728', 'stroke-width': 2, class: 'suspect' }));
+      legend.append(el('span', null, el('i', { style: 'background:' + colour }), p.name));
+    });
+    box.append(svg, legend);
+  }
+  draw();
+  if (suspects.length) {
+    const t = el('table', { class: 'plain' }, el('tr', null, el('th', { text: 'parameter' }), el('th', { text: 'suspect steps' }), el('th', { text: 'lowest similarity' })));
+    for (const p of suspects) t.append(el('tr', null, el('td', { class: 'mono', text: p.name }), el('td', { text: p.suspect.map(s => g.steps[s]).join(', ') }), el('td', { text: fmt(Math.min(...p.sim.filter(Number.isFinite))) })));
+    sec.append(el('h3', { text: 'Suspect parameters' }), t);
+  }
+}
+
+// ---------------------------------------------------------------- run info
+function renderRun(main) {
+  const sec = el('section', { class: 'run', id: 'run' });
+  main.append(sec);
+  sec.append(el('h2', { text: 'How this was made' }));
+  const t = el('table', { class: 'kv' });
+  const row = (k, v) => t.append(el('tr', null, el('td', { text: k }), el('td', null, v)));
+  row('tprobe version', D.version);
+  row('report generated', D.generated);
+  for (const c of D.compares) {
+    const who = 'compare ' + compareLabel(c);
+    const dump = (p, info) => p ? p + (info ? ' (task ' + (info.task || '?') + ', level ' + (info.level || '?') + ', ' + (info.framework || '?') + ')' : '') : '(not recorded)';
+    row(who + ': NPU dump', el('span', { class: 'mono', text: dump(c.npu, c.npu_dump) }));
+    row(who + ': bench dump', el('span', { class: 'mono', text: dump(c.bench, c.bench_dump) }));
+  }
+  const s = D.run.stream;
+  if (s) {
+    const lost = s.upstream_dropped || s.truncated_producers;
+    row('records', s.records + ' from ' + plural(s.producers, 'producer'));
+    row('drop counters', el('span', { class: lost ? 'warn' : null, text: lost
+      ? s.upstream_dropped + ' records dropped upstream; ' + plural(s.truncated_producers, 'producer') + ' ended without end-of-stream (crashed, or its capture detached): their results are incomplete'
+      : '0 dropped, every producer ended its stream: nothing was lost' }));
+    for (const e of s.events) row('event', e);
+    s.sessions.forEach((cfg, k) => row('session ' + (k + 1) + (cfg.label ? ' (run ' + cfg.label + ')' : '') + (cfg.rank != null ? ', rank ' + cfg.rank : ''),
+      el('details', null, el('summary', { text: ['task', 'level', 'dump_path'].map(x => x + ' ' + JSON.stringify(cfg[x])).join(', ') }), el('pre', { class: 'config', text: JSON.stringify(cfg, null, 1) }))));
+  } else {
+    row('drop counters', 'not known: result files do not record them (this report was made from files). The capture is lossless and says on the training\'s stderr if it detached; run tprobe-report as a manifest stage to count drops.');
+  }
+  const ul = el('ul');
+  for (const f of D.run.inputs) ul.append(el('li', { class: 'mono', text: f }));
+  row('inputs', ul);
+  if (D.run.warnings.length) { const w = el('ul'); for (const x of D.run.warnings) w.append(el('li', { class: 'warn', text: x })); row('warnings', w); }
+  sec.append(t);
+}
+
+// ---------------------------------------------------------------- page
+document.getElementById('title').textContent = D.title;
+const verdict = document.getElementById('verdict');
+verdict.textContent = D.negative ? 'FAIL' : 'PASS';
+verdict.className = 'verdict ' + (D.negative ? 'fail' : 'pass');
+const main = document.getElementById('main');
+main.textContent = '';
+const nav = document.getElementById('nav');
+const overview = el('section', { class: 'overview', id: 'overview' }, el('h2', { text: 'Overview' }));
+main.append(overview);
+const ol = el('ul');
+overview.append(ol);
+const line = (text, v, href) => ol.append(el('li', null, el('span', { class: 'verdict ' + v, text: v.toUpperCase() }), ' ', el('a', { href: href, text: text })));
+D.compares.forEach((c, k) => {
+  line('compare ' + compareLabel(c) + ': ' + c.failing + ' failing, ' + c.unmatched + ' unmatched, ' + c.errors + ' not compared of ' + plural(c.n, 'row'), compareVerdict(c), '#cmp-' + k);
+  nav.append(el('a', { href: '#cmp-' + k, text: 'compare ' + compareLabel(c) }));
+});
+D.nans.forEach((x, k) => {
+  line('nan-analyze: ' + (x.ranks.length ? 'first producer ' + x.ranks.map(r => r.rank + ' ' + r.op_name).join('; ') : 'no NaN/Inf producer'), x.ranks.length ? 'fail' : 'pass', '#nan-' + k);
+  nav.append(el('a', { href: '#nan-' + k, text: 'NaN/Inf' }));
+});
+D.gradsims.forEach((g, k) => {
+  line('gradsim' + (g.rank ? ' ' + g.rank : '') + ': ' + (g.first_suspect == null ? 'no suspect step' : 'first suspect step ' + g.steps[g.first_suspect]), g.first_suspect == null ? 'pass' : 'fail', '#grad-' + k);
+  nav.append(el('a', { href: '#grad-' + k, text: 'gradsim' + (g.rank ? ' ' + g.rank : '') }));
+});
+if (!D.compares.length && !D.nans.length && !D.gradsims.length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
+nav.append(el('a', { href: '#run', text: 'run info' }));
+overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf.' }));
+D.compares.forEach((c, k) => renderCompare(c, k, main));
+D.nans.forEach((x, k) => renderNan(x, k, main));
+D.gradsims.forEach((g, k) => renderGradsim(g, k, main));
+renderRun(main);
+window.tprobeReadyAt = performance.now();
+document.body.setAttribute('data-ready', '1');
+})();
+</script>
+</body>
+</html>
+)TPROBE";
+
+}  // namespace
+
+std::string_view report_page_template() { return page; }
+
+}  // namespace tprobe

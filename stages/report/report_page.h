@@ -1,0 +1,21 @@
+// report_page.h: the HTML page of the report stage, with its CSS and script inline.
+//
+// The template holds two markers that report_render_html() replaces: @@TITLE@@ (HTML-escaped text)
+// and @@DATA@@ (the JSON document of report.cpp, with "</" written "<\/"). The script reads that
+// document and builds the page in the browser: verdicts, the paged table, SVG charts and the module
+// tree. Nothing is fetched: the page works from a file:// URL with no network.
+//
+// Hooks the browser test and the benchmark use (tests/python/test_report_browser.py,
+// bench/bench_report.py): body[data-ready="1"] and window.tprobeReadyAt (performance.now() when the
+// first render finished), #verdict, section.cmp with .verdict-box, .goto-first, .name-filter,
+// .result-filter, table.rows th[data-col], tr[data-row] (tr.first-failing), .page-info,
+// .tree details.node[data-node] and svg.chart.
+#pragma once
+
+#include <string_view>
+
+namespace tprobe {
+
+std::string_view report_page_template();
+
+}  // namespace tprobe
