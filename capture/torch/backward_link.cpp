@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "capture_state.h"
+#include "dump_semantics.h"
 
 namespace tprobe::torch_capture {
 
@@ -22,26 +23,10 @@ std::shared_ptr<backward_link> make_link(const std::string &entry, const std::op
   return link;
 }
 
-std::string backward_slot(const std::string &forward_slot) {
-  // Forward "input.1.0" → backward "output.1.0"; forward "output.0" → backward "input.0".
-  if (forward_slot.rfind("input", 0) == 0) return "output" + forward_slot.substr(5);
-  if (forward_slot.rfind("output", 0) == 0) return "input" + forward_slot.substr(6);
-  return {};
-}
-
-std::string backward_name(const std::string &forward) {
-  // "X.3.forward" → "X.3.backward"; "Module.a.B.forward.3" → "Module.a.B.backward.3".
-  if (forward.size() > 8 && forward.compare(forward.size() - 8, 8, ".forward") == 0)
-    return forward.substr(0, forward.size() - 8) + ".backward";
-  const auto at = forward.rfind(".forward.");
-  if (at != std::string::npos) return forward.substr(0, at) + ".backward." + forward.substr(at + 9);
-  return forward + ".backward";
-}
-
 void state::note_edge(std::vector<input_edge> &edges, const std::string &forward_slot, const at::Tensor &t) {
   if (!t.defined()) return;
   input_edge e;
-  e.slot = backward_slot(forward_slot);
+  e.slot = slot_backward_of(forward_slot);
   if (e.slot.empty()) return;  // keyword tensors have no place in a backward entry
   if (!t.requires_grad()) {
     edges.push_back(std::move(e));
@@ -85,7 +70,7 @@ void state::link_backward(const std::shared_ptr<backward_link> &link, uint64_t b
     if (!fn || !inside(fn.get())) continue;  // not made by this call (returned as it came)
     auto &subscriptions = node_inputs[node_key{thread, fn->sequence_nr()}];
     if (subscriptions.empty() || subscriptions.back().link != link) subscriptions.push_back({link, {}});
-    subscriptions.back().slots.emplace_back(static_cast<uint32_t>(t.output_nr()), backward_slot(slot));
+    subscriptions.back().slots.emplace_back(static_cast<uint32_t>(t.output_nr()), slot_backward_of(slot));
     if (seen.insert(fn.get()).second) frontier.push_back(fn.get());
   }
   while (!frontier.empty()) {

@@ -61,10 +61,7 @@ struct open_module {
 
 std::shared_ptr<backward_link> make_link(const std::string &entry, const std::optional<std::string> &parent);
 
-// Forward "input.1.0" → backward "output.1.0"; forward "output.0" → backward "input.0"; "" for
-// slots with no place in a backward entry.
-std::string backward_slot(const std::string &forward_slot);
-// "X.3.forward" → "X.3.backward"; "Module.a.B.forward.3" → "Module.a.B.backward.3".
-std::string backward_name(const std::string &forward);
+// Slots and names of backward entries come from core/dump_semantics.h (slot_backward_of,
+// entry_backward_of).
 
 }  // namespace tprobe::torch_capture

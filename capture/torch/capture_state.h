@@ -96,8 +96,8 @@ struct state {
 
   // ---- values and tensors (torch_values.cpp) ----
 
-  bool capture_value(const std::string &entry, const std::string &slot, const nlohmann::json &leaf);
-  // A tensor tprobe cannot describe with statistics: its description, statistics null.
+  bool capture_value(const std::string &entry, const std::string &slot, const nlohmann::ordered_json &leaf);
+  // A tensor tprobe cannot read (fp8, quantized, sparse, …): its facts (tprobe_capture_facts).
   bool capture_unsupported(const std::string &entry, const std::string &slot, const at::Tensor &t);
   bool capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
                     bool requires_grad);

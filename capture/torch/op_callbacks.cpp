@@ -11,6 +11,7 @@
 #include <ATen/core/function_schema.h>
 
 #include "capture_state.h"
+#include "dump_semantics.h"
 #include "python_stack.h"
 
 namespace tprobe::torch_capture {
@@ -48,14 +49,12 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
     collect_collectives();
     auto ctx = std::make_unique<op_context>();
     const op_name &n = depth == 0 ? info.outer : info.nested;
-    std::string base = n.prefix + "." + n.api + ".";
-    const int64_t count = call_counts[base]++;
-    base += std::to_string(count);
-    ctx->forward = base + ".forward";
-    ctx->backward = base + ".backward";
+    const int64_t count = call_counts[n.prefix + "." + n.api + "."]++;
+    ctx->forward = entry_api_name(n.prefix, n.api, count, entry_direction::forward);
+    ctx->backward = entry_api_name(n.prefix, n.api, count, entry_direction::backward);
     if (mix && !module_stack.empty()) {
       ctx->parent = module_stack.back();
-      ctx->backward_parent = backward_name(module_stack.back());
+      ctx->backward_parent = entry_backward_of(module_stack.back());
     }
     ++operators;
     const bool forward = allow_forward && entry_begin(ctx->forward, ctx->parent, stack, 0);

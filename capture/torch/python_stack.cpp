@@ -8,6 +8,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "dump_semantics.h"
+
 // The CPython functions we use, declared weak: resolved from the interpreter that loaded this
 // library, null anywhere else. PyGILState_STATE is an int-sized enum.
 extern "C" {
@@ -110,13 +112,6 @@ std::string attr_text(_object *object, const char *name) {
   return result;
 }
 
-std::string_view trim(std::string_view s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string_view::npos) return {};
-  const auto e = s.find_last_not_of(" \t\r");
-  return s.substr(b, e - b + 1);
-}
-
 // Walks the frames with the GIL held. Returns the stack id.
 int walk_frames() {
   struct frame_ref {
@@ -151,9 +146,7 @@ int walk_frames() {
       const std::string file = attr_text(fr.code, "co_filename");
       if (t.is_excluded(file)) continue;
       const std::string func = attr_text(fr.code, "co_name");
-      std::string text = "File " + file + ", line " + std::to_string(fr.line) + ", in " + func + ", \n ";
-      text.append(trim(t.source_line(file, fr.line)));
-      lines.push_back(std::move(text));
+      lines.push_back(stack_line(file, fr.line, func, t.source_line(file, fr.line)));
     }
     id = t.add(std::move(lines));
     // The key holds code object addresses: keep them alive so that no other code object can
@@ -173,12 +166,6 @@ int python_stack_current() {
   const int id = walk_frames();
   PyGILState_Release(state);
   return id;
-}
-
-int python_stack_intern(std::vector<std::string> lines) {
-  auto &t = table();
-  std::lock_guard lock(t.mutex);
-  return t.add(std::move(lines));
 }
 
 const std::vector<const char *> &python_stack_lines(int id) {

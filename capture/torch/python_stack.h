@@ -26,9 +26,6 @@ namespace tprobe::torch_capture {
 // Interned stack id of the calling thread's Python stack, or -1 when there is none.
 int python_stack_current();
 
-// Interns stack lines given by the caller (the Python side formats module stacks itself).
-int python_stack_intern(std::vector<std::string> lines);
-
 // The lines of an interned stack as C strings, valid for the life of the process.
 const std::vector<const char *> &python_stack_lines(int id);
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capture_state.h"
+#include "dump_semantics.h"
 #include "op_callbacks.h"
 #include "python_stack.h"
 
@@ -84,7 +85,7 @@ bool state::entry_begin(const std::string &entry, const std::optional<std::strin
 
 namespace {
 
-std::vector<int64_t> int_list(const json &v) {
+std::vector<int64_t> int_list(const nlohmann::ordered_json &v) {
   std::vector<int64_t> out;
   if (v.is_array())
     for (const auto &e : v)
@@ -115,23 +116,18 @@ std::string open(const open_options &options) {
           "tprobe: cannot open the capture");
   const char *config = tprobe_session_config(session);
   s.config_text = config ? config : "{}";
-  const json cfg = json::parse(s.config_text);
+  const nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(s.config_text);
   const std::string level = cfg.value("level", "L1");
   s.level_ops = level == "L1" || level == "mix";
   s.level_modules = level == "L0" || level == "mix";
   s.mix = level == "mix";
   s.high_precision = cfg.value("precision", "low") == "high";
-  s.ranks = int_list(cfg.value("rank", json::array()));
-  s.steps = int_list(cfg.value("step", json::array()));
-  // msprobe's _get_allowed_data_mode: a direction not named at all means both.
-  const json modes = cfg.value("data_mode", json::array({"all"}));
-  auto has = [&](const char *m) {
-    for (const auto &e : modes)
-      if (e.is_string() && e.get<std::string>() == m) return true;
-    return false;
-  };
-  s.allow_forward = has("all") || has("forward") || !has("backward");
-  s.allow_backward = has("all") || has("backward") || !has("forward");
+  s.ranks = int_list(cfg.value("rank", nlohmann::ordered_json::array()));
+  s.steps = int_list(cfg.value("step", nlohmann::ordered_json::array()));
+  // Whole directions data_mode turns off (core/dump_semantics.h); slots are filtered by the session.
+  const data_mode_filter modes = data_mode_filter::from_json(cfg.value("data_mode", nlohmann::ordered_json::array({"all"})));
+  s.allow_forward = modes.forward();
+  s.allow_backward = modes.backward();
   s.options = options;
   s.session = session;
   s.failure.clear();
@@ -258,6 +254,14 @@ bool value(const std::string &entry, const std::string &slot, const std::string 
   });
 }
 
+bool value_leaf(const std::string &entry, const std::string &slot, const nlohmann::ordered_json &leaf) {
+  state &s = the_state();
+  std::lock_guard lock(s.mutex);
+  return hook_guarded(s, [&] { return s.capture_value(entry, slot, leaf); });
+}
+
+int64_t stack_current() { return python_stack_current(); }
+
 int64_t module_enter(const std::string &forward_entry, const std::vector<at::Tensor> &inputs,
                      const std::vector<std::string> &slots) {
   state &s = the_state();
@@ -276,7 +280,7 @@ int64_t module_enter(const std::string &forward_entry, const std::vector<at::Ten
   return token;
 }
 
-void module_exit(int64_t token, const std::string &backward_entry, const std::optional<std::string> &backward_parent,
+void module_exit(int64_t token, const std::string &forward_entry, const std::optional<std::string> &parent,
                  const std::vector<at::Tensor> &outputs, const std::vector<std::string> &slots) {
   state &s = the_state();
   std::lock_guard lock(s.mutex);
@@ -290,7 +294,9 @@ void module_exit(int64_t token, const std::string &backward_entry, const std::op
   if (!s.backward_on.load()) return;
   std::vector<std::pair<at::Tensor, std::string>> linked;
   for (size_t i = 0; i < outputs.size(); ++i) linked.emplace_back(outputs[i], slots[i]);
-  auto link = make_link(backward_entry, backward_parent);
+  std::optional<std::string> backward_parent;
+  if (parent) backward_parent = entry_backward_of(*parent);
+  auto link = make_link(entry_backward_of(forward_entry), backward_parent);
   try {
     s.link_backward(link, m.sequence_begin, m.inputs, linked);
   } catch (const std::exception &e) {

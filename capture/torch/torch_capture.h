@@ -42,6 +42,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
 
 namespace tprobe::torch_capture {
 
@@ -79,6 +80,11 @@ int64_t step();    // ends the step; returns the new step number
 bool entry(const std::string &entry, const std::optional<std::string> &parent, int64_t stack, int64_t is_recompute);
 bool tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);
 bool value(const std::string &entry, const std::string &slot, const std::string &json);
+// A non-tensor value as its leaf, built by core/dump_semantics.h from the typed facts python/tprobe
+// passes (torch_ops.cpp's value_* operators).
+bool value_leaf(const std::string &entry, const std::string &slot, const nlohmann::ordered_json &leaf);
+// The interned id of the calling Python thread's stack (python_stack_current), -1 without one.
+int64_t stack_current();
 
 // A module's forward begins: `forward_entry` becomes the parent of the operators inside it (mix),
 // and the gradient edges of `inputs` (tensors requiring grad, at their forward slots "input.0",
@@ -86,8 +92,9 @@ bool value(const std::string &entry, const std::string &slot, const std::string 
 int64_t module_enter(const std::string &forward_entry, const std::vector<at::Tensor> &inputs,
                      const std::vector<std::string> &slots);
 // The module's forward ended with these outputs (at forward slots "output.0", …): its backward
-// entry is linked as an operator's is. Must follow every module_enter, token 0 included.
-void module_exit(int64_t token, const std::string &backward_entry, const std::optional<std::string> &backward_parent,
+// entry (named from `forward_entry`, its construct.json parent from the forward's `parent`) is
+// linked as an operator's is. Must follow every module_enter, token 0 included.
+void module_exit(int64_t token, const std::string &forward_entry, const std::optional<std::string> &parent,
                  const std::vector<at::Tensor> &outputs, const std::vector<std::string> &slots);
 
 // Counters as JSON: records, bytes, skipped, waits (the session's), operators, unsupported,

@@ -3,8 +3,7 @@
 // library needs LibTorch only, never Python headers; torch.ops.load_library loads it. The
 // capture's callbacks recognise them by their "tprobe::" namespace and never dump them.
 //
-// String lists travel as one string, elements separated by "\n" (slots and stack lines never
-// hold a newline on their own: stack lines are JSON-encoded, see python/tprobe/_native.py).
+// String lists travel as one string, elements separated by "\n" (slots never hold a newline).
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/library.h>
 
+#include "dump_semantics.h"
 #include "python_stack.h"
 #include "torch_capture.h"
 
@@ -59,11 +59,6 @@ void op_stop() { tc::stop(); }
 int64_t op_step() { return tc::step(); }
 std::string op_counters() { return tc::counters(); }
 
-int64_t op_stack_intern(std::string lines_json) {
-  const auto j = nlohmann::json::parse(lines_json);
-  return tc::python_stack_intern(j.get<std::vector<std::string>>());
-}
-
 bool op_entry(std::string entry, c10::optional<std::string> parent, int64_t stack, int64_t is_recompute) {
   std::optional<std::string> p;
   if (parent) p = *parent;
@@ -73,15 +68,70 @@ bool op_entry(std::string entry, c10::optional<std::string> parent, int64_t stac
 bool op_tensor(std::string entry, std::string slot, const at::Tensor &t) { return tc::tensor(entry, slot, t); }
 bool op_value(std::string entry, std::string slot, std::string json) { return tc::value(entry, slot, json); }
 
+// Value encoding for python/tprobe/_values.py: Python passes a value's typed facts, one operator
+// call per value, and core/dump_semantics.h builds its msprobe leaf (msprobe-compat.md §1.7).
+// Cheaper per call than a leaf built in Python, serialised with json.dumps and parsed again here.
+nlohmann::ordered_json scalar_leaf(const c10::Scalar &v, const c10::optional<std::string> &type) {
+  // Python's bool reaches a Scalar as an int: the caller says "bool".
+  if (v.isBoolean()) return tprobe::value_bool(v.toBool());
+  if (type && *type == "bool") return tprobe::value_bool(v.toLong() != 0);
+  if (v.isIntegral(/*includeBool=*/false)) return tprobe::value_int(v.toLong(), type ? *type : "int");
+  if (v.isComplex()) {
+    const auto c = v.toComplexDouble();
+    return tprobe::value_complex(c.real(), c.imag());
+  }
+  return tprobe::value_real(v.toDouble(), type ? *type : "float");
+}
+
+tprobe::stat_value stat_of(const c10::optional<c10::Scalar> &v) {
+  if (!v) return tprobe::stat_value::none();
+  if (v->isBoolean()) return tprobe::stat_value::of_bool(v->toBool());
+  return tprobe::stat_value::of_real(v->toDouble());
+}
+
+// type: "bool" for a bool, None for Python's int/float ("int", "float"), a numpy scalar's dtype name.
+bool op_value_scalar(std::string entry, std::string slot, const c10::Scalar &v, c10::optional<std::string> type) {
+  return tc::value_leaf(entry, slot, scalar_leaf(v, type));
+}
+
+// {"type": type, "value": text}: str, torch.dtype, torch.device, ellipsis.
+bool op_value_text(std::string entry, std::string slot, std::string type, std::string text) {
+  return tc::value_leaf(entry, slot, tprobe::value_text(type, text));
+}
+
+bool op_value_memory_format(std::string entry, std::string slot, std::string name) {
+  return tc::value_leaf(entry, slot, tprobe::value_memory_format(name));
+}
+
+// A list of ints under "value" (torch.Size; slice's [start, stop, step]); bit i of none_mask
+// makes element i null.
+bool op_value_ints(std::string entry, std::string slot, std::string type, std::vector<int64_t> v, int64_t none_mask) {
+  std::vector<std::optional<int64_t>> list;
+  for (size_t i = 0; i < v.size(); ++i)
+    list.push_back(i < 63 && ((none_mask >> i) & 1) ? std::nullopt : std::optional<int64_t>(v[i]));
+  return tc::value_leaf(entry, slot, tprobe::value_int_list(type, list));
+}
+
+// A numpy ndarray: its statistics computed by numpy (reals, or bools for a bool array; None for
+// an empty or object array).
+bool op_value_ndarray(std::string entry, std::string slot, std::string dtype, std::vector<int64_t> shape,
+                      c10::optional<c10::Scalar> max, c10::optional<c10::Scalar> min,
+                      c10::optional<c10::Scalar> mean, c10::optional<c10::Scalar> norm) {
+  return tc::value_leaf(entry, slot,
+                        tprobe::value_ndarray(dtype, shape, stat_of(max), stat_of(min), stat_of(mean), stat_of(norm)));
+}
+
+int64_t op_stack_current() { return tc::stack_current(); }
+
 int64_t op_module_enter(std::string forward_entry, at::TensorList inputs, std::string slots) {
   return tc::module_enter(forward_entry, inputs.vec(), split_lines(slots));
 }
 
-void op_module_exit(int64_t token, std::string backward_entry, c10::optional<std::string> backward_parent,
+void op_module_exit(int64_t token, std::string forward_entry, c10::optional<std::string> parent,
                     at::TensorList outputs, std::string slots) {
   std::optional<std::string> p;
-  if (backward_parent) p = *backward_parent;
-  tc::module_exit(token, backward_entry, p, outputs.vec(), split_lines(slots));
+  if (parent) p = *parent;
+  tc::module_exit(token, forward_entry, p, outputs.vec(), split_lines(slots));
 }
 
 }  // namespace
@@ -95,11 +145,18 @@ TORCH_LIBRARY(tprobe, m) {
   m.def("stop() -> ()", &op_stop);
   m.def("step() -> int", &op_step);
   m.def("counters() -> str", &op_counters);
-  m.def("stack_intern(str lines) -> int", &op_stack_intern);
   m.def("entry(str entry, str? parent, int stack, int is_recompute) -> bool", &op_entry);
   m.def("tensor(str entry, str slot, Tensor t) -> bool", &op_tensor);
   m.def("value(str entry, str slot, str json) -> bool", &op_value);
   m.def("module_enter(str forward_entry, Tensor[] inputs, str slots) -> int", &op_module_enter);
-  m.def("module_exit(int token, str backward_entry, str? backward_parent, Tensor[] outputs, str slots) -> ()",
+  m.def("module_exit(int token, str forward_entry, str? parent, Tensor[] outputs, str slots) -> ()",
         &op_module_exit);
+  m.def("value_scalar(str entry, str slot, Scalar v, str? type) -> bool", &op_value_scalar);
+  m.def("value_text(str entry, str slot, str type, str text) -> bool", &op_value_text);
+  m.def("value_memory_format(str entry, str slot, str name) -> bool", &op_value_memory_format);
+  m.def("value_ints(str entry, str slot, str type, int[] v, int none_mask) -> bool", &op_value_ints);
+  m.def("value_ndarray(str entry, str slot, str dtype, int[] shape, Scalar? max, Scalar? min, Scalar? mean, "
+        "Scalar? norm) -> bool",
+        &op_value_ndarray);
+  m.def("stack_current() -> int", &op_stack_current);
 }

@@ -2,13 +2,15 @@
 // (torch_values.h, capture_state.h).
 #include "torch_values.h"
 
+#include <cctype>
 #include <cmath>
 
 #include "capture_state.h"
+#include "dump_semantics.h"
 
 namespace tprobe::torch_capture {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // ---- values ----
 
@@ -29,53 +31,49 @@ std::string python_dtype_name(c10::ScalarType t) {
     case c10::ScalarType::ComplexHalf: return "torch.complex32";
     default: break;
   }
-  return std::string("torch.") + c10::toString(t);
-}
-
-json real_leaf(double v) {
-  // JSON has no NaN/Inf; msprobe's Python writes them as bare tokens, which a JSON value cannot
-  // carry through the record's msgpack: spell them as Python would print them.
-  if (std::isnan(v)) return json{{"type", "float"}, {"value", "nan"}};
-  if (std::isinf(v)) return json{{"type", "float"}, {"value", v > 0 ? "inf" : "-inf"}};
-  return json{{"type", "float"}, {"value", v}};
+  // The rest as torch prints them: c10's name lowercased (QInt8 → torch.qint8,
+  // Float8_e4m3fn → torch.float8_e4m3fn).
+  std::string name = c10::toString(t);
+  for (char &c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return "torch." + name;
 }
 
 // msprobe's JSON leaf of a non-tensor argument (msprobe-compat.md §1.7). `arg` is the schema's
 // argument name: ints named dtype / memory_format / layout are enums.
 json ivalue_leaf(const c10::IValue &v, std::string_view arg) {
   if (v.isNone()) return nullptr;
-  if (v.isBool()) return json{{"type", "bool"}, {"value", v.toBool()}};
+  if (v.isBool()) return value_bool(v.toBool());
   if (v.isInt()) {
     const int64_t i = v.toInt();
     if (arg == "dtype" && i >= 0 && i < static_cast<int64_t>(c10::ScalarType::NumOptions))
-      return json{{"type", "torch.dtype"}, {"value", python_dtype_name(static_cast<c10::ScalarType>(i))}};
+      return value_text("torch.dtype", python_dtype_name(static_cast<c10::ScalarType>(i)));
     if (arg == "memory_format") {
       static const char *names[] = {"contiguous_format", "preserve_format", "channels_last", "channels_last_3d"};
-      if (i >= 0 && i < 4) return json{{"type", "torch.memory_format"}, {"format", names[i]}};
+      if (i >= 0 && i < 4) return value_memory_format(names[i]);
     }
-    if (arg == "layout") return json{{"type", "torch.layout"}, {"value", i == 0 ? "torch.strided" : "torch.sparse_coo"}};
-    return json{{"type", "int"}, {"value", i}};
+    if (arg == "layout") return value_text("torch.layout", i == 0 ? "torch.strided" : "torch.sparse_coo");
+    return value_int(i);
   }
-  if (v.isDouble()) return real_leaf(v.toDouble());
+  if (v.isDouble()) return value_real(v.toDouble());
   if (v.isComplexDouble()) {
     const auto c = v.toComplexDouble();
-    return json{{"type", "complex"}, {"value", "(" + std::to_string(c.real()) + "+" + std::to_string(c.imag()) + "j)"}};
+    return value_complex(c.real(), c.imag());
   }
-  if (v.isString()) return json{{"type", "str"}, {"value", v.toStringRef()}};
-  if (v.isDevice()) return json{{"type", "torch.device"}, {"value", v.toDevice().str()}};
+  if (v.isString()) return value_text("str", v.toStringRef());
+  if (v.isDevice()) return value_text("torch.device", v.toDevice().str());
   if (v.isIntList()) {
     json a = json::array();
-    for (int64_t i : v.toIntVector()) a.push_back(json{{"type", "int"}, {"value", i}});
+    for (int64_t i : v.toIntVector()) a.push_back(value_int(i));
     return a;
   }
   if (v.isDoubleList()) {
     json a = json::array();
-    for (double d : v.toDoubleVector()) a.push_back(real_leaf(d));
+    for (double d : v.toDoubleVector()) a.push_back(value_real(d));
     return a;
   }
   if (v.isBoolList()) {
     json a = json::array();
-    for (bool b : v.toBoolList()) a.push_back(json{{"type", "bool"}, {"value", b}});
+    for (bool b : v.toBoolList()) a.push_back(value_bool(b));
     return a;
   }
   if (v.isList()) {
@@ -119,9 +117,9 @@ bool dl_dtype_of(c10::ScalarType t, DLDataType &out) {
 std::optional<json> wrapped_number_leaf(const at::Tensor &t) {
   if (!t.unsafeGetTensorImpl()->is_wrapped_number() || !t.device().is_cpu() || t.dim() != 0) return std::nullopt;
   switch (t.scalar_type()) {
-    case c10::ScalarType::Double: return real_leaf(*static_cast<const double *>(t.data_ptr()));
-    case c10::ScalarType::Long: return json{{"type", "int"}, {"value", *static_cast<const int64_t *>(t.data_ptr())}};
-    case c10::ScalarType::Bool: return json{{"type", "bool"}, {"value", *static_cast<const bool *>(t.data_ptr())}};
+    case c10::ScalarType::Double: return value_real(*static_cast<const double *>(t.data_ptr()));
+    case c10::ScalarType::Long: return value_int(*static_cast<const int64_t *>(t.data_ptr()));
+    case c10::ScalarType::Bool: return value_bool(*static_cast<const bool *>(t.data_ptr()));
     default: return std::nullopt;
   }
 }
@@ -135,15 +133,17 @@ bool state::capture_value(const std::string &entry, const std::string &slot, con
 
 bool state::capture_unsupported(const std::string &entry, const std::string &slot, const at::Tensor &t) {
   ++unsupported;
-  json leaf{{"type", "torch.Tensor"},
-            {"dtype", python_dtype_name(t.scalar_type())},
-            {"shape", t.sizes().vec()},
-            {"Max", nullptr},
-            {"Min", nullptr},
-            {"Mean", nullptr},
-            {"Norm", nullptr},
-            {"requires_grad", t.requires_grad()}};
-  return capture_value(entry, slot, leaf);
+  // Typed facts only: the writer turns them into the dump.json leaf (core/dump_semantics.h).
+  const std::string dtype = python_dtype_name(t.scalar_type());
+  const std::string device = t.device().str();
+  const auto sizes = t.sizes();
+  tprobe_tensor_facts f{};
+  f.dtype = dtype.c_str();
+  f.ndim = static_cast<int>(sizes.size());
+  f.shape = sizes.data();
+  f.device = device.c_str();
+  f.requires_grad = t.requires_grad();
+  return checked(tprobe_capture_facts(session, entry.c_str(), slot.c_str(), &f), "facts") == TPROBE_OK;
 }
 
 bool state::capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
@@ -160,9 +160,35 @@ bool state::capture_host(const std::string &entry, const std::string &slot, cons
          TPROBE_OK;
 }
 
+namespace {
+
+// The output of an allocation-only operator: only its shape travels, marked uninitialized (its
+// memory holds whatever the allocator held: statistics or a checksum of it would be noise).
+int capture_uninitialized(tprobe_session *session, const std::string &entry, const std::string &slot,
+                          const at::Tensor &t, DLDataType dtype) {
+  tprobe_tensor_summary s{};
+  s.dtype = dtype;
+  const auto sizes = t.sizes();
+  s.ndim = static_cast<int>(sizes.size());
+  s.shape = sizes.data();
+  const std::string device = t.device().str();
+  s.device = device.c_str();
+  s.requires_grad = t.requires_grad();
+  return tprobe_capture_uninitialized(session, entry.c_str(), slot.c_str(), &s);
+}
+
+}  // namespace
+
+// Where a tensor goes: a value (undefined, a wrapped Python number), its facts (what tprobe cannot
+// read), a null summary (meta), device statistics, or host data. A tensor whose memory must not be
+// read (the uninitialised output of empty/empty_like) is decided here, before any branch touches
+// its data.
 bool state::capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t) {
   if (!t.defined()) return capture_value(entry, slot, nullptr);
   if (auto number = wrapped_number_leaf(t)) return capture_value(entry, slot, *number);
+  if (DLDataType dl{}; slot_io_of(slot) == slot_io::output && entry_allocates_only(entry) &&
+                       dl_dtype_of(t.scalar_type(), dl) && !t.is_sparse() && !t.is_quantized())
+    return checked(capture_uninitialized(session, entry, slot, t, dl), "uninitialized") == TPROBE_OK;
   // Our own reductions and copies are not the model's operators.
   at::DisableRecordFunctionGuard no_record;
   at::NoGradGuard no_grad;

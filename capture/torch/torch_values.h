@@ -20,12 +20,12 @@ std::string python_dtype_name(c10::ScalarType t);
 
 // msprobe's JSON leaf of a non-tensor argument. `arg` is the schema's argument name: ints named
 // dtype / memory_format / layout are enums.
-nlohmann::json ivalue_leaf(const c10::IValue &v, std::string_view arg);
+nlohmann::ordered_json ivalue_leaf(const c10::IValue &v, std::string_view arg);
 
 // The DLPack type of a scalar type tprobe reads; false for the others (fp8, quantized, …).
 bool dl_dtype_of(c10::ScalarType t, DLDataType &out);
 
 // A Python number that torch wrapped into a 0-d CPU tensor (`x + 1`): dumped as the number.
-std::optional<nlohmann::json> wrapped_number_leaf(const at::Tensor &t);
+std::optional<nlohmann::ordered_json> wrapped_number_leaf(const at::Tensor &t);
 
 }  // namespace tprobe::torch_capture

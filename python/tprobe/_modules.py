@@ -14,12 +14,7 @@ which gradients accumulate, msprobe's FAQ). The C++ capture links the module's b
 autograd graph instead (module_enter/module_exit): the graph is left as it was.
 """
 
-from ._values import grad_tensors, output_items, walk
-
-
-def backward_name(forward):
-    head, sep, n = forward.rpartition(".forward.")
-    return f"{head}.backward.{n}" if sep else None
+from ._values import grad_tensors, output_items, send, walk
 
 
 class ModuleHooks:
@@ -93,7 +88,7 @@ class ModuleHooks:
                 self._running.pop()
             if ops.entry(forward, parent, self._stacks.current(), 0):
                 tensor = lambda slot, t: ops.tensor(forward, slot, t)
-                value = lambda slot, text: ops.value(forward, slot, text)
+                value = lambda slot, v: send(ops, forward, slot, v)
                 for i, a in enumerate(args):
                     walk(a, f"input.{i}", tensor, value)
                 for k, v in (kwargs or {}).items():
@@ -105,8 +100,8 @@ class ModuleHooks:
             tensors, slots = [], []
             for i, o in output_items(output):
                 grad_tensors(o, f"output.{i}", tensors, slots)
-            ops.module_exit(token, f"{name}.backward.{n}", backward_name(parent) if parent else None,
-                            tensors, "\n".join(slots))
+            # The C++ capture names the backward entry and its parent (core/dump_semantics.h).
+            ops.module_exit(token, forward, parent, tensors, "\n".join(slots))
             return None
 
         return pre, post

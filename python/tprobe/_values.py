@@ -1,13 +1,12 @@
 """Python arguments and results as msprobe slots (msprobe-compat.md §1.5, §1.7).
 
-walk() visits a nested value and calls `tensor(slot, t)` for each tensor and `value(slot, json)`
+walk() visits a nested value and calls `tensor(slot, t)` for each tensor and `value(slot, v)`
 for every other leaf, with slots as the capture names them: "input.0", "input.1.0", "kwargs.dim",
-"output.0". Lists and tuples nest by index, dicts (namedtuples too) by key. No torch operator is
+"output.0". Lists and tuples nest by index, dicts (namedtuples too) by key. send() captures a
+leaf: it passes the value's typed facts to torch.ops.tprobe.value_*, and the C++ capture builds
+msprobe's JSON leaf (core/dump_semantics.h), so the encoding exists once. No torch operator is
 called here: in mix mode any operator would itself be dumped.
 """
-
-import json
-import math
 
 import torch
 
@@ -20,85 +19,90 @@ MAX_DEPTH = 400  # msprobe's Const.DUMP_MAX_DEPTH
 
 
 def _real(v):
-    if math.isnan(v) or math.isinf(v):
-        return repr(v)  # "nan", "inf": JSON has no token for them
-    return v
+    """A numpy statistic as a Python float (numpy's NaN/Inf included: the capture spells them)."""
+    return float(v)
 
 
-def _memory_format_name(fmt):
-    return str(fmt).rsplit(".", 1)[-1]
-
-
-def _ndarray_leaf(a):
-    leaf = {"type": "numpy.ndarray", "dtype": str(a.dtype), "shape": list(a.shape)}
+def _ndarray(ops, entry, slot, a):
     if a.size == 0 or a.dtype == object:
-        leaf.update(Max=None, Min=None, Mean=None, Norm=None)
+        stats = (None, None, None, None)
     elif a.dtype == bool:
-        leaf.update(Max=bool(a.any()), Min=bool(a.all()), Mean=None, Norm=None)
+        stats = (bool(a.any()), bool(a.all()), None, None)
     else:
         f = a.astype("float64")
-        leaf.update(Max=_real(float(f.max())), Min=_real(float(f.min())), Mean=_real(float(f.mean())),
-                    Norm=_real(float(np.sqrt((f * f).sum()))))
-    return leaf
+        stats = (_real(f.max()), _real(f.min()), _real(f.mean()), _real(np.sqrt((f * f).sum())))
+    return ops.value_ndarray(entry, slot, str(a.dtype), list(a.shape), *stats)
 
 
-def leaf(v):
-    """msprobe's JSON leaf of a non-tensor value (None → null, unsupported → null)."""
+_INT64 = (-(1 << 63), 1 << 63)
+
+
+def send(ops, entry, slot, v):
+    """Captures one non-tensor leaf: its typed facts go to the C++ capture, which builds msprobe's
+    JSON leaf (core/dump_semantics.h; None and unsupported types → null)."""
     if v is None:
-        return None
+        return ops.value(entry, slot, "null")
     if isinstance(v, bool):
-        return {"type": "bool", "value": v}
+        return ops.value_scalar(entry, slot, v, "bool")
     if isinstance(v, int):
-        return {"type": "int", "value": v}
+        if _INT64[0] <= v < _INT64[1]:
+            return ops.value_scalar(entry, slot, v, None)
+        return ops.value_scalar(entry, slot, float(v), "int")  # beyond int64: its nearest double
     if isinstance(v, float):
-        return {"type": "float", "value": _real(v)}
+        return ops.value_scalar(entry, slot, v, None)
     if isinstance(v, str):
-        return {"type": "str", "value": v}
+        return ops.value_text(entry, slot, "str", v)
     if isinstance(v, slice):
         parts = [v.start, v.stop, v.step]
-        return {"type": "slice", "value": [p if isinstance(p, int) else None for p in parts]}
+        none_mask = sum(1 << i for i, p in enumerate(parts) if not isinstance(p, int))
+        return ops.value_ints(entry, slot, "slice", [p if isinstance(p, int) else 0 for p in parts], none_mask)
     if v is Ellipsis:
-        return {"type": "ellipsis", "value": "..."}
+        return ops.value_text(entry, slot, "ellipsis", "...")
     if isinstance(v, torch.Size):
-        return {"type": "torch.Size", "value": list(v)}
+        return ops.value_ints(entry, slot, "torch.Size", list(v), 0)
     if isinstance(v, torch.dtype):
-        return {"type": "torch.dtype", "value": str(v)}
+        return ops.value_text(entry, slot, "torch.dtype", str(v))
     if isinstance(v, torch.device):
-        return {"type": "torch.device", "value": str(v)}
+        return ops.value_text(entry, slot, "torch.device", str(v))
     if isinstance(v, torch.memory_format):
-        return {"type": "torch.memory_format", "format": _memory_format_name(v)}
+        return ops.value_memory_format(entry, slot, str(v).rsplit(".", 1)[-1])
+    if isinstance(v, list) and not v:
+        return ops.value(entry, slot, "[]")
+    if isinstance(v, dict) and not v:
+        return ops.value(entry, slot, "{}")
     if np is not None:
         if isinstance(v, np.ndarray):
-            return _ndarray_leaf(v)
+            return _ndarray(ops, entry, slot, v)
         if isinstance(v, np.generic):
-            item = v.item()
-            return {"type": str(v.dtype), "value": _real(item) if isinstance(item, float) else item}
-    return None
+            return ops.value_scalar(entry, slot, v.item(), str(v.dtype))
+    return ops.value(entry, slot, "null")
 
 
 def walk(obj, slot, tensor, value, depth=0):
+    """Visits a nested value: tensor(slot, t) for each tensor, value(slot, v) for every other leaf
+    (None past MAX_DEPTH, [] and {} for empty containers); `send` captures such a leaf."""
     if isinstance(obj, torch.Tensor):
         tensor(slot, obj)
         return
     if depth >= MAX_DEPTH:
-        value(slot, "null")
+        value(slot, None)
         return
     if isinstance(obj, torch.Size):
-        value(slot, json.dumps(leaf(obj)))
+        value(slot, obj)
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple → dict, as msprobe
         walk(dict(zip(obj._fields, obj)), slot, tensor, value, depth)
     elif isinstance(obj, (list, tuple)):
         if not obj:
-            value(slot, "[]")
+            value(slot, [])
         for i, e in enumerate(obj):
             walk(e, f"{slot}.{i}", tensor, value, depth + 1)
     elif isinstance(obj, dict):
         if not obj:
-            value(slot, "{}")
+            value(slot, {})
         for k, e in obj.items():
             walk(e, f"{slot}.{k}", tensor, value, depth + 1)
     else:
-        value(slot, json.dumps(leaf(obj), allow_nan=False))
+        value(slot, obj)
 
 
 def grad_tensors(obj, slot, out_tensors, out_slots, depth=0, every=False):

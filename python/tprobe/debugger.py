@@ -28,7 +28,7 @@ from . import _native
 from ._modules import ModuleHooks
 from ._pipeline import DirectPipeline
 from ._stack import Stacks
-from ._values import grad_tensors, walk
+from ._values import grad_tensors, send, walk
 
 DEFAULT_CONFIG = os.path.join(_native.PACKAGE_DIR, "config.json")
 
@@ -155,7 +155,7 @@ class PrecisionDebugger:
         entry = f"{name}.{n}.debug"
         ops = self._ops
         if ops.entry(entry, None, self._stacks.current(), -1):
-            walk(variable, "debug", lambda s, t: ops.tensor(entry, s, t), lambda s, v: ops.value(entry, s, v))
+            walk(variable, "debug", lambda s, t: ops.tensor(entry, s, t), lambda s, v: send(ops, entry, s, v))
         if save_backward:
             tensors, slots = [], []
             grad_tensors(variable, "debug", tensors, slots)

@@ -75,6 +75,39 @@ class DtypeTest(tt.CaptureTest):
             {"type": "str", "value": "s"}, None, {"type": "slice", "value": [1, None, 2]},
             {"type": "torch.dtype", "value": "torch.float16"}, {"type": "torch.Size", "value": [2, 3]}])
 
+    def test_more_leaves_and_unreadable_tensors(self):
+        # Leaves encoded by the C++ capture from their typed facts (core/dump_semantics.h), and
+        # tensors tprobe cannot read, sent as facts: dtype and shape, statistics null.
+        script = """
+import numpy as np
+import torch
+from tprobe import PrecisionDebugger
+debugger = PrecisionDebugger(config_path="./config.json", level="debug")
+debugger.save([torch.channels_last, Ellipsis, float("nan"), float("-inf"), 2**70, torch.device("cpu"),
+               np.float32(0.5), np.int64(-3), np.array([[1.0, -2.0]]), np.array([True, False]), [], {}], "more")
+debugger.save({"q": torch.quantize_per_tensor(torch.ones(2, 3), 0.1, 0, torch.qint8),
+               "sparse": torch.eye(3).to_sparse()}, "odd")
+debugger.step()
+"""
+        data = self.run_script(script).data()
+        more = data["more.0.debug"]
+        self.assertEqual(more[:2], [{"type": "torch.memory_format", "format": "channels_last"},
+                                    {"type": "ellipsis", "value": "..."}])
+        self.assertEqual(more[2:4], [{"type": "float", "value": "nan"}, {"type": "float", "value": "-inf"}])
+        self.assertEqual(more[4], {"type": "int", "value": float(2**70)})
+        self.assertEqual(more[5:8], [{"type": "torch.device", "value": "cpu"}, {"type": "float32", "value": 0.5},
+                                     {"type": "int64", "value": -3}])
+        self.assertEqual(more[8], {"type": "numpy.ndarray", "dtype": "float64", "shape": [1, 2], "Max": 1.0,
+                                   "Min": -2.0, "Mean": -0.5, "Norm": math.sqrt(5.0)})
+        self.assertEqual(more[9], {"type": "numpy.ndarray", "dtype": "bool", "shape": [2], "Max": True,
+                                   "Min": False, "Mean": None, "Norm": None})
+        self.assertEqual(more[10:], [[], {}])
+        odd = data["odd.0.debug"]
+        nulls = {"Max": None, "Min": None, "Mean": None, "Norm": None, "requires_grad": False}
+        self.assertEqual(odd["q"], {"type": "torch.Tensor", "dtype": "torch.qint8", "shape": [2, 3], **nulls})
+        self.assertEqual(odd["sparse"], {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [3, 3], **nulls})
+        self.assertEqual(list(odd["q"]), ["type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad"])
+
     def test_python_number_operand(self):
         # `x * 2` passes the 2 as a wrapped 0-d tensor: dumped as the number msprobe shows.
         script = """
