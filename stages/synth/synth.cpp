@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "dump_semantics.h"
 #include "errors.h"
 #include "tensor_stats.h"
 
@@ -74,7 +75,9 @@ void fill(std::byte *p, dtype t, size_t count, generator &g) {
 
 constexpr std::string_view pattern_names[] = {"normal", "nan", "inf", "neginf", "mixed"};
 
-std::string entry_name(uint64_t index_in_step) { return fmt::format("Torch.add.{}.forward", index_in_step / 2); }
+std::string synth_entry_name(uint64_t index_in_step) {
+  return entry_api_name("Torch", "add", static_cast<int64_t>(index_in_step / 2), entry_direction::forward);
+}
 
 }  // namespace
 
@@ -182,7 +185,7 @@ record synth_tensor(const synth_stage_options &o, uint64_t index, int64_t step, 
   auto &h = r.header;
   h.step = step;
   h.rank = o.rank;
-  h.entry = entry_name(index_in_step);
+  h.entry = synth_entry_name(index_in_step);
   h.slot = index_in_step % 2 == 0 ? "input.0" : "output.0";
   h.type = o.dtypes[index % o.dtypes.size()];
   const uint64_t count = o.sizes[index % o.sizes.size()];
@@ -261,7 +264,7 @@ synth_stage_result synth_run(stage_io &io, const synth_stage_options &o) {
       if (o.entry_records && i % 2 == 0) {
         record e(record_kind::entry);
         e.header.step = static_cast<int64_t>(step);
-        e.header.entry = entry_name(i);
+        e.header.entry = synth_entry_name(i);
         e.header.meta = {{"stack", nlohmann::ordered_json::array({"File \"tprobe-synth\", line 1, in synth_run"})},
                          {"parent", nullptr}};
         send(e);
