@@ -856,6 +856,33 @@ int tprobe_capture_summary(tprobe_session *s, const char *entry, const char *slo
   });
 }
 
+int tprobe_capture_uninitialized(tprobe_session *s, const char *entry, const char *slot,
+                                 const tprobe_tensor_summary *shape) {
+  if (!s) return null_session();
+  return guarded([&] {
+    if (!shape) throw usage_error("tprobe_capture_uninitialized: shape is NULL");
+    if (!s->slot_wanted(entry, slot)) {
+      ++s->counts.skipped;
+      return TPROBE_SKIPPED;
+    }
+    // Never saved or hashed, whatever the config asks for: there is no data, only garbage.
+    record r(s->header(record_kind::tensor));
+    auto &h = r.header;
+    h.entry = entry;
+    h.slot = slot;
+    h.type = dtype_from_dlpack(shape->dtype);
+    if (shape->ndim < 0 || (shape->ndim > 0 && !shape->shape))
+      throw usage_error(fmt::format("{} {}: shape is missing", entry, slot));
+    h.shape.assign(shape->shape, shape->shape + shape->ndim);
+    for (int64_t d : h.shape)
+      if (d < 0) throw usage_error(fmt::format("{} {}: negative dimension in shape", entry, slot));
+    if (shape->device && *shape->device) h.device = shape->device;
+    h.requires_grad = shape->requires_grad != 0;
+    h.flags |= RECORD_FLAG_UNINITIALIZED;
+    return s->enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
+  });
+}
+
 int tprobe_capture_facts(tprobe_session *s, const char *entry, const char *slot, const tprobe_tensor_facts *facts) {
   if (!s) return null_session();
   return guarded([&] {

@@ -186,6 +186,15 @@ typedef struct tprobe_tensor_summary {
 int tprobe_capture_summary(tprobe_session *session, const char *entry, const char *slot,
                            const tprobe_tensor_summary *summary);
 
+/* A tensor whose memory was never written: an output of an allocation-only operator (empty,
+   empty_like, empty_strided, new_empty, …: core/dump_semantics.h entry_allocates_only). Only its
+   dtype, shape, device and requires_grad are read from `shape` (statistics ignored); nothing is
+   saved or hashed whatever the config asks, and dump.json marks the leaf "uninitialized": true
+   with null statistics, so that garbage is never compared as data. TPROBE_SKIPPED when filtered
+   out (counted like tprobe_capture_tensor). */
+int tprobe_capture_uninitialized(tprobe_session *session, const char *entry, const char *slot,
+                                 const tprobe_tensor_summary *shape);
+
 /* A tensor whose data tprobe cannot read: an element type it has no dtype for (fp8, quantized,
    …) or a layout without plain memory (sparse, mkldnn). Only these facts travel (a tensor record
    without data or statistics, transport/record.h "foreign_dtype"); the writer gives it

@@ -276,6 +276,18 @@ std::string tensor_type_default(std::string_view framework) {
   return "numpy.ndarray";
 }
 
+bool entry_allocates_only(std::string_view entry) {
+  const entry_name e = entry_parse(entry);
+  if (!e.is_forward() || e.module_prefix) return false;
+  const size_t dot = e.base.rfind('.');
+  const std::string_view op = dot == std::string_view::npos ? e.base : e.base.substr(dot + 1);
+  static constexpr std::string_view ops[] = {"empty",     "empty_like",        "empty_strided",
+                                             "new_empty", "new_empty_strided", "empty_permuted"};
+  for (const auto o : ops)
+    if (op == o) return true;
+  return false;
+}
+
 nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t) {
   ojson j = ojson::object();
   j["type"] = t.type;
@@ -288,6 +300,10 @@ nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t) {
   j["Mean"] = stat_json(s.mean);
   j["Norm"] = stat_json(s.norm);
   j["requires_grad"] = t.requires_grad;
+  if (t.uninitialized) {
+    j["uninitialized"] = true;
+    return j;  // no file, no checksum: nothing worth reading was there
+  }
   if (!t.data_name.empty()) j["data_name"] = t.data_name;
   if (s.crc32) {
     char hex[9];

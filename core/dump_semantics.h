@@ -74,6 +74,12 @@ std::string_view entry_direction_name(entry_direction d);  // "forward", "backwa
 bool entry_is_api_pattern(std::string_view name);
 bool entry_is_module_pattern(std::string_view name);
 
+// Operators that only allocate: their outputs hold whatever the allocator held (empty,
+// empty_like, empty_strided, new_empty, new_empty_strided, empty_permuted; resize_ keeps the old
+// data and is not one). True for a forward entry of one of them, whatever its prefix (Torch.,
+// Tensor., Functional.): its outputs are dumped as uninitialized, never as data.
+bool entry_allocates_only(std::string_view entry);
+
 // Builders, the inverse of entry_parse.
 std::string entry_api_name(std::string_view prefix, std::string_view op, int64_t n, entry_direction d);
 std::string entry_module_name(std::string_view module, int64_t n, entry_direction d);  // module = "Module.a.B"
@@ -180,6 +186,10 @@ struct tensor_facts {
   const tensor_stats *stats = nullptr;
   bool requires_grad = false;
   std::string_view data_name;  // "" when the data was not saved
+  // The output of an allocation-only operator (entry_allocates_only): memory nobody wrote, so no
+  // statistics, checksum or file, and the leaf says "uninitialized": true (a tprobe key msprobe
+  // ignores), which compare and nan-analyze read.
+  bool uninitialized = false;
 };
 
 // §1.6, PyTorch key order: type, dtype, shape, Max, Min, Mean, Norm, requires_grad,

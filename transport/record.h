@@ -172,6 +172,9 @@ enum class record_codec : uint8_t { raw, lz4 };
 // Flags (header key "flags").
 inline constexpr uint32_t RECORD_FLAG_SAVE = 1u << 0;   // write this tensor's data to a file
 inline constexpr uint32_t RECORD_FLAG_CRC32 = 1u << 1;  // summary_mode md5: compute the CRC-32
+// The tensor's memory was never written (the output of an allocation-only operator, core's
+// entry_allocates_only): the record has no payload and no statistics, and dump.json marks it.
+inline constexpr uint32_t RECORD_FLAG_UNINITIALIZED = 1u << 2;
 
 // One element of the nesting path under a slot's section.
 using record_path_element = std::variant<int64_t, std::string>;

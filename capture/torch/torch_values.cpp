@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <vector>
 
 #include "capture_state.h"
 #include "dump_semantics.h"
@@ -177,6 +178,43 @@ int capture_uninitialized(tprobe_session *session, const std::string &entry, con
   return tprobe_capture_uninitialized(session, entry.c_str(), slot.c_str(), &s);
 }
 
+// Memory stays uninitialized until something writes it: an allocation-only operator's output
+// that reaches another operator as an input (the destination of a copy_, fill_ or out=) before any
+// write is still garbage there. Tracked by its storage, weakly (a freed storage is forgotten, so a
+// later tensor at the same address is never mistaken for it), and its version counter, which every
+// in-place or out= write bumps. Bounded: the last few allocations only. Under the state's mutex.
+struct uninitialized_storage {
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  int64_t version;
+};
+std::vector<uninitialized_storage> g_uninitialized;
+constexpr size_t uninitialized_tracked_max = 64;
+
+bool trackable(const at::Tensor &t) { return !t.is_inference() && t.has_storage(); }
+
+void remember_uninitialized(const at::Tensor &t) {
+  if (!trackable(t)) return;
+  if (g_uninitialized.size() >= uninitialized_tracked_max) g_uninitialized.erase(g_uninitialized.begin());
+  g_uninitialized.push_back({t.storage().getWeakStorageImpl(), t._version()});
+}
+
+// True when `t` is still the unwritten memory of an allocation-only operator. One empty() check
+// while nothing is tracked.
+bool still_uninitialized(const at::Tensor &t) {
+  if (g_uninitialized.empty() || !trackable(t)) return false;
+  const c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
+  bool found = false;
+  std::erase_if(g_uninitialized, [&](const uninitialized_storage &u) {
+    auto strong = u.storage.lock();
+    if (!strong) return true;  // freed
+    if (strong.get() != impl) return false;
+    if (t._version() != u.version) return true;  // written since
+    found = true;
+    return false;
+  });
+  return found;
+}
+
 }  // namespace
 
 // Where a tensor goes: a value (undefined, a wrapped Python number), its facts (what tprobe cannot
@@ -186,9 +224,12 @@ int capture_uninitialized(tprobe_session *session, const std::string &entry, con
 bool state::capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t) {
   if (!t.defined()) return capture_value(entry, slot, nullptr);
   if (auto number = wrapped_number_leaf(t)) return capture_value(entry, slot, *number);
-  if (DLDataType dl{}; slot_io_of(slot) == slot_io::output && entry_allocates_only(entry) &&
-                       dl_dtype_of(t.scalar_type(), dl) && !t.is_sparse() && !t.is_quantized())
-    return checked(capture_uninitialized(session, entry, slot, t, dl), "uninitialized") == TPROBE_OK;
+  if (DLDataType dl{}; dl_dtype_of(t.scalar_type(), dl) && !t.is_sparse() && !t.is_quantized() && !t.is_meta()) {
+    const bool allocated_here = slot_io_of(slot) == slot_io::output && entry_allocates_only(entry);
+    if (allocated_here) remember_uninitialized(t);
+    if (allocated_here || (slot_io_of(slot) == slot_io::input && still_uninitialized(t)))
+      return checked(capture_uninitialized(session, entry, slot, t, dl), "uninitialized") == TPROBE_OK;
+  }
   // Our own reductions and copies are not the model's operators.
   at::DisableRecordFunctionGuard no_record;
   at::NoGradGuard no_grad;

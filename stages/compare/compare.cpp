@@ -312,6 +312,7 @@ void compare_fill_real_data(compare_table &t, unsigned threads, uint64_t *bytes,
   };
   parallel_for(t.rows.size(), threads, [&](size_t i) {
     const compare_row &row = t.rows[i];
+    if (row.uninitialized) return;  // nothing to read: fill_common said so
     const dump_row &n = t.npu->rows[row.npu];
     const std::string bench_name = row.bench ? t.bench->rows[*row.bench].data_name : "N/A";
     if (n.data_name == "-1") return compare_table_set_real_data(t, i, real_data_unavailable(real_data_missing::npu_no_file));

@@ -188,6 +188,7 @@ class flattener {
       r.name = name;
     }
     for (size_t i = 0; i < 4; ++i) r.stats[i] = field_stat(leaf, std::array{"Max", "Min", "Mean", "Norm"}[i]);
+    if (const auto u = leaf.find("uninitialized"); u != leaf.end() && u->is_boolean()) r.uninitialized = u->get<bool>();
     if (const auto rg = leaf.find("requires_grad"); rg != leaf.end() && !rg->is_null())
       r.requires_grad = rg->is_boolean() ? cell::of_text(rg->get<bool>() ? "True" : "False") : statistic_cell(*rg);
     std::string md5;

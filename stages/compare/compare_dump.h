@@ -51,6 +51,7 @@ struct dump_row {
   std::string state;             // input | output | parameters | parameters_grad
   size_t entry = 0;              // index into dump_file::entries (msprobe's api_origin_name)
   bool first_of_entry = false;   // the row that carries the entry's stack (NPU_Stack_Info)
+  bool uninitialized = false;    // "uninitialized": true: memory nobody wrote, never compared as data
 };
 
 struct dump_file {

@@ -176,6 +176,14 @@ void fill_common(const compare_table &t, compare_row &row) {
   const dump_row *b = row.bench ? &t.bench->rows[*row.bench] : nullptr;
   row.req_grad_consistent = req_grad_text(n.requires_grad) == (b ? req_grad_text(b->requires_grad) : "N/A");
   if (t.options.stack_mode) row.stack = stack_cell(t, n);
+  if (n.uninitialized || (b && b->uninitialized)) {
+    // An allocation-only operator's output: whatever the allocator held. Shown, never judged.
+    row.metrics.fill(na_cell);
+    row.result = t.options.mode == compare_mode::summary ? "" : "N/A";
+    row.err_message = "Uninitialized memory (an allocation-only operator's output): not compared. ";
+    row.uninitialized = true;
+    return;
+  }
   switch (t.options.mode) {
     case compare_mode::md5: {
       // An unmatched row is "N/A", unless its NPU md5 is "N/A" too (a null leaf): msprobe compares

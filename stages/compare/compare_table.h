@@ -60,6 +60,7 @@ struct compare_row {
   std::string err_message;      // Err_message (not a column in md5 mode)
   bool req_grad_consistent = true;
   bool error = false;           // all: a tensor file could not be read, nothing was compared (error row)
+  bool uninitialized = false;   // either side is uninitialized memory: shown, never compared or failed
   cell stack;                   // NPU_Stack_Info (stack mode)
   row_color color = row_color::none;
 };

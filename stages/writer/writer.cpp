@@ -253,7 +253,8 @@ class dump_writer {
     const std::string dtype =
         h.foreign_dtype.empty() ? dtype_framework_name(h.type, d.session.framework) : h.foreign_dtype;
     // No stats: a statistics-less tensor, Max/Min/Mean/Norm null.
-    return tensor_leaf_json({type, dtype, &h.shape, h.stats ? &*h.stats : nullptr, h.requires_grad, data_name});
+    return tensor_leaf_json({type, dtype, &h.shape, h.stats ? &*h.stats : nullptr, h.requires_grad, data_name,
+                             (h.flags & RECORD_FLAG_UNINITIALIZED) != 0});
   }
 
   std::string save_tensor(const record &r, dump_doc &d) {
