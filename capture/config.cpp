@@ -38,7 +38,7 @@ const std::vector<std::string> level_names{"L0", "L1", "L2", "mix", "debug"};
 // works there.
 const std::vector<std::string> common_keys{"task",      "dump_path",         "rank",       "step",
                                            "level",     "enable_dataloader", "async_dump", "precision",
-                                           "tprobe"};
+                                           "tprobe",    "tensor_format"};
 const std::vector<std::string> tprobe_keys{"pipeline_timeout_s", "on_pipeline_failure", "tensor_format", "nan_analyze"};
 const std::vector<std::string> data_mode_names{"all", "forward", "backward", "input", "output"};
 
@@ -577,6 +577,8 @@ capture_config config_parse(const nlohmann::ordered_json &doc, const std::string
   if (auto *v = get(doc, "async_dump")) cfg.async_dump = expect_bool(*v, where("async_dump"));
   if (auto *v = get(doc, "precision")) cfg.precision = expect_one_of(*v, {"low", "high"}, where("precision"));
 
+  // The spelling, beside tprobe.tensor_format (which wins when both are given).
+  if (auto *v = get(doc, "tensor_format")) cfg.tensor_format = expect_one_of(*v, {"npy", "pt"}, where("tensor_format"));
   if (auto *v = get(doc, "tprobe")) parse_tprobe_section(*v, source, cfg);
 
   parse_task_section(doc, source, cfg);

@@ -167,10 +167,14 @@ TEST(ConfigParse, TensorFormatIsNpyOrPt) {
   EXPECT_THAT(parse_error(doc), HasSubstr("field \"tprobe.tensor_format\""));
   doc["tprobe"]["tensor_format"] = 1;
   EXPECT_THAT(parse_error(doc), HasSubstr("field \"tprobe.tensor_format\""));
-  // The key belongs to tprobe's section: at the top level it is a typo like any other.
+  // Also at the top level, as the issue spells it; tprobe's section wins when both are given.
   ordered_json top = default_doc();
   top["tensor_format"] = "pt";
-  EXPECT_THAT(parse_error(top), HasSubstr("field \"tensor_format\": unknown key"));
+  EXPECT_EQ(config_parse(top, "config.json").tensor_format, "pt");
+  top["tprobe"] = {{"tensor_format", "npy"}};
+  EXPECT_EQ(config_parse(top, "config.json").tensor_format, "npy");
+  top["tensor_format"] = "npz";
+  EXPECT_EQ(parse_error(top), "config.json: field \"tensor_format\": \"npz\" is not one of npy, pt");
 }
 
 // tprobe.nan_analyze: the NaN/Inf analysis' allow rules (core/nan_analyze.h), checked at parse time
