@@ -13,6 +13,10 @@
 #   output/compare_transformer/    the same on the tensor dumps (real-data metrics)
 #   output/compare_live/           live compare, no dump: pipelines/compare-live.json runs the
 #                                  transformer twice (float32, bfloat16) into tprobe-compare-live
+#   dump_path/transformer_mix_{fp32,bf16}/, output/compare_transformer_mix/
+#                                  the transformer at level mix (modules and operators), compared:
+#                                  its construct.json gives the report its module tree
+#   output/report.html             tprobe report over every result above: open it first
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -51,7 +55,7 @@ compare() {
   rm -rf "$out"
   echo "demo: tprobe compare $2 $3 -o $out"
   local status=0
-  build/bin/tprobe compare "$2" "$3" -o "$out" || status=$?
+  build/bin/tprobe compare "$2" "$3" -o "$out" --highlight || status=$?
   case $status in
     0) echo "demo: compare $1: no differences beyond the thresholds" ;;
     1) echo "demo: compare $1: differences found (expected for bfloat16 against float32)" ;;
@@ -72,6 +76,8 @@ build/bin/tprobe run pipelines/statistics.json --config "$cfg" -- \
 
 train transformer tensor "$dp/transformer_fp32"
 train transformer tensor "$dp/transformer_bf16" --dtype bfloat16
+train transformer statistics_mix "$dp/transformer_mix_fp32"
+train transformer statistics_mix "$dp/transformer_mix_bf16" --dtype bfloat16
 
 for task in statistics tensor; do
   out="$dp/producer/$task"
@@ -84,6 +90,7 @@ done
 
 compare resnet18 "$dp/resnet18_bf16/step0" "$dp/resnet18_fp32/step0"
 compare transformer "$dp/transformer_bf16/step0" "$dp/transformer_fp32/step0"
+compare transformer_mix "$dp/transformer_mix_bf16/step0" "$dp/transformer_mix_fp32/step0"
 
 # Live: pipelines/compare-live.json with its result folder set, bfloat16 (run b) as NPU.
 out="$root/output/compare_live"
@@ -108,10 +115,22 @@ case $status in
 esac
 
 echo "demo: done. Dumps (step{N}/rank/dump.json, stack.json, construct.json; dump_tensor_data/ for tensor):"
-for d in resnet18_fp32 resnet18_fp32_run resnet18_bf16 transformer_fp32 transformer_bf16 producer/statistics producer/tensor; do
+for d in resnet18_fp32 resnet18_fp32_run resnet18_bf16 transformer_fp32 transformer_bf16 transformer_mix_fp32 transformer_mix_bf16 producer/statistics producer/tensor; do
   echo "  dump_path/$d/"
 done
 echo "Compare results (bfloat16 as NPU, float32 as bench):"
-for d in output/compare_resnet18 output/compare_transformer output/compare_live; do
+for d in output/compare_resnet18 output/compare_transformer output/compare_transformer_mix output/compare_live; do
   for f in "$d"/*; do echo "  $f"; done
 done
+
+# The report: every result above on one page, and its verdicts in a few lines (exit 1: differences
+# found, as expected for bfloat16 against float32).
+echo "demo: tprobe report output/compare_* -o output/report.html"
+status=0
+build/bin/tprobe report output/compare_resnet18 output/compare_transformer output/compare_transformer_mix \
+  output/compare_live -o "$root/output/report.html" --title "tprobe demo: bfloat16 against float32" || status=$?
+case $status in
+  0|1) ;;
+  *) echo "demo: tprobe report failed with status $status" >&2; exit "$status" ;;
+esac
+echo "demo: open this first: $root/output/report.html"

@@ -281,8 +281,14 @@ void compare_write_json(const compare_table &t, const std::string &path, const s
   head["version"] = 1;
   head["mode"] = compare_mode_name(t.options.mode);
   head["match"] = compare_match_name(t.options.match);
-  head["npu"] = t.npu->path;
-  head["bench"] = t.bench->path;
+  // Absolute, so that a reader elsewhere (the report stage) finds the dumps and their construct.json;
+  // a live compare's sides are run labels, not files, and stay as they are.
+  auto where = [](const std::string &path) {
+    std::error_code ec;
+    return std::filesystem::exists(path, ec) ? absolute_normal_path(path) : path;
+  };
+  head["npu"] = where(t.npu->path);
+  head["bench"] = where(t.bench->path);
   head["rank"] = rank.empty() ? json(nullptr) : json(rank);
   head["columns"] = compare_table_columns(t);
   std::string text = pyjson_dump(head, 1);

@@ -19,7 +19,8 @@
 //
 // JSON form (indent 1; NaN / Infinity tokens as in dump.json):
 //   {"format": "tprobe-compare", "version": 1, "mode": "all"|"summary"|"md5", "match": "auto"|"name",
-//    "npu": "<npu dump.json>", "bench": "<bench dump.json>", "rank": "rank0"|null,
+//    "npu": "<npu dump.json>", "bench": "<bench dump.json>" (absolute paths; a live compare's run
+//    labels as they are), "rank": "rank0"|null,
 //    "columns": [...], "rows": [[cell, ...], ...],        cells: number, string, bool or null
 //    "highlight": ["red"|"yellow"|null, ...] (only with highlighting),
 //    "row_status": "ofeu…": one character per row: f failing (compare_row_failing), e error row,

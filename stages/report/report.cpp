@@ -251,6 +251,24 @@ std::string json_string_or(const ojson &doc, const char *key) {
 
 }  // namespace
 
+std::string report_compare_label(const report_compare &c) {
+  // compare_result_step1_rank0_{ts}: the step and rank parts of the name, else the JSON's rank
+  std::vector<std::string> parts;
+  const std::string stem = fs::path(c.file).stem().string();
+  for (size_t at = stem.find('_'); at != std::string::npos; at = stem.find('_', at + 1)) {
+    const size_t end = std::min(stem.find('_', at + 1), stem.size());
+    const std::string part = stem.substr(at + 1, end - at - 1);
+    for (const char *prefix : {"step", "rank"})
+      if (starts_with(part, prefix) && std::all_of(part.begin() + static_cast<long>(std::strlen(prefix)), part.end(),
+                                                   [](char ch) { return ch >= '0' && ch <= '9'; }))
+        parts.push_back(part);
+  }
+  if (parts.empty() && !c.rank.empty()) parts.push_back(c.rank);
+  std::string label = fs::path(c.file).parent_path().filename().string();
+  for (const auto &p : parts) label += (label.empty() ? "" : "/") + p;
+  return label;
+}
+
 report_compare report_read_compare_json(const std::string &path) {
   ojson doc = pyjson_load_file(path);
   if (!doc.is_object() || json_string_or(doc, "format") != "tprobe-compare" || !doc.contains("columns") ||
@@ -498,9 +516,10 @@ void append_json_string(std::string &out, std::string_view s) {
 
 std::string json_text(const ojson &v) { return v.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
-// One column: {"name": …, "dict": [strings], "v": [cells]}. A cell is a number (8 significant
-// digits), null, a bool, "N"/"I"/"-I" (NaN, ±inf), "=" (the same text as the row's first column:
-// Bench Name beside NPU Name) or "K", the index of its text in dict.
+// One column: {"name": …, "dict": [strings], "v": [cells]}. A cell is a number (6 significant
+// digits: a page to look at; the compare's own files keep every digit), null, a bool, "N"/"I"/"-I"
+// (NaN, ±inf), "=" (the same text as the row's first column: Bench Name beside NPU Name), "K" (the
+// index of its text in dict) or "~K" (dict[K] with each \x01 standing for the row's first column).
 void append_column(std::string &out, const report_compare &c, size_t j) {
   std::unordered_map<std::string, size_t> index;
   std::vector<const std::string *> dict;
@@ -515,18 +534,34 @@ void append_column(std::string &out, const report_compare &c, size_t j) {
       const double d = v.get<double>();
       if (std::isnan(d)) values += "\"N\"";
       else if (std::isinf(d)) values += d > 0 ? "\"I\"" : "\"-I\"";
-      else values += fmt::format("{:.8g}", d);
+      else values += fmt::format("{:.6g}", d);
     } else if (v.is_boolean()) {
       values += v.get<bool>() ? "true" : "false";
     } else if (v.is_string()) {
       const auto &s = v.get_ref<const std::string &>();
-      if (j > 0 && !c.rows[i].empty() && c.rows[i][0].is_string() && c.rows[i][0].get_ref<const std::string &>() == s) {
+      const std::string *name = j > 0 && !c.rows[i].empty() && c.rows[i][0].is_string()
+                                    ? &c.rows[i][0].get_ref<const std::string &>() : nullptr;
+      if (name && *name == s) {
         values += "\"=\"";
         continue;
       }
-      auto [it, fresh] = index.try_emplace(s, dict.size());
+      // Texts that repeat the row's name (Data_name "['NAME.npy', 'NAME.npy']") share one template.
+      std::string templated;
+      const bool has_name = name && !name->empty() && s.find(*name) != std::string::npos;
+      if (has_name) {
+        for (size_t at = 0;;) {
+          const size_t hit = s.find(*name, at);
+          templated.append(s, at, hit == std::string::npos ? std::string::npos : hit - at);
+          if (hit == std::string::npos) break;
+          templated += '\x01';
+          at = hit + name->size();
+        }
+      }
+      auto [it, fresh] = index.try_emplace(has_name ? templated : s, dict.size());
       if (fresh) dict.push_back(&it->first);
-      values += fmt::format("\"{}\"", it->second);
+      values += has_name ? "\"~" : "\"";
+      values += std::to_string(it->second);
+      values += '"';
     } else {
       values += "null";
     }
@@ -609,6 +644,7 @@ void append_compare(std::string &out, const report_compare &c) {
   ojson head = ojson::object();
   head["file"] = c.file;
   head["rank"] = c.rank;
+  head["label"] = report_compare_label(c);
   head["mode"] = c.mode;
   head["match"] = c.match;
   head["npu"] = c.npu;
@@ -748,9 +784,7 @@ std::vector<std::string> report_summary_lines(const report_model &m, const std::
   std::vector<std::string> lines;
   for (const auto &c : m.compares) {
     const std::string verdict = c.failing ? "FAIL" : c.errors ? "ERROR" : "PASS";
-    // "compare_transformer/rank0": the result's folder and rank tell several compares apart
-    const std::string folder = fs::path(c.file).parent_path().filename().string();
-    const std::string label = folder + (c.rank.empty() || c.rank == folder ? "" : "/" + c.rank);
+    const std::string label = report_compare_label(c);
     std::string line = fmt::format("tprobe-report: compare {}: {}: {} rows, {} failing, {} unmatched, {} not compared",
                                    label, verdict, c.rows.size(), c.failing, c.unmatched, c.errors);
     if (c.first_failing && c.first_failing < c.rows.size() && !c.rows[*c.first_failing].empty() &&

@@ -26,9 +26,10 @@
 // version, the inputs, dump paths and their dump.json task/level, and, when the report ran as a
 // manifest stage, the sessions' configs and the stream's record and drop counters.
 //
-// Scale: the table travels column by column, strings interned per column, numbers with 8
-// significant digits (the compare's own files keep them in full); the page shows 100 rows at a
-// time, so 200,000 rows load and filter without freezing the browser (docs/performance.md).
+// Scale: the table travels column by column, strings interned per column (texts that repeat the
+// row's name as one template), numbers with 6 significant digits (the compare's own files keep
+// them in full); the page shows 100 rows at a time, so 200,000 rows load and filter without
+// freezing the browser (docs/performance.md).
 //
 // As a manifest stage (the last one): tprobe-report reads the streams of the stages it lists as
 // inputs until they end, then renders. It counts sessions (their configs), records, upstream drops
@@ -147,6 +148,10 @@ const stage_description &report_stage_description();
 [[nodiscard]] report_compare report_read_compare_csv(const std::string &path);
 [[nodiscard]] report_nan report_read_nan(const std::string &path);
 [[nodiscard]] report_gradsim report_read_similarities(const std::string &path);
+
+// "compare_live/step1/rank0": the result's folder, then the step and rank of its file name (else
+// the JSON's rank), so that several compares read apart on the page and in the summary.
+[[nodiscard]] std::string report_compare_label(const report_compare &c);
 
 // msprobe's suspect-step rule over one parameter's similarities (indices of the suspect steps).
 [[nodiscard]] std::vector<size_t> report_suspect_steps(const std::vector<double> &similarity);

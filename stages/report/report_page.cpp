@@ -127,6 +127,7 @@ function decode(c) {
       else if (x === 'N') out[i] = NaN;
       else if (x === 'I') out[i] = Infinity;
       else if (x === '-I') out[i] = -Infinity;
+      else if (x[0] === '~') out[i] = dict[+x.slice(1)].split('\x01').join(cols[0][i]);
       else out[i] = dict[+x];
     }
     cols.push(out);
@@ -136,11 +137,7 @@ function decode(c) {
 
 // ---------------------------------------------------------------- compare
 function compareVerdict(c) { return c.failing ? 'fail' : c.errors ? 'error' : 'pass'; }
-// "compare_transformer/rank0": the result's folder, then its rank, so that several compares differ.
-function compareLabel(c) {
-  const parts = c.file.split('/');
-  return (parts.length > 1 ? parts[parts.length - 2] : '') + (c.rank && c.rank !== parts[parts.length - 2] ? '/' + c.rank : '');
-}
+function compareLabel(c) { return c.label; }  // report_compare_label(): folder/step/rank
 
 function renderCompare(c, ci, main) {
   const cols = decode(c);

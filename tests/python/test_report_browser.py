@@ -101,7 +101,8 @@ def run(*args, expect=None):
 
 
 def page_data(path):
-    text = open(path, encoding="utf-8").read()
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
     m = re.search(r'<script type="application/json" id="tprobe-data">(.*?)</script>', text, re.S)
     return json.loads(m.group(1).replace("<\\/", "</"))
 
@@ -123,7 +124,8 @@ class ReportFixture(unittest.TestCase):
         cls.page = os.path.join(cls.tmp, "out", "report.html")
         cls.report = run("report", cls.cmp, cls.nan, cls.grad, "-o", cls.page, expect=1)
         result = [f for f in os.listdir(cls.cmp) if f.endswith(".json")][0]
-        cls.result = json.load(open(os.path.join(cls.cmp, result)))
+        with open(os.path.join(cls.cmp, result)) as f:
+            cls.result = json.load(f)
 
     @classmethod
     def tearDownClass(cls):
@@ -153,12 +155,28 @@ class TerminalSummary(ReportFixture):
         p = run("report", os.path.join(tmp, "cmp"), "-o", os.path.join(tmp, "r.html"), expect=0)
         self.assertTrue(p.stdout.splitlines()[-1].startswith("tprobe-report: verdict: PASS"), p.stdout)
 
+    def test_module_tree_found_from_relative_compare_paths(self):
+        # compare run elsewhere with relative paths: its JSON names the dumps absolutely, so the
+        # report, run from another folder, still finds construct.json
+        tmp = tempfile.mkdtemp(dir=self.tmp)
+        build_dump(os.path.join(tmp, "a"), diverge=True)
+        build_dump(os.path.join(tmp, "b"), diverge=False)
+        p = subprocess.run([os.path.join(BIN_DIR, "tprobe"), "compare", "a/step0", "b/step0", "-o", "cmp"], cwd=tmp,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        run("report", os.path.join(tmp, "cmp"), "-o", os.path.join(tmp, "r.html"), expect=1)
+        c = page_data(os.path.join(tmp, "r.html"))["compares"][0]
+        self.assertEqual(c["npu"], os.path.join(os.path.realpath(tmp), "a", "step0", "rank0", "dump.json"))
+        self.assertEqual(c["construct_file"], os.path.join(os.path.dirname(c["npu"]), "construct.json"))
+        self.assertIn("Module.layers.3.Block.forward.0", c["nodes"])
+
     def test_nothing_to_report_is_a_usage_error(self):
         p = run("report", self.tmp + "/npu", "-o", os.path.join(self.tmp, "none.html"), expect=100)
         self.assertIn("tprobe-report: fatal: no result found", p.stderr)
 
     def test_page_is_self_contained(self):
-        text = open(self.page, encoding="utf-8").read()
+        with open(self.page, encoding="utf-8") as f:
+            text = f.read()
         # nothing fetched: no external script, style, image or font
         self.assertNotRegex(text, r'<(script|link|img|iframe)[^>]+(src|href)=')
         self.assertNotIn("http://", text.replace("http://www.w3.org/2000/svg", ""))
