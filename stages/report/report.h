@@ -36,7 +36,7 @@
 // and producers gone without end-of-stream, and adds the folders of the result files that stages
 // announce downstream (compare-live's "compare_live_summary", nan-live's "first_producer") to its
 // --results. A stage's stream ends after it wrote its files, so reading the stages whose results
-// it shows is what orders the report after them. Example (pipelines/compare-live-report.json):
+// it shows is what orders the report after them. Example stage of a manifest:
 //   {"name": "report", "stage": "report", "inputs": ["capture", "compare"],
 //    "options": {"output": "output/report.html"}}
 //
