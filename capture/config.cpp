@@ -330,7 +330,10 @@ void parse_run_ut_section(const ordered_json &section, const std::string &source
   }
 }
 
-void parse_grad_probe_section(const ordered_json &section, const std::string &source) {
+void parse_grad_probe_section(const ordered_json &section, const std::string &source, capture_config &cfg) {
+  cfg.grad_probe = {{"grad_level", "L1"}, {"param_list", ordered_json::array()}, {"bounds", {-1, 0, 1}}};
+  for (const char *key : {"grad_level", "param_list", "bounds"})
+    if (auto *v = get(section, key)) cfg.grad_probe[key] = *v;
   auto where = [&](const char *key) { return field_where(source, std::string("grad_probe.") + key); };
   if (auto *v = get(section, "grad_level")) (void)expect_one_of(*v, {"L0", "L1", "L2"}, where("grad_level"));
   if (auto *v = get(section, "param_list")) (void)expect_string_list(*v, where("param_list"));
@@ -355,6 +358,10 @@ void parse_grad_probe_section(const ordered_json &section, const std::string &so
 
 void parse_task_section(const ordered_json &doc, const std::string &source, capture_config &cfg) {
   const ordered_json *section = get(doc, cfg.task);
+  if (!section && cfg.task == "grad_probe") {  // msprobe's defaults
+    parse_grad_probe_section(ordered_json::object(), source, cfg);
+    return;
+  }
   if (!section) return;
   if (!section->is_object()) fail(field_where(source, cfg.task), "expected an object, got " + kind(*section));
   check_keys(*section, section_keys(cfg.task), source, cfg.task);
@@ -367,7 +374,7 @@ void parse_task_section(const ordered_json &doc, const std::string &source, capt
   } else if (cfg.task == "run_ut") {
     parse_run_ut_section(*section, source);
   } else if (cfg.task == "grad_probe") {
-    parse_grad_probe_section(*section, source);
+    parse_grad_probe_section(*section, source, cfg);
   }
 }
 
@@ -478,6 +485,7 @@ nlohmann::ordered_json capture_config::session_meta() const {
   if (task == "overflow_check") meta["overflow_nums"] = overflow_nums;  // tprobe-overflow stops the capture there
   meta["tensor_format"] = tensor_format;
   if (!nan_analyze.is_null()) meta["nan_analyze"] = nan_analyze;
+  if (!grad_probe.is_null()) meta["grad_probe"] = grad_probe;
   return meta;
 }
 

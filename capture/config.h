@@ -70,13 +70,19 @@ struct capture_config {
   // nan_rules_from_json), validated here and passed to the stages in the session meta; null = the
   // built-in rules.
   nlohmann::ordered_json nan_analyze;
+  // grad_probe: the task's section as validated, with msprobe's defaults filled in
+  // ({"grad_level": "L1", "param_list": [], "bounds": [-1, 0, 1]}); read by core/grad_probe.h
+  // (grad_probe_settings_from_json) in the capture and, through the session meta, in the stages.
+  // Null for other tasks.
+  nlohmann::ordered_json grad_probe;
 
   nlohmann::ordered_json source;  // the document as given, before overrides
   std::string source_name;        // the input named in messages, e.g. the file's path
 
   // The effective config as a map, for dump headers and the stages: task, level, framework
   // ("pytorch"), dump_path, rank, step, precision, summary_mode, data_mode, scope, list,
-  // tensor_list, async_dump, tensor_format (the writer reads it), nan_analyze (when set).
+  // tensor_list, async_dump, tensor_format (the writer reads it), nan_analyze (when set), grad_probe
+  // (task grad_probe).
   [[nodiscard]] nlohmann::ordered_json session_meta() const;
 };
 

@@ -9,6 +9,8 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -19,6 +21,7 @@
 #include "safe_path.h"
 #include "endpoint.h"
 #include "errors.h"
+#include "grad_record.h"
 #include "tprobe_capture.h"
 
 namespace {
@@ -226,6 +229,7 @@ struct tprobe_session {
   uint64_t seq = 0;
   std::unordered_map<std::string, bool> entries;  // this step's entries → captured
   tprobe_session_counts counts{};
+  std::optional<grad_probe_settings> grad;  // task grad_probe
 
   bool active() const {
     return started && !service_ended && !detached.load(std::memory_order_relaxed) &&
@@ -466,6 +470,7 @@ struct tprobe_session {
     config_apply_overrides(config, config_overrides_from_env());
     config_check_dump_path_usable(config);
     filter = std::make_unique<capture_filter>(config);
+    if (config.task == "grad_probe") grad = grad_probe_settings_from_json(config.grad_probe, config.source_name);
     if (options.pipeline_timeout_ms == 0)
       options.pipeline_timeout_ms =
           config.pipeline_timeout_s < 0 ? -1 : static_cast<int>(config.pipeline_timeout_s * 1000);
@@ -672,6 +677,26 @@ struct tprobe_session {
       r.set_payload_frame(std::move(frame));
       counts.bytes += bytes;
     }
+    return enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
+  }
+
+  // Task grad_probe: optimizer steps trigger the captures, so start/stop do not gate them.
+  bool grad_wanted(const char *param) {
+    if (!grad) throw usage_error(fmt::format("gradient captures need task \"grad_probe\", not \"{}\"", config.task));
+    if (!param || !*param) throw usage_error("parameter name is empty");
+    poll_control();
+    if (service_ended || detached.load(std::memory_order_relaxed) || !filter->rank_enabled(options.rank) ||
+        !filter->step_enabled(step) || !narrowed_step_enabled(step) || !grad->wants(param))
+      return false;
+    // The name becomes a file name (step{S}/{param}.npy).
+    if (std::string problem = dump_name_problem(param); !problem.empty())
+      throw usage_error(fmt::format("parameter name \"{}\" {}", param, problem));
+    return true;
+  }
+
+  int capture_grad(const char *param, const grad_numbers &n, std::vector<std::byte> bits, const char *device) {
+    record r = grad_record_make(header(record_kind::tensor), param, n, std::move(bits));
+    if (device && *device) r.header.device = device;
     return enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 
@@ -951,6 +976,86 @@ const char *tprobe_session_config(const tprobe_session *s) {
   meta["on_pipeline_failure"] = s->config.on_pipeline_failure;
   g_config_text = meta.dump();
   return g_config_text.c_str();
+}
+
+}  // extern "C"
+
+// ---- Task grad_probe (tprobe_capture.h, core/grad_probe.h) ----
+extern "C" {
+
+int tprobe_grad_query(tprobe_session *s, const char *param) {
+  if (!s) return null_session();
+  return guarded([&] { return s->grad_wanted(param) ? TPROBE_OK : TPROBE_SKIPPED; });
+}
+
+int tprobe_capture_grad(tprobe_session *s, const char *param, const DLTensor *t) {
+  if (!s) return null_session();
+  return guarded([&] {
+    if (!t) throw usage_error("tprobe_capture_grad: gradient is NULL");
+    if (!s->grad_wanted(param)) {
+      ++s->counts.skipped;
+      return TPROBE_SKIPPED;
+    }
+    if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost)
+      throw usage_error(fmt::format("gradient of {}: on device type {}, not in host memory", param,
+                                    static_cast<int>(t->device.device_type)));
+    const dtype type = dtype_from_dlpack(t->dtype);
+    const std::span<const int64_t> shape(t->shape, static_cast<size_t>(t->ndim));
+    uint64_t numel = 1;
+    for (int64_t d : shape) numel *= d < 0 ? 0 : static_cast<uint64_t>(d);
+    const auto *src = static_cast<const std::byte *>(t->data) + t->byte_offset;
+    std::vector<std::byte> contiguous;  // only for a strided gradient; the usual one is read in place
+    if (numel && !is_contiguous(*t)) {
+      contiguous.resize(numel * dtype_size(type));
+      copy_strided(contiguous.data(), src, *t, dtype_size(type), 0);
+      src = contiguous.data();
+    }
+    std::vector<std::byte> bits(s->grad->direction() ? grad_sign_bytes(numel) : 0);
+    const grad_numbers n = grad_numbers_compute(src, type, shape, *s->grad,
+                                                bits.empty() ? nullptr : reinterpret_cast<uint8_t *>(bits.data()));
+    return s->capture_grad(param, n, std::move(bits), nullptr);
+  });
+}
+
+int tprobe_capture_grad_numbers(tprobe_session *s, const char *param, const tprobe_grad_numbers *c) {
+  if (!s) return null_session();
+  return guarded([&] {
+    if (!c) throw usage_error("tprobe_capture_grad_numbers: numbers is NULL");
+    if (!s->grad_wanted(param)) {
+      ++s->counts.skipped;
+      return TPROBE_SKIPPED;
+    }
+    grad_numbers n;
+    n.type = dtype_from_dlpack(c->dtype);
+    if (c->ndim < 0 || (c->ndim > 0 && !c->shape)) throw usage_error(fmt::format("gradient of {}: shape is missing", param));
+    n.shape.assign(c->shape, c->shape + c->ndim);
+    n.numel = 1;
+    for (int64_t d : n.shape) {
+      if (d < 0) throw usage_error(fmt::format("gradient of {}: negative dimension in shape", param));
+      n.numel *= static_cast<uint64_t>(d);
+    }
+    n.max = c->max;
+    n.min = c->min;
+    n.norm = c->norm;
+    const grad_probe_settings &g = *s->grad;
+    if (g.distribution()) {
+      if (!c->buckets || c->bucket_count != g.bounds.size() + 1)
+        throw usage_error(fmt::format("gradient of {}: level L2 needs {} bucket counts", param, g.bounds.size() + 1));
+      n.buckets.assign(c->buckets, c->buckets + c->bucket_count);
+      n.zeros = c->zeros;
+    }
+    if (g.md5()) {
+      if (n.numel && !c->float32_data) throw usage_error(fmt::format("gradient of {}: level L0 needs float32_data", param));
+      n.crc32 = crc32_bytes(c->float32_data, n.numel * sizeof(float));
+    }
+    std::vector<std::byte> bits;
+    if (g.direction()) {
+      if (n.numel && !c->sign_bits) throw usage_error(fmt::format("gradient of {}: level {} needs sign_bits", param, g.level));
+      const auto *b = reinterpret_cast<const std::byte *>(c->sign_bits);
+      bits.assign(b, b + grad_sign_bytes(n.numel));
+    }
+    return s->capture_grad(param, n, std::move(bits), c->device);
+  });
 }
 
 }  // extern "C"

@@ -215,6 +215,47 @@ int tprobe_capture_facts(tprobe_session *session, const char *entry, const char 
    function on the same thread. */
 const char *tprobe_session_config(const tprobe_session *session);
 
+/* ---- Task grad_probe (msprobe's gradient monitor; the semantics are core/grad_probe.h's) ----
+ *
+ * With "task": "grad_probe" the session captures gradients, not dump entries: at each optimizer
+ * step the framework hands every parameter's gradient over, then calls tprobe_step (the config's
+ * `step` counts optimizer steps). Gradient captures need no tprobe_start: the optimizer step is
+ * their trigger. They are filtered by the config's rank and step and grad_probe.param_list.
+ * Per parameter one record travels (capture/grad_record.h): the numbers of the gradient (max, min,
+ * norm; the CRC-32 at level L0; bucket counts and zeros at L2) and, at L1 and L2, its directions
+ * (grad > 0) packed eight to a byte. */
+
+/* TPROBE_OK when a gradient of `param` is wanted now (task grad_probe, this rank, this step,
+   param_list), TPROBE_SKIPPED otherwise. Lets a caller skip device work for filtered parameters. */
+int tprobe_grad_query(tprobe_session *session, const char *param);
+
+/* Captures a gradient in host memory (kDLCPU or kDLCUDAHost), any strides: its numbers and
+   directions are computed here, in place on the calling thread; only they are queued. float64,
+   float32, float16 and bfloat16 (DLPack code kDLBfloat). TPROBE_SKIPPED when filtered out. */
+int tprobe_capture_grad(tprobe_session *session, const char *param, const DLTensor *grad);
+
+/* A gradient whose numbers the caller computed (e.g. reductions on its device), with msprobe's
+   semantics (core/grad_probe.h): max, min, norm as float32 values of the gradient's dtype. */
+typedef struct tprobe_grad_numbers {
+  DLDataType dtype;          /* the gradient's */
+  int ndim;
+  const int64_t *shape;
+  const char *device;        /* "cuda:0"; NULL: "cpu" */
+  double max, min, norm;     /* NaN for an empty gradient */
+  /* Level L2: bounds+1 bucket counts ((b[i-1], b[i]], NaN in the last) and the count of zeros;
+     NULL/0 at other levels. */
+  const uint64_t *buckets;
+  size_t bucket_count;
+  uint64_t zeros;
+  /* Levels L1 and L2: the packed directions in host memory, (numel + 7) / 8 bytes, bit i % 8 of
+     byte i / 8 = element i > 0; NULL at L0. */
+  const uint8_t *sign_bits;
+  /* Level L0: the gradient converted to float32, C order, in host memory: the MD5 column is its
+     CRC-32 (computed here); NULL at other levels. */
+  const float *float32_data;
+} tprobe_grad_numbers;
+int tprobe_capture_grad_numbers(tprobe_session *session, const char *param, const tprobe_grad_numbers *numbers);
+
 #ifdef __cplusplus
 }
 #endif

@@ -48,7 +48,8 @@ class DirectPipeline:
             raise RuntimeError(
                 f"tprobe: direct mode needs the tprobe binaries, but {launcher} does not exist; build them "
                 "(cmake --build build), set TPROBE_BIN_DIR, or run the script under `tprobe run`")
-        name = {"tensor": "tensor.json", "overflow_check": "overflow_check.json"}.get(task, "statistics.json")
+        name = {"tensor": "tensor.json", "overflow_check": "overflow_check.json",
+                "grad_probe": "grad_probe.json"}.get(task, "statistics.json")
         manifest = os.path.join(_native.pipelines_dir(), name)
         if not os.path.isfile(manifest):
             raise RuntimeError(f"tprobe: direct mode needs the pipeline manifest {manifest}; set TPROBE_PIPELINES")

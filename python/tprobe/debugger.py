@@ -14,10 +14,17 @@ model through module hooks, mix both (with construct.json parents). Where the re
     (pipelines/statistics.json or pipelines/tensor.json), ended at exit once everything is written.
 The session opens at the first start(), when torch.distributed (if used) knows this process's
 rank: each rank writes its own step{S}/rank{R}/.
+
+Task grad_probe (msprobe's gradient monitor) needs only `debugger.monitor(model)`: before every
+optimizer step each parameter's gradient goes to the C++ capture (torch.ops.tprobe.grad_probe),
+which computes its numbers and directions; start/stop/step do nothing for this task, whose steps
+are the optimizer's.
 """
 
 import atexit
+import functools
 import json
+import threading
 import os
 import sys
 import tempfile
@@ -77,6 +84,7 @@ class PrecisionDebugger:
         self._closed = False
         self._early_steps = 0
         self._saves = {}
+        self._grad_params = None  # monitor(model): [(name, parameter)]
         atexit.register(self.close, explicit=False)
         self._initialized = True
 
@@ -85,6 +93,8 @@ class PrecisionDebugger:
     def start(self, model=None):
         """Capture on from here, for this rank and step if the config selects them."""
         self._check_usable()
+        if self._grad_probe():
+            return
         if model is not None:
             self._model = model
         if not self._try_open():
@@ -108,7 +118,7 @@ class PrecisionDebugger:
 
     def stop(self):
         """Capture off; the dump files are brought up to date."""
-        if not self._session or self._closed:
+        if not self._session or self._closed or self._grad_probe():
             return
         if self._modules is not None:
             self._modules.active = False
@@ -120,7 +130,7 @@ class PrecisionDebugger:
 
     def step(self):
         """Ends the step: its files are final, call counts restart at 0."""
-        if self._closed:
+        if self._closed or self._grad_probe():
             return
         if not self._session:
             self._early_steps += 1
@@ -163,6 +173,26 @@ class PrecisionDebugger:
             for t, slot in zip(tensors, slots):
                 t.register_hook(self._save_grad_hook(grad_entry, slot))
 
+    def monitor(self, model):
+        """msprobe's task grad_probe: from now on, before every optimizer step (of any optimizer),
+        the gradient of each parameter of `model` (param.main_grad if present, else param.grad;
+        None is skipped) goes to the capture, filtered by the config's rank, step (counting
+        optimizer steps from 0) and grad_probe.param_list; the pipeline writes
+        dump_path/rank{R}/grad_summary_{S}.csv and, at grad_level L1/L2, rank{R}/step{S}/{param}.npy.
+        Works on torch 1.13 (optimizer classes' step wrapped) and 2.x (the global optimizer step
+        pre-hook). Does nothing, as msprobe, when the task is not grad_probe."""
+        self._check_usable()
+        if not self._grad_probe():
+            print(f"tprobe: monitor() is for task grad_probe; the task is {self._checked['task']}, nothing is "
+                  "monitored", file=sys.stderr)
+            return
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"tprobe: monitor: model must be a torch.nn.Module, not {type(model).__name__}")
+        first = self._grad_params is None
+        self._grad_params = list(model.named_parameters())
+        if first:
+            _on_optimizer_step(self._grad_probe_step)
+
     # ---- beyond msprobe ----
 
     def close(self, explicit=True):
@@ -202,6 +232,25 @@ class PrecisionDebugger:
         return json.loads(self._ops.counters())
 
     # ---- internals ----
+
+    def _grad_probe(self):
+        return self._checked.get("task") == "grad_probe"
+
+    def _grad_probe_step(self):
+        """Before an optimizer step: every gradient to the capture, then the step ends."""
+        if self._closed or self._grad_params is None or not self._try_open():
+            return
+        names, grads = [], []
+        for name, param in self._grad_params:
+            grad = param.main_grad if hasattr(param, "main_grad") else param.grad
+            if grad is not None:
+                names.append(name)
+                grads.append(grad)
+        try:
+            self._ops.grad_probe("\n".join(names), grads)
+            self._ops.step()
+        except RuntimeError as e:
+            self._capture_failed(e)
 
     def _check_usable(self):
         if self._closed:
@@ -303,3 +352,60 @@ class PrecisionDebugger:
         for _ in range(self._early_steps):
             self._ops.step()
         self._early_steps = 0
+
+
+_step_hooks = []
+_in_step = threading.local()
+
+
+def _on_optimizer_step(hook):
+    """Calls hook() before every optimizer step. torch >= 2 has a global pre-hook for that; torch
+    1.13 has none, so the step of every Optimizer class (those defined later too) is wrapped; a
+    step that calls its parent's step counts once."""
+    _step_hooks.append(hook)
+    if len(_step_hooks) > 1:
+        return
+    import torch.optim.optimizer as optim
+    if hasattr(optim, "register_optimizer_step_pre_hook"):
+        optim.register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: _run_step_hooks())
+        return
+    base = torch.optim.Optimizer
+    pending = [base]
+    while pending:
+        cls = pending.pop()
+        _wrap_step(cls)
+        pending.extend(cls.__subclasses__())
+    previous = base.__dict__.get("__init_subclass__")
+
+    def init_subclass(cls, **kwargs):
+        if previous is not None:
+            previous.__func__(cls, **kwargs)
+        else:
+            super(base, cls).__init_subclass__(**kwargs)
+        _wrap_step(cls)
+
+    base.__init_subclass__ = classmethod(init_subclass)
+
+
+def _run_step_hooks():
+    for hook in _step_hooks:
+        hook()
+
+
+def _wrap_step(cls):
+    step = cls.__dict__.get("step")
+    if step is None or getattr(step, "_tprobe_wrapped", False):
+        return
+
+    @functools.wraps(step)
+    def wrapper(*args, **kwargs):
+        if getattr(_in_step, "depth", 0) == 0:
+            _run_step_hooks()
+        _in_step.depth = getattr(_in_step, "depth", 0) + 1
+        try:
+            return step(*args, **kwargs)
+        finally:
+            _in_step.depth -= 1
+
+    wrapper._tprobe_wrapped = True
+    cls.step = wrapper
