@@ -9,6 +9,8 @@ packages=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev nlohmann-json3-dev liblz4-dev libfmt-dev
   libcli11-dev zlib1g-dev libisal-dev libxlsxwriter-dev libdlpack-dev libgtest-dev libgmock-dev
   libtorch-dev python3-torch python3-torchvision python3-numpy
+  # stages written in Python (python/tprobe/stage.py, docs/stage-protocol.md)
+  python3-zmq python3-msgpack
   # the report page's browser test and benchmark: headless chromium driven through selenium
   chromium chromium-driver python3-selenium
 )

@@ -14,6 +14,13 @@ Importing this package loads nothing native; PrecisionDebugger loads the C++ cap
 (libtprobe_torch.so) and says where it looked if it is not built. See docs/pytorch.md.
 """
 
-from .debugger import PrecisionDebugger
-
 __all__ = ["PrecisionDebugger"]
+
+
+def __getattr__(name):
+    # PrecisionDebugger imports torch: loaded on first use, so that a stage written with
+    # tprobe.stage (docs/stage-protocol.md) starts, and answers --describe, without torch.
+    if name == "PrecisionDebugger":
+        from .debugger import PrecisionDebugger
+        return PrecisionDebugger
+    raise AttributeError(f"module 'tprobe' has no attribute {name!r}")

@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 
 #include <unistd.h>
@@ -64,6 +65,94 @@ void stage_add_common_options(CLI::App &app, const stage_description &d, stage_c
         throw CLI::Success();
       },
       "Print this stage's option table as JSON");
+}
+
+const stage_option_spec &stage_option_values::spec(const std::string &name, const char *type) const {
+  for (const auto &o : specs_)
+    if (o.name == name) {
+      if (type && o.type != type && !(std::string_view(type) == "float" && o.type == "int"))
+        throw std::logic_error("option " + name + " is declared " + o.type + ", read as " + type);
+      return o;
+    }
+  throw std::logic_error("option " + name + " is not in the stage's option table");
+}
+const std::string &stage_option_values::text(const std::string &name) const {
+  (void)spec(name, nullptr);
+  return text_.at(name);
+}
+int64_t stage_option_values::integer(const std::string &name) const {
+  (void)spec(name, "int");
+  return integers_.at(name);
+}
+double stage_option_values::number(const std::string &name) const {
+  if (spec(name, "float").type == "int") return static_cast<double>(integers_.at(name));
+  return numbers_.at(name);
+}
+bool stage_option_values::flag(const std::string &name) const {
+  (void)spec(name, "bool");
+  return flags_.at(name);
+}
+const std::vector<std::string> &stage_option_values::list(const std::string &name) const {
+  (void)spec(name, "list");
+  return lists_.at(name);
+}
+bool stage_option_values::given(const std::string &name) const {
+  auto it = options_.find(name);
+  return it != options_.end() && it->second->count() > 0;
+}
+
+void stage_add_declared_options(CLI::App &app, const stage_description &d, stage_option_values &values) {
+  values.specs_ = d.options;
+  for (const auto &o : d.options) {
+    const std::string flag = "--" + o.name;
+    CLI::Option *option = nullptr;
+    if (o.type == "bool") {
+      bool &target = values.flags_[o.name];
+      target = o.default_value == "true";
+      option = app.add_flag(flag, target, o.doc);  // also --name=true / --name=false, as the launcher passes
+    } else if (o.type == "list") {
+      auto &target = values.lists_[o.name];
+      target.clear();
+      option = app.add_option(flag, target, o.doc);
+    } else {
+      std::string &target = values.text_[o.name];
+      target = o.default_value;
+      option = app.add_option(flag, target, o.doc)->capture_default_str();
+      if (o.min || o.max) {
+        option->description(o.doc + fmt::format(" (in [{}, {}])", o.min ? fmt::format("{}", *o.min) : "-inf",
+                                                o.max ? fmt::format("{}", *o.max) : "inf"));
+      }
+    }
+    values.options_[o.name] = option;
+  }
+}
+
+void stage_check_declared_options(const stage_description &d, stage_option_values &values) {
+  for (const auto &o : d.options) {
+    if (o.type != "int" && o.type != "float") continue;
+    const std::string &text = values.text_[o.name];
+    double x = 0;
+    size_t used = 0;
+    try {
+      if (o.type == "int") {
+        const long long v = std::stoll(text, &used, 10);
+        values.integers_[o.name] = v;
+        x = static_cast<double>(v);
+      } else {
+        x = std::stod(text, &used);
+        values.numbers_[o.name] = x;
+      }
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size() || (o.type == "float" && !std::isfinite(x)))
+      throw usage_error(fmt::format("--{} must be {}, got \"{}\"", o.name, o.type == "int" ? "an integer" : "a number",
+                                    text));
+    if ((o.min && x < *o.min) || (o.max && x > *o.max))
+      throw usage_error(fmt::format("--{} must be in [{}, {}], got {}", o.name,
+                                    o.min ? fmt::format("{}", *o.min) : "-inf",
+                                    o.max ? fmt::format("{}", *o.max) : "inf", text));
+  }
 }
 
 void stage_parse(CLI::App &app, int argc, char **argv) {

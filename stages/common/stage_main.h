@@ -26,6 +26,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,35 @@ struct stage_common_args {
   bool describe = false;
 };
 void stage_add_common_options(CLI::App &app, const stage_description &d, stage_common_args &args);
+
+// Option values declared once: the stage's option table (stage_description::options) drives the
+// parser, --describe and --help. stage_add_declared_options() adds one CLI option per entry (bool:
+// a flag that also takes =true/=false; list: repeatable), defaults from the table;
+// stage_check_declared_options(), after the parse, checks each value's type and range and throws
+// usage_error naming the option ("--flush-interval must be in [0, 3600], got -1").
+class stage_option_values {
+ public:
+  const std::string &text(const std::string &name) const;  // string options (and any value as given)
+  int64_t integer(const std::string &name) const;
+  double number(const std::string &name) const;  // float (or int) options
+  bool flag(const std::string &name) const;
+  const std::vector<std::string> &list(const std::string &name) const;
+  bool given(const std::string &name) const;  // set on the command line, not defaulted
+
+ private:
+  friend void stage_add_declared_options(CLI::App &, const stage_description &, stage_option_values &);
+  friend void stage_check_declared_options(const stage_description &, stage_option_values &);
+  const stage_option_spec &spec(const std::string &name, const char *type) const;
+  std::vector<stage_option_spec> specs_;
+  std::map<std::string, std::string> text_;
+  std::map<std::string, bool> flags_;
+  std::map<std::string, std::vector<std::string>> lists_;
+  std::map<std::string, int64_t> integers_;
+  std::map<std::string, double> numbers_;
+  std::map<std::string, CLI::Option *> options_;
+};
+void stage_add_declared_options(CLI::App &app, const stage_description &d, stage_option_values &values);
+void stage_check_declared_options(const stage_description &d, stage_option_values &values);
 
 // app.parse(), with --help printed (then CLI::Success is thrown, which the guard maps to 0) and
 // parse errors turned into usage_error.

@@ -32,6 +32,7 @@ struct session_info {
   std::string tensor_format = "npy";
   bool tensor_data = false;  // task tensor, or a tensor_list: dump_tensor_data/ exists
   data_mode_filter data_mode;
+  bool high_precision = false;  // precision "high", for statistics computed here (fill_missing_stats)
 };
 
 session_info session_from_meta(const json &meta) {
@@ -49,6 +50,7 @@ session_info session_from_meta(const json &meta) {
   const auto tensor_list = meta.value("tensor_list", json::array());
   s.tensor_data = s.task == "tensor" || s.task == "overflow_check" || (tensor_list.is_array() && !tensor_list.empty());
   s.data_mode = data_mode_filter::from_json(meta.value("data_mode", json::array({"all"})));
+  s.high_precision = meta.value("precision", std::string("low")) == "high";
   return s;
 }
 
@@ -84,6 +86,9 @@ class dump_writer {
       case record_kind::session: sessions_[h.run] = session_from_meta(h.meta); return;
       case record_kind::entry: entry_metadata(r); return;
       case record_kind::tensor:
+        fill_missing_stats(r);
+        place(r);
+        return;
       case record_kind::value: place(r); return;
       case record_kind::flush:
         if (auto *d = find_doc(h)) write_doc(*d);
@@ -274,6 +279,26 @@ class dump_writer {
     ++result_.tensor_files;
     result_.tensor_bytes += bytes.size();
     return name;
+  }
+
+  // A tensor that arrives with its data but without (all of) its statistics gets them here, with
+  // core's computation: the capture computes them in place for most tensors and tprobe-stats for
+  // the rest, but a pipeline whose statistics stage was replaced by a user's own stage
+  // (docs/stage-protocol.md) must still write a complete dump.
+  void fill_missing_stats(record &r) {
+    auto &h = r.header;
+    const bool want_crc = (h.flags & RECORD_FLAG_CRC32) != 0;
+    if (!r.has_payload() || !h.foreign_dtype.empty() || (h.stats && (!want_crc || h.stats->crc32))) return;
+    const auto bytes = r.payload_bytes();
+    const uint64_t count = h.element_count();
+    if (bytes.size() != count * dtype_size(h.type))
+      throw framing_error(fmt::format("{}: payload is {} bytes, shape needs {}", r.describe(), bytes.size(),
+                                      count * dtype_size(h.type)));
+    const auto it = sessions_.find(h.run);
+    h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(),
+                                   stats_options{.high_precision = it != sessions_.end() && it->second.high_precision,
+                                                 .crc32 = want_crc});
+    ++result_.stats_computed;
   }
 
   void place(record &r) {

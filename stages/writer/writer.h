@@ -43,6 +43,7 @@ struct writer_stage_result {
   uint64_t tensor_bytes = 0;   // bytes of tensor data written
   uint64_t json_rewrites = 0;  // atomic rewrites of dump.json files
   uint64_t dumps = 0;          // (step, rank) folders written
+  uint64_t stats_computed = 0;  // tensors that arrived with data and without statistics (no tprobe-stats upstream)
 };
 
 const stage_description &writer_stage_description();

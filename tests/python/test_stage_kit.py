@@ -1,0 +1,168 @@
+"""A stage of your own, swapped in for tprobe-stats by a manifest's "exec", inside a real pipeline
+around a real PyTorch training run: the Python kit's example (examples/stages/norm_alert.py,
+python/tprobe/stage.py, written from docs/stage-protocol.md) and the C++ kit's
+(examples/stages/norm_guard.cpp, build/bin/tprobe-example-norm-guard). The dump must be the one
+the shipped pipeline (statistics.json, tensor.json) writes, barriers must still make step() wait
+for the files, and a stage that does not answer barriers (protocol 1.0) must never be waited for."""
+
+import json
+import os
+import re
+import unittest
+
+import tprobe_testing as tt
+from test_step_barrier import READ_AFTER_STEP
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "stages")
+NORM_ALERT = os.path.abspath(os.path.join(EXAMPLES, "norm_alert.py"))
+NORM_GUARD = os.path.join(tt.BIN_DIR, "tprobe-example-norm-guard")
+
+# A protocol-1.0 stage: its ack does not offer barriers (Stage(..., barriers=False)), so nothing
+# may wait for it; it passes every record on.
+LEGACY_STAGE = """#!/usr/bin/python3
+import sys
+sys.path.insert(0, PYTHON_DIR)
+from tprobe.stage import Stage
+Stage("legacy", "a 1.0 stage that answers no barrier", barriers=False).main(lambda record, stage: record)
+"""
+
+
+def tensor_leaves(node, out):
+    """Every tensor leaf (a dict with Max) of a dump's data, in order."""
+    if isinstance(node, dict):
+        if "Max" in node and "type" in node:
+            out.append(node)
+        for value in node.values():
+            tensor_leaves(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            tensor_leaves(value, out)
+    return out
+
+
+class StageKitTest(tt.CaptureTest):
+    def manifest(self, name, stages):
+        path = os.path.join(self.tmp, name + ".json")
+        with open(path, "w") as f:
+            json.dump({"description": name, "stages": stages}, f)
+        return path
+
+    def assert_same_dump(self, run, reference, steps):
+        for step in range(steps):
+            for name in ("dump.json", "stack.json", "construct.json"):
+                # stack.json names the script by its path: the runs' directories differ.
+                ours = json.loads(json.dumps(run.load(name, step)).replace(run.dir, "RUN"))
+                theirs = json.loads(json.dumps(reference.load(name, step)).replace(reference.dir, "RUN"))
+                self.assertEqual(ours, theirs, f"step {step}: {name}")
+            ours = os.path.join(run.folder(step), "dump_tensor_data")
+            theirs = os.path.join(reference.folder(step), "dump_tensor_data")
+            if os.path.isdir(theirs):
+                names = sorted(os.listdir(theirs))
+                self.assertTrue(names)
+                self.assertEqual(sorted(os.listdir(ours)), names, f"step {step}: tensor files")
+                for n in names:
+                    with open(os.path.join(ours, n), "rb") as a, open(os.path.join(theirs, n), "rb") as b:
+                        self.assertEqual(a.read(), b.read(), n)
+            # Complete: every tensor has its statistics (the capture, tprobe-stats or the writer
+            # computed them), none left null.
+            leaves = tensor_leaves(run.data(step), [])
+            self.assertGreater(len(leaves), 10)
+            for leaf in leaves:
+                if leaf.get("dtype") != "torch.bool" and not leaf.get("uninitialized"):  # no values to count
+                    self.assertIsNotNone(leaf["Max"], f"step {step}: a tensor without statistics: {leaf}")
+
+    def swap_stats(self, exec_path, options, config, steps=2, script=tt.TRAIN, name="ours"):
+        reference = self.run_script(script, config=config, steps=steps, name="reference",
+                                    manifest="tensor.json" if config["task"] == "tensor" else "statistics.json")
+        manifest = self.manifest(name, [
+            {"name": "mine", "exec": exec_path, "inputs": ["capture"], "options": options},
+            {"name": "writer", "stage": "writer", "inputs": ["mine"]},
+        ])
+        run = self.run_script(script, config=config, steps=steps, manifest=manifest, name=name)
+        self.assertIn("taps: mine=", run.result.stderr)  # every stage, ours included, has a tap
+        return run, reference
+
+    def test_python_stage_for_stats_statistics(self):
+        threshold = 2.0
+        run, reference = self.swap_stats(NORM_ALERT, {"threshold": threshold}, tt.default_config())
+        self.assert_same_dump(run, reference, 2)
+        # It printed exactly the tensors whose norm exceeds the threshold, as the dump has them.
+        printed = [float(m.group(1)) for m in re.finditer(r"^norm-alert: step \d+ rank -?\d+ \S+ \S+ norm=(\S+)$",
+                                                             run.result.stdout, re.M)]
+        expected = [leaf["Norm"] for step in (0, 1) for leaf in tensor_leaves(run.data(step), [])
+                    if isinstance(leaf["Norm"], (int, float)) and leaf["Norm"] > threshold]
+        self.assertTrue(expected)
+        self.assertEqual(len(printed), len(expected), run.result.stdout)
+        self.assertTrue(all(p > threshold for p in printed))
+        self.assertIn("norm-alert: ", run.result.stderr)  # its summary line
+        self.assertRegex(run.result.stderr, r"norm-alert: (\d+) records received, \1 sent")
+
+    def test_python_stage_for_stats_tensor_task(self):
+        # Task tensor: the capture sends the data without statistics; with tprobe-stats gone, the
+        # writer computes them, so the dump is still the shipped pipeline's, tensor files included.
+        run, reference = self.swap_stats(NORM_ALERT, {"threshold": 1e9}, tt.default_config(task="tensor"))
+        self.assert_same_dump(run, reference, 2)
+        self.assertNotIn("norm-alert: step", run.result.stdout)
+
+    def test_python_stage_keeps_the_step_barrier(self):
+        # step() returns once the writer wrote the step: the barrier crosses the Python stage.
+        run, reference = self.swap_stats(NORM_ALERT, {}, tt.default_config(level="mix"), steps=3,
+                                         script=READ_AFTER_STEP)
+        self.assert_same_dump(run, reference, 3)
+        with open(os.path.join(run.dir, "seen.json")) as f:
+            seen = json.load(f)
+        for step, files in enumerate(seen):
+            self.assertIsNotNone(files["dump.json"], f"step {step}: no dump.json when step() returned")
+            self.assertEqual(json.loads(files["dump.json"]), run.load("dump.json", step), f"step {step}")
+
+    def test_cpp_stage_for_stats(self):
+        run, reference = self.swap_stats(NORM_GUARD, {"limit": 1e30}, tt.default_config(task="tensor"))
+        self.assert_same_dump(run, reference, 2)
+        self.assertNotIn("stopping the capture", run.result.stdout)
+        self.assertRegex(run.result.stderr, r"norm-guard: (\d+) records received, \1 sent")
+
+    def test_cpp_stage_stops_the_capture(self):
+        # A low limit: the guard names the first tensor above it and stops that capture through
+        # the control endpoint of its session; the training runs on and succeeds, later steps are
+        # not captured.
+        manifest = self.manifest("guard", [
+            {"name": "guard", "exec": NORM_GUARD, "inputs": ["capture"], "options": {"limit": 0.5}},
+            {"name": "writer", "stage": "writer", "inputs": ["guard"]},
+        ])
+        run = self.run_script(tt.TRAIN, manifest=manifest, steps=3)
+        self.assertEqual(run.result.stdout.count("stopping the capture"), 1, run.result.stdout)
+        self.assertTrue(os.path.exists(os.path.join(run.folder(0), "dump.json")))
+        self.assertFalse(os.path.exists(os.path.join(run.dump, "step2")), "the capture went on after stop")
+
+    def legacy_stage(self):
+        path = os.path.join(self.tmp, "legacy.py")
+        python_dir = os.path.dirname(os.path.dirname(os.path.abspath(__import__("tprobe").__file__)))
+        with open(path, "w") as f:
+            f.write(LEGACY_STAGE.replace("PYTHON_DIR", repr(python_dir)))
+        os.chmod(path, 0o755)
+        return path
+
+    def test_stage_without_barriers_is_never_waited_for(self):
+        # After the capture and after tprobe-stats: neither waits for a stage whose ack does not
+        # offer barriers (if one did, the step barrier would never be answered and step() would
+        # hang until the pipeline deadline, detaching the capture: an incomplete dump).
+        legacy = self.legacy_stage()
+        config = tt.default_config()
+        config["tprobe"] = {"pipeline_timeout_s": 600}
+        reference = self.run_script(tt.TRAIN, config=config, steps=3, manifest="statistics.json", name="reference")
+        for name, stages in {
+            "first": [{"name": "legacy", "exec": legacy, "inputs": ["capture"]},
+                      {"name": "writer", "stage": "writer", "inputs": ["legacy"]}],
+            "after_stats": [{"name": "stats", "stage": "stats", "inputs": ["capture"]},
+                            {"name": "legacy", "exec": legacy, "inputs": ["stats"]},
+                            {"name": "writer", "stage": "writer", "inputs": ["legacy"]}],
+        }.items():
+            with self.subTest(name):
+                run = self.run_script(tt.TRAIN, config=config, steps=3, manifest=self.manifest(name, stages),
+                                      name=name, timeout=120)
+                self.assert_same_dump(run, reference, 3)
+                self.assertNotIn("detach", run.result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
