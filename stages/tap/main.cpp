@@ -1,4 +1,6 @@
 // tprobe-tap: see tap.h.
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "tap.h"
@@ -9,16 +11,28 @@ int main(int argc, char **argv) {
     const auto &description = tap_stage_description();
     CLI::App app{description.summary, "tprobe-tap"};
     tap_stage_options options;
-    app.add_option("endpoint", options.endpoint, "a stage's tap endpoint (tprobe run prints them)")->required();
+    app.add_option("endpoint", options.endpoint,
+                   "a stage's tap endpoint, or a run directory (tprobe run prints both)")->required();
     app.add_option("--count", options.count, description.options[0].doc);
     app.add_flag("--json", options.json, description.options[1].doc);
     app.add_option("--filter", options.filter, description.options[2].doc);
     app.add_option("--connect-timeout", options.connect_timeout_ms, description.options[3].doc)
         ->check(CLI::Range(1, 3600000));
+    app.add_option("--stage", options.stage, description.options[4].doc);
+    app.add_flag("--list", options.list, description.options[5].doc);
     app.add_flag_callback(
         "--describe", [&] { fmt::print("{}\n", stage_describe_json(description)); throw CLI::Success(); },
         "Print this stage's option table as JSON");
     stage_parse(app, argc, argv);
+
+    if (options.list) {
+      std::error_code e;
+      if (!std::filesystem::is_directory(options.endpoint, e))
+        throw usage_error("--list needs a run directory, not an endpoint");
+      for (const auto &[name, endpoint] : tap_find_in_run_dir(options.endpoint)) fmt::print("{} {}\n", name, endpoint);
+      return EXIT_OK;
+    }
+    options.endpoint = tap_resolve_target(options.endpoint, options.stage);
 
     stage_install_signal_handlers();
     zmq::context_t ctx;

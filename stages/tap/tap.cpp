@@ -1,5 +1,7 @@
 #include "tap.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include <fmt/format.h>
@@ -17,6 +19,8 @@ const stage_description &tap_stage_description() {
           {"json", "bool", "false", "print one JSON object per line"},
           {"filter", "string", "", "only records whose entry name contains this"},
           {"connect-timeout", "int", "5000", "ms to wait for the endpoint to answer before exiting 111", 1, 3.6e6},
+          {"stage", "string", "", "with a run directory: the stage whose tap to watch"},
+          {"list", "bool", "false", "with a run directory: print its taps (stage endpoint) and exit"},
       }};
   return d;
 }
@@ -32,6 +36,43 @@ std::string stat_text(const stat_value &v) {
   return "null";
 }
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> tap_find_in_run_dir(const std::string &dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> taps;
+  std::error_code e;
+  for (fs::directory_iterator it(dir, e), end; !e && it != end; it.increment(e)) {
+    const auto &p = it->path();
+    std::error_code ignored;
+    if (p.extension() != ".tap" || !it->is_socket(ignored)) continue;
+    taps.emplace_back(p.stem().string(), "ipc://" + fs::absolute(p, ignored).string());
+  }
+  if (e) throw usage_error(fmt::format("{}: not a run directory: {}", dir, e.message()));
+  if (taps.empty())
+    throw usage_error(fmt::format("{}: no taps (<stage>.tap sockets) in it: not a run directory of tprobe run, or "
+                                  "the run has ended",
+                                  dir));
+  std::sort(taps.begin(), taps.end());
+  return taps;
+}
+
+std::string tap_resolve_target(const std::string &target, const std::string &stage) {
+  std::error_code e;
+  if (target.find("://") != std::string::npos || !std::filesystem::is_directory(target, e)) {
+    if (!stage.empty()) throw usage_error("--stage needs a run directory, not an endpoint");
+    return target;
+  }
+  const auto taps = tap_find_in_run_dir(target);
+  std::vector<std::string> names;
+  for (const auto &[name, endpoint] : taps) {
+    if (name == stage || (stage.empty() && taps.size() == 1)) return endpoint;
+    names.push_back(name);
+  }
+  if (stage.empty())
+    throw usage_error(fmt::format("{} has {} taps: choose one with --stage ({})", target, taps.size(),
+                                  fmt::join(names, ", ")));
+  throw usage_error(fmt::format("{} has no tap of stage \"{}\" (taps: {})", target, stage, fmt::join(names, ", ")));
+}
 
 std::string tap_format_line(const record &r) {
   const auto &h = r.header;

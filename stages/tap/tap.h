@@ -8,13 +8,20 @@
 // An endpoint that nobody serves is an error (exit 111) after --connect-timeout ms, not a silent
 // wait: ZeroMQ itself would retry forever.
 //
+// ENDPOINT may also be a run directory (RUN_DIR, which `tprobe run` prints): the taps are the
+// sockets RUN_DIR/<stage>.tap; --stage picks one (needed when the run has several), --list prints
+// them ("stats ipc://RUN_DIR/stats.tap", one per line) and exits.
+//
 // Example:
 //   tprobe tap ipc:///tmp/tprobe-run-XXXX/stats.tap --count 20
+//   tprobe tap /tmp/tprobe-run-XXXX --stage writer
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "endpoint.h"
 #include "stage_main.h"
@@ -27,6 +34,8 @@ struct tap_stage_options {
   bool json = false;       // one JSON object per line instead of text
   std::string filter;      // only records whose entry contains this
   int connect_timeout_ms = 5000;  // nobody serving the endpoint by then: exit 111
+  std::string stage;       // with a run directory: the stage whose tap to watch
+  bool list = false;       // with a run directory: print its taps and exit
 };
 
 struct tap_stage_result {
@@ -35,6 +44,16 @@ struct tap_stage_result {
 };
 
 const stage_description &tap_stage_description();
+
+// The taps of a run directory: (stage name, "ipc://DIR/<stage>.tap") for every socket named
+// <stage>.tap in `dir`, sorted by stage name. Throws usage_error when `dir` holds none (not a
+// run directory, or the run has ended and removed its sockets).
+std::vector<std::pair<std::string, std::string>> tap_find_in_run_dir(const std::string &dir);
+
+// The endpoint to watch for the command-line argument: an endpoint as given; a directory (a run
+// directory) → the tap of `stage`, or its only tap. Throws usage_error naming the taps found when
+// `stage` is not among them or is needed to choose.
+std::string tap_resolve_target(const std::string &target, const std::string &stage);
 
 // "step 0 rank 0 Functional.linear.0.forward output.0 float32 [2, 8] max=… min=… mean=… norm=…"
 std::string tap_format_line(const record &r);
