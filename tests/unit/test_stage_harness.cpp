@@ -1,0 +1,255 @@
+// Stages run in process through the stage harness (tests/support/stage_harness.h): stats_run,
+// writer_run, tap_run and a stage-kit function fed from a list or from a record file that the C
+// capture API (capture/tprobe_capture.h) wrote, with their outputs, barriers and files checked.
+#include <cstring>
+#include <filesystem>
+
+#include <dlpack/dlpack.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "pyjson.h"
+#include "stage_harness.h"
+#include "stats/stats.h"
+#include "tap/tap.h"
+#include "test_support.h"
+#include "tprobe_capture.h"
+#include "kit/tprobe_stage.h"
+#include "writer/writer.h"
+
+using namespace tprobe;
+using ::testing::HasSubstr;
+
+namespace {
+
+record session_record(const std::string &dump_path) {
+  record r(record_kind::session);
+  r.header.run = "run-1";
+  r.header.meta = {{"task", "statistics"}, {"level", "L1"}, {"framework", "pytorch"}, {"dump_path", dump_path}};
+  return r;
+}
+
+// A float32 tensor of `values` with its data (no statistics: a stage computes them).
+record float_tensor(const std::string &entry, const std::string &slot, const std::vector<float> &values) {
+  record r(record_kind::tensor);
+  r.header.run = "run-1";
+  r.header.entry = entry;
+  r.header.slot = slot;
+  r.header.type = dtype::float32;
+  r.header.shape = {static_cast<int64_t>(values.size())};
+  std::vector<std::byte> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  r.set_payload(std::move(bytes));
+  return r;
+}
+
+record step_end_barrier() {
+  record r(record_kind::step_end);
+  r.header.run = "run-1";
+  r.header.meta = {{"barrier", 1}};  // the harness sends it as a barrier (record_sender::sync)
+  return r;
+}
+
+double real(const stat_value &v) { return v.as_double(); }
+
+// Records are move-only (a payload frame is shared, not copied): a list is built by moving.
+template <class... R>
+std::vector<record> list_of(R &&...rs) {
+  std::vector<record> v;
+  (v.push_back(std::move(rs)), ...);
+  return v;
+}
+
+}  // namespace
+
+TEST(stage_harness, stats_run_fills_statistics_drops_unsaved_data_and_answers_the_barrier) {
+  test::stage_harness h;
+  const auto out = h.run([](stage_io &io) { stats_run(io, {}); },
+                         list_of(session_record("/nonexistent"),
+                                 float_tensor("Functional.relu.0.forward", "output.0", {3, -4}), step_end_barrier()));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].header.kind, record_kind::session);
+  const auto &t = out[1].header;
+  ASSERT_TRUE(t.stats);
+  EXPECT_EQ(real(t.stats->max), 3.0);
+  EXPECT_EQ(real(t.stats->min), -4.0);
+  EXPECT_EQ(real(t.stats->mean), -0.5);
+  EXPECT_EQ(real(t.stats->norm), 5.0);
+  EXPECT_FALSE(out[1].has_payload());  // not to be saved: numbers only downstream
+  EXPECT_EQ(out[2].header.kind, record_kind::step_end);
+  EXPECT_EQ(h.barriers(), std::vector<bool>{true});  // answered once the collector answered
+  EXPECT_EQ(h.counts().received, 3u);
+  EXPECT_EQ(h.counts().sent, 3u);
+}
+
+TEST(stage_harness, stats_run_keeps_saved_data) {
+  test::stage_harness h;
+  auto tensor = float_tensor("Functional.relu.0.forward", "output.0", {1, 2});
+  tensor.header.flags |= RECORD_FLAG_SAVE;
+  const auto out = h.run([](stage_io &io) { stats_run(io, {}); }, list_of(session_record("/x"), std::move(tensor)));
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_TRUE(out[1].has_payload());
+  EXPECT_EQ(out[1].payload_bytes().size(), 8u);
+}
+
+TEST(stage_harness, writer_run_answers_the_step_barrier_and_writes_the_dump) {
+  test::temp_dir dir;
+  test::stage_harness h(false);
+  record entry(record_kind::entry);
+  entry.header.run = "run-1";
+  entry.header.entry = "Functional.relu.0.forward";
+  entry.header.meta = {{"stack", nlohmann::ordered_json::array({"File \"a.py\", line 1, in f"})}};
+  auto tensor = float_tensor("Functional.relu.0.forward", "output.0", {3, -4});
+  tensor.header.stats = tensor_stats_compute(tensor.payload_bytes().data(), dtype::float32, 2, false, {});
+  tensor.drop_payload();
+  bool dump_at_barrier = false;  // the files exist when writer_run returns
+  const std::string dump = dir.path() + "/dump/step0/rank/dump.json";
+  const auto out = h.run(
+      [&](stage_io &io) {
+        writer_stage_options o;
+        o.dump_path = dir.path() + "/dump";
+        writer_run(io, o);
+        dump_at_barrier = std::filesystem::exists(dump);
+      },
+      list_of(session_record(dir.path() + "/dump"), std::move(entry), std::move(tensor), step_end_barrier()));
+  EXPECT_TRUE(out.empty());  // a sink
+  EXPECT_EQ(h.barriers(), std::vector<bool>{true});
+  ASSERT_TRUE(dump_at_barrier);
+  const auto doc = pyjson_load_file(dump);
+  const auto &leaf = doc["data"]["Functional.relu.0.forward"]["output"][0];
+  EXPECT_EQ(leaf["Max"], 3.0);
+  EXPECT_EQ(leaf["Norm"], 5.0);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/dump/step0/rank/stack.json"));
+}
+
+TEST(stage_harness, writer_run_computes_statistics_no_stage_computed) {
+  // tprobe-stats replaced by a stage that passes data on: the writer computes what is missing.
+  test::temp_dir dir;
+  test::stage_harness h(false);
+  auto tensor = float_tensor("Functional.relu.0.forward", "output.0", {6, 8});
+  h.run(
+      [&](stage_io &io) {
+        writer_stage_options o;
+        o.dump_path = dir.path() + "/dump";
+        EXPECT_EQ(writer_run(io, o).stats_computed, 1u);
+      },
+      list_of(session_record(dir.path() + "/dump"), std::move(tensor), step_end_barrier()));
+  const auto doc = pyjson_load_file(dir.path() + "/dump/step0/rank/dump.json");
+  EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Norm"], 10.0);
+}
+
+TEST(stage_harness, tap_run_prints_what_the_tap_publishes) {
+  test::stage_harness h;
+  auto tensor = float_tensor("Functional.relu.0.forward", "output.0", {3, -4});
+  tensor.header.stats = tensor_stats_compute(tensor.payload_bytes().data(), dtype::float32, 2, false, {});
+  tensor.drop_payload();
+  tensor.header.seq = 1;
+  tap_stage_result result;
+  std::string text;
+  test::tap_feed(h.context(), list_of(std::move(tensor)), [&](const std::string &endpoint) {
+    tap_subscriber tap(h.context(), endpoint);
+    text = test::capture_file_output([&](std::FILE *f) { result = tap_run(tap, tap_stage_options{}, f); });
+  });
+  EXPECT_EQ(result.records, 1u);
+  EXPECT_EQ(result.missed, 0u);
+  EXPECT_THAT(text, HasSubstr("step 0 rank -1 Functional.relu.0.forward output.0 float32 [2] max=3 min=-4 "
+                              "mean=-0.5 norm=5"));
+}
+
+TEST(stage_harness, kit_function_filters_and_a_dropped_barrier_is_still_answered) {
+  stage_kit kit;
+  kit.description = {"big-only", "passes tensors whose norm is above --limit", true, true,
+                     {{"limit", "float", "4", "norm limit", 0.0}}};
+  kit.on_record = [](record &&r, stage_context &ctx) {
+    if (r.header.kind == record_kind::step_end) return;  // drops the barrier record
+    if (r.header.kind == record_kind::tensor && !(r.header.stats->norm.as_double() > ctx.options().number("limit")))
+      return;
+    ctx.emit(std::move(r));
+  };
+  stage_option_values options;
+  CLI::App app;
+  stage_add_declared_options(app, kit.description, options);
+  app.parse(std::vector<std::string>{"--limit=4.5"});
+  stage_check_declared_options(kit.description, options);
+  test::stage_harness h;
+  // Statistics as the capture computes them in place: norm 5 passes, norm 3 does not.
+  auto big = float_tensor("Functional.relu.0.forward", "output.0", {3, -4});
+  big.header.stats = tensor_stats_compute(big.payload_bytes().data(), dtype::float32, 2, false, {});
+  auto small = float_tensor("Functional.relu.1.forward", "output.0", {0, 3});
+  small.header.stats = tensor_stats_compute(small.payload_bytes().data(), dtype::float32, 2, false, {});
+  const auto out = h.run([&](stage_io &io) { EXPECT_EQ(stage_kit_run(io, kit, options, h.context()), 0); },
+                         list_of(session_record("/x"), std::move(big), std::move(small), step_end_barrier()));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].header.entry, "Functional.relu.0.forward");
+  EXPECT_EQ(h.barriers(), std::vector<bool>{true});
+}
+
+TEST(stage_harness, declared_options_check_types_and_ranges) {
+  const stage_description d{"x", "", true, true,
+                            {{"flush-interval", "float", "2", "seconds", 0.0, 3600.0}, {"n", "int", "1", "count", 1.0}}};
+  for (const auto &[args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--flush-interval=-1"}, "--flush-interval must be in [0, 3600], got -1"},
+           {{"--n=0"}, "--n must be in [1, inf], got 0"},
+           {{"--n=1.5"}, "--n must be an integer, got \"1.5\""},
+           {{"--flush-interval=abc"}, "--flush-interval must be a number, got \"abc\""}}) {
+    stage_option_values v;
+    CLI::App app;
+    stage_add_declared_options(app, d, v);
+    app.parse(std::vector<std::string>(args));
+    try {
+      stage_check_declared_options(d, v);
+      ADD_FAILURE() << "accepted " << args.front();
+    } catch (const usage_error &e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+  stage_option_values v;
+  CLI::App app;
+  stage_add_declared_options(app, d, v);
+  app.parse(std::vector<std::string>{});
+  stage_check_declared_options(d, v);
+  EXPECT_EQ(v.number("flush-interval"), 2.0);
+  EXPECT_EQ(v.integer("n"), 1);
+  EXPECT_FALSE(v.given("n"));
+}
+
+TEST(stage_harness, capture_api_record_file_through_stats_in_process) {
+  // The C API writes a record file (an endpoint without "://"); stats_run reads it in process.
+  test::temp_dir dir;
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "statistics", "dump_path": ")" + dir.path() + R"(/dump", "level": "L1"})");
+  const std::string file = dir / "stream.tpr";
+  tprobe_open_options options = tprobe_open_options_default();
+  options.endpoint = file.c_str();
+  options.stats_mode = TPROBE_STATS_AUTO;
+  tprobe_session *session = nullptr;
+  ASSERT_EQ(tprobe_session_open(config.c_str(), &options, &session), TPROBE_OK) << tprobe_last_error();
+  ASSERT_EQ(tprobe_start(session), TPROBE_OK) << tprobe_last_error();
+  float values[3] = {1, -2, 2};
+  int64_t shape[1] = {3};
+  DLTensor t{};
+  t.data = values;
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  ASSERT_EQ(tprobe_entry_begin(session, "Functional.relu.0.forward", nullptr, nullptr, 0, 0), TPROBE_OK)
+      << tprobe_last_error();
+  ASSERT_EQ(tprobe_capture_tensor(session, "Functional.relu.0.forward", "output.0", &t, 0), TPROBE_OK)
+      << tprobe_last_error();
+  ASSERT_EQ(tprobe_stop(session), TPROBE_OK);
+  ASSERT_EQ(tprobe_step(session), TPROBE_OK);
+  ASSERT_EQ(tprobe_session_close(session), TPROBE_OK) << tprobe_last_error();
+
+  test::stage_harness h;
+  const auto out = h.run_file([](stage_io &io) { stats_run(io, {}); }, file);
+  const record *tensor = nullptr;
+  for (const auto &r : out)
+    if (r.header.kind == record_kind::tensor) tensor = &r;
+  ASSERT_NE(tensor, nullptr);
+  EXPECT_EQ(tensor->header.entry, "Functional.relu.0.forward");
+  ASSERT_TRUE(tensor->header.stats);
+  EXPECT_EQ(real(tensor->header.stats->norm), 3.0);
+  EXPECT_EQ(out.front().header.kind, record_kind::session);
+  EXPECT_EQ(out.back().header.kind, record_kind::step_end);
+}
