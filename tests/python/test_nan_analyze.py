@@ -177,14 +177,15 @@ class NanLiveStopTest(tt.CaptureTest):
         path = os.path.join(self.tmp, "nan-live-stop.json")
         with open(path, "w") as f:
             json.dump(manifest, f)
-        run = self.run_script(FP16_STEPS, manifest=path, steps=6, expect_ok=False)
+        run = self.run_script(FP16_STEPS, manifest=path, steps=40, expect_ok=False)
         self.assertEqual(run.result.returncode, 1, run.result.stderr)  # the stage found a producer
-        self.assertIn("trained 6", run.result.stdout)
+        self.assertIn("trained 40", run.result.stdout)
         self.assertIn("first producer", run.result.stdout + run.result.stderr)
         self.assertIn("tprobe: tprobe-nan-live stopped the capture: ", run.result.stderr)
         self.assertTrue(os.path.exists(os.path.join(run.folder(0), "dump.json")))
-        # The stop is applied at the capture's next operator boundary: the last steps are not dumped.
-        for step in (4, 5):
+        # The stop reaches the capture on its own socket and is applied at its next operator
+        # boundary, a few steps later at most even on a loaded machine: the last steps are not dumped.
+        for step in range(30, 40):
             self.assertFalse(os.path.exists(os.path.join(run.folder(step), "dump.json")), f"step {step}")
 
 
@@ -215,14 +216,15 @@ class NanLiveStopTest(tt.CaptureTest):
         path = os.path.join(self.tmp, "nan-live-stop.json")
         with open(path, "w") as f:
             json.dump(manifest, f)
-        run = self.run_script(FP16_STEPS, manifest=path, steps=6, expect_ok=False)
+        run = self.run_script(FP16_STEPS, manifest=path, steps=40, expect_ok=False)
         self.assertEqual(run.result.returncode, 1, run.result.stderr)  # the stage found a producer
-        self.assertIn("trained 6", run.result.stdout)
+        self.assertIn("trained 40", run.result.stdout)
         self.assertIn("first producer", run.result.stdout + run.result.stderr)
         self.assertIn("tprobe: tprobe-nan-live stopped the capture: ", run.result.stderr)
         self.assertTrue(os.path.exists(os.path.join(run.folder(0), "dump.json")))
-        # The stop is applied at the capture's next operator boundary: the last steps are not dumped.
-        for step in (4, 5):
+        # The stop reaches the capture on its own socket and is applied at its next operator
+        # boundary, a few steps later at most even on a loaded machine: the last steps are not dumped.
+        for step in range(30, 40):
             self.assertFalse(os.path.exists(os.path.join(run.folder(step), "dump.json")), f"step {step}")
 
 
