@@ -118,6 +118,7 @@ void stage_add_declared_options(CLI::App &app, const stage_description &d, stage
       std::string &target = values.text_[o.name];
       target = o.default_value;
       option = app.add_option(flag, target, o.doc)->capture_default_str();
+      if (o.type == "int" || o.type == "float") option->type_name(o.type == "int" ? "INT" : "FLOAT");
       if (o.min || o.max) {
         option->description(o.doc + fmt::format(" (in [{}, {}])", o.min ? fmt::format("{}", *o.min) : "-inf",
                                                 o.max ? fmt::format("{}", *o.max) : "inf"));

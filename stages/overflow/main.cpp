@@ -10,10 +10,12 @@ int main(int argc, char **argv) {
     CLI::App app{description.summary, "tprobe-overflow"};
     stage_common_args common;
     overflow_stage_options options;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, description, common);
-    app.add_option("--overflow-nums", options.overflow_nums, description.options[0].doc)
-        ->check(CLI::Range(int64_t{-1}, INT64_MAX));
+    stage_add_declared_options(app, description, values);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(description, values);
+    options.overflow_nums = values.integer("overflow-nums");
 
     stage_install_signal_handlers();
     zmq::context_t ctx;

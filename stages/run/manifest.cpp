@@ -444,6 +444,29 @@ stage_description stage_description_parse(const std::string &text, const std::st
         if (!v->is_number()) throw usage_error(where + ": " + in + in_quotes(bound) + " must be a number");
         (std::string(bound) == "min" ? spec.min : spec.max) = v->get<double>();
       }
+      // The default is checked as a manifest value would be: a stage whose table contradicts
+      // itself (a default outside its own range, "abc" for an int) is refused before it starts.
+      if (!spec.default_value.empty()) {
+        const std::string &text = spec.default_value;
+        const std::string bad = where + ": option " + in_quotes(spec.name) + " has default \"" + text + "\"";
+        if (spec.type == "int" || spec.type == "float") {
+          double x = 0;
+          size_t used = 0;
+          try {
+            x = spec.type == "int" ? static_cast<double>(std::stoll(text, &used, 10)) : std::stod(text, &used);
+          } catch (const std::exception &) {
+            used = 0;
+          }
+          if (used == 0 || used != text.size())
+            throw usage_error(bad + ", not " + (spec.type == "int" ? "an integer" : "a number"));
+          if ((spec.min && x < *spec.min) || (spec.max && x > *spec.max))
+            throw usage_error(bad + ", outside its own range [" +
+                              (spec.min ? json(*spec.min).dump() : std::string("-inf")) + ", " +
+                              (spec.max ? json(*spec.max).dump() : std::string("inf")) + "]");
+        } else if (spec.type == "bool" && text != "true" && text != "false") {
+          throw usage_error(bad + ", not true or false");
+        }
+      }
       d.options.push_back(std::move(spec));
     }
   }

@@ -10,10 +10,13 @@ int main(int argc, char **argv) {
     CLI::App app{description.summary, "tprobe-stats"};
     stage_common_args common;
     stats_stage_options options;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, description, common);
-    app.add_flag("--keep-payload", options.keep_payload, description.options[0].doc);
-    app.add_flag("--recompute", options.recompute, description.options[1].doc);
+    stage_add_declared_options(app, description, values);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(description, values);
+    options.keep_payload = values.flag("keep-payload");
+    options.recompute = values.flag("recompute");
 
     stage_install_signal_handlers();
     zmq::context_t ctx;

@@ -13,17 +13,19 @@ int main(int argc, char **argv) {
     tap_stage_options options;
     app.add_option("endpoint", options.endpoint,
                    "a stage's tap endpoint, or a run directory (tprobe run prints both)")->required();
-    app.add_option("--count", options.count, description.options[0].doc);
-    app.add_flag("--json", options.json, description.options[1].doc);
-    app.add_option("--filter", options.filter, description.options[2].doc);
-    app.add_option("--connect-timeout", options.connect_timeout_ms, description.options[3].doc)
-        ->check(CLI::Range(1, 3600000));
-    app.add_option("--stage", options.stage, description.options[4].doc);
-    app.add_flag("--list", options.list, description.options[5].doc);
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
+    stage_add_declared_options(app, description, values);
     app.add_flag_callback(
         "--describe", [&] { fmt::print("{}\n", stage_describe_json(description)); throw CLI::Success(); },
         "Print this stage's option table as JSON");
     stage_parse(app, argc, argv);
+    stage_check_declared_options(description, values);
+    options.count = static_cast<uint64_t>(values.integer("count"));
+    options.json = values.flag("json");
+    options.filter = values.text("filter");
+    options.connect_timeout_ms = static_cast<int>(values.integer("connect-timeout"));
+    options.stage = values.text("stage");
+    options.list = values.flag("list");
 
     if (options.list) {
       std::error_code e;

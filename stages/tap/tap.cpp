@@ -15,7 +15,7 @@ const stage_description &tap_stage_description() {
       false,
       false,
       {
-          {"count", "int", "0", "stop after this many records (0: until end-of-stream)"},
+          {"count", "int", "0", "stop after this many records (0: until end-of-stream)", 0},
           {"json", "bool", "false", "print one JSON object per line"},
           {"filter", "string", "", "only records whose entry name contains this"},
           {"connect-timeout", "int", "5000", "ms to wait for the endpoint to answer before exiting 111", 1, 3.6e6},

@@ -10,11 +10,13 @@ int main(int argc, char **argv) {
     CLI::App app{description.summary, "tprobe-writer"};
     stage_common_args common;
     writer_stage_options options;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, description, common);
-    app.add_option("--dump-path", options.dump_path, description.options[0].doc);
-    app.add_option("--flush-interval", options.flush_interval, description.options[1].doc)
-        ->check(CLI::PositiveNumber);
+    stage_add_declared_options(app, description, values);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(description, values);
+    options.dump_path = values.text("dump-path");
+    options.flush_interval = values.number("flush-interval");
 
     stage_install_signal_handlers();
     zmq::context_t ctx;
