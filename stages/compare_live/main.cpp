@@ -10,15 +10,18 @@ int main(int argc, char **argv) {
     CLI::App app{d.summary, "tprobe-compare-live"};
     stage_common_args common;
     compare_live_options o;
-    o.output_dir = "./output";
-    int64_t max_buffer_mib = 1024;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, d, common);
-    app.add_option("--npu", o.npu, d.options[0].doc);
-    app.add_option("--bench", o.bench, d.options[1].doc);
-    app.add_option("--output-dir", o.output_dir, d.options[2].doc);
-    app.add_option("--max-buffer-mib", max_buffer_mib, d.options[3].doc)->check(CLI::NonNegativeNumber);
-    app.add_flag("--highlight", o.highlight, d.options[4].doc);
+    stage_add_declared_options(app, d, values);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(d, values);
+    o.npu = values.text("npu");
+    o.bench = values.text("bench");
+    o.output_dir = values.text("output-dir");
+    o.highlight = values.flag("highlight");
+    const int64_t max_buffer_mib = values.integer("max-buffer-mib");
+    // The table (compare_live.cpp) declares no minimum: refused here until it says min 0.
+    if (max_buffer_mib < 0) throw usage_error(fmt::format("--max-buffer-mib must be >= 0, got {}", max_buffer_mib));
     o.max_buffer_bytes = static_cast<uint64_t>(max_buffer_mib) << 20;
     o.log = stderr;
 

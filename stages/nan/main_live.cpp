@@ -10,12 +10,13 @@ int main(int argc, char **argv) {
     CLI::App app{d.summary, "tprobe-nan-live"};
     stage_common_args common;
     nan_live_options o;
-    o.output_dir = "./output";
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, d, common);
-    bool stop_capture = false;
-    app.add_option("--output-dir", o.output_dir, d.options[0].doc);
-    app.add_flag("--stop-capture", stop_capture, d.options[1].doc);
+    stage_add_declared_options(app, d, values);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(d, values);
+    o.output_dir = values.text("output-dir");
+    const bool stop_capture = values.flag("stop-capture");
     o.log = stdout;
 
     stage_install_signal_handlers();
