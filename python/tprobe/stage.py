@@ -277,6 +277,7 @@ class Stage:
         self.counts = {"received": 0, "sent": 0, "tap_dropped": 0, "producers": 0, "truncated": 0,
                        "upstream_dropped": 0}
         self.stopping = False
+        self.exit_code = EXIT_OK  # a handler sets EXIT_NEGATIVE (1) for a negative answer (a check failed)
         self._control = None
         self._barrier_token = 0
 
@@ -362,7 +363,9 @@ class Stage:
         """handler(record, stage) is called for every data record (session, tensor, value, entry,
         flush, step_end) and returns what to send on: the record, a list of records, or None.
         `finish(stage)`, if the handler has such an attribute, is called at the end of the stream
-        and may return records too. Returns the exit code."""
+        and may return records too. Returns the exit code: stage.exit_code (0 unless the handler
+        set 1, a negative answer), 100 for usage or protocol errors, 111 for system errors and for
+        an exception raised by the handler."""
         try:
             args = self._parse(sys.argv[1:] if argv is None else argv)
             return self._serve(args, handler)
@@ -373,6 +376,11 @@ class Stage:
             return EXIT_USAGE
         except (SystemFailure, zmq.ZMQError, OSError) as e:
             print(f"{self.name}: fatal: {e}", file=sys.stderr, flush=True)
+            return EXIT_SYSTEM
+        except Exception as e:  # a bug in the handler: not a negative answer (1), a failed stage
+            import traceback
+            traceback.print_exc()
+            print(f"{self.name}: fatal: internal error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             return EXIT_SYSTEM
 
     def _on_signal(self, signum, frame):
@@ -416,7 +424,7 @@ class Stage:
             print(f"{self.name}: {c['received']} records received, {c['sent']} sent, {c['producers']} producers, "
                   f"{c['truncated']} truncated, tap dropped {c['tap_dropped']}"
                   f"{', interrupted' if self.stopping else ''}", file=sys.stderr, flush=True)
-            return EXIT_OK
+            return self.exit_code
         finally:
             self.ctx.destroy(linger=0)
 

@@ -163,6 +163,31 @@ class StageKitTest(tt.CaptureTest):
                 self.assert_same_dump(run, reference, 3)
                 self.assertNotIn("detach", run.result.stderr)
 
+    def test_a_failing_python_stage_is_named_and_the_training_runs_on(self):
+        # A bug in the handler: the kit exits 111 with one fatal line; tprobe run stops the stages,
+        # names ours and exits 111, and the training itself completes (its capture detaches).
+        path = os.path.join(self.tmp, "broken.py")
+        with open(path, "w") as f:
+            f.write(LEGACY_STAGE.replace("PYTHON_DIR", repr(os.path.dirname(os.path.dirname(
+                os.path.abspath(__import__("tprobe").__file__))))).replace(
+                'Stage("legacy", "a 1.0 stage that answers no barrier", barriers=False).main(lambda record, stage: record)',
+                'Stage("broken", "fails on the first tensor").main(lambda r, s: 1 / 0 if r.kind == "tensor" else r)'))
+        os.chmod(path, 0o755)
+        manifest = self.manifest("broken", [{"name": "mine", "exec": path, "inputs": ["capture"]},
+                                            {"name": "writer", "stage": "writer", "inputs": ["mine"]}])
+        # The capture reports the lost pipeline once, as an exception from the call that found it
+        # (docs/pytorch.md, "When the pipeline fails"); a script that goes on finishes its training.
+        script = tt.TRAIN.replace("    debugger.stop()\n    debugger.step()\n",
+                                  "    try:\n        debugger.stop()\n        debugger.step()\n"
+                                  "    except RuntimeError as e:\n        print('capture lost:', e)\n")
+        self.assertIn("except RuntimeError", script)
+        script += "\nopen('finished', 'w').close()\n"
+        run = self.run_script(script, manifest=manifest, steps=2, expect_ok=False)
+        self.assertEqual(run.result.returncode, 111, run.result.stderr)
+        self.assertIn("broken: fatal: internal error: ZeroDivisionError", run.result.stderr)
+        self.assertIn('stage "mine"', run.result.stderr)
+        self.assertTrue(os.path.exists(os.path.join(run.dir, "finished")), run.result.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
