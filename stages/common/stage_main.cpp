@@ -111,8 +111,13 @@ void stage_add_declared_options(CLI::App &app, const stage_description &d, stage
       target = o.default_value == "true";
       option = app.add_flag(flag, target, o.doc);  // also --name=true / --name=false, as the launcher passes
     } else if (o.type == "list") {
-      auto &target = values.lists_[o.name];
+      auto &target = values.lists_[o.name];  // the default: its comma-separated elements
       target.clear();
+      for (size_t begin = 0; !o.default_value.empty() && begin <= o.default_value.size();) {
+        const size_t end = std::min(o.default_value.find(',', begin), o.default_value.size());
+        target.push_back(o.default_value.substr(begin, end - begin));
+        begin = end + 1;
+      }
       option = app.add_option(flag, target, o.doc);
     } else {
       std::string &target = values.text_[o.name];

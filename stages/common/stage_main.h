@@ -68,7 +68,8 @@ void stage_add_common_options(CLI::App &app, const stage_description &d, stage_c
 
 // Option values declared once: the stage's option table (stage_description::options) drives the
 // parser, --describe and --help. stage_add_declared_options() adds one CLI option per entry (bool:
-// a flag that also takes =true/=false; list: repeatable), defaults from the table;
+// a flag that also takes =true/=false; list: repeatable, given values replace the default, whose
+// text is comma-separated), defaults from the table;
 // stage_check_declared_options(), after the parse, checks each value's type and range and throws
 // usage_error naming the option ("--flush-interval must be in [0, 3600], got -1").
 class stage_option_values {

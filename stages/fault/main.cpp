@@ -10,31 +10,30 @@ int main(int argc, char **argv) {
   using namespace tprobe;
   return stage_main_guard("tprobe-fault", [&] {
     const auto &description = fault_stage_description();
-    auto doc = [&](std::string_view name) {
-      for (const auto &o : description.options)
-        if (o.name == name) return o.doc;
-      throw std::logic_error(fmt::format("option {} is not in the stage description", name));
-    };
     CLI::App app{description.summary, "tprobe-fault"};
     stage_common_args common;
     fault_stage_options options;
-    std::string corrupt_part = "header";
-    std::vector<std::string> kinds{"tensor"};
-    int64_t stall_after = -1, die_after = -1;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, description, common);
-    app.add_option("--seed", options.seed, doc("seed"));
-    app.add_option("--delay-ms", options.delay_ms, doc("delay-ms"));
-    app.add_option("--delay-prob", options.delay_prob, doc("delay-prob"));
-    app.add_option("--drop-prob", options.drop_prob, doc("drop-prob"));
-    app.add_option("--duplicate-prob", options.duplicate_prob, doc("duplicate-prob"));
-    app.add_option("--truncate-prob", options.truncate_prob, doc("truncate-prob"));
-    app.add_option("--corrupt-prob", options.corrupt_prob, doc("corrupt-prob"));
-    app.add_option("--corrupt-part", corrupt_part, doc("corrupt-part"));
-    app.add_option("--stall-after", stall_after, doc("stall-after"))->check(CLI::Range(int64_t{-1}, INT64_MAX));
-    app.add_option("--die-after", die_after, doc("die-after"))->check(CLI::Range(int64_t{-1}, INT64_MAX));
-    app.add_option("--kinds", kinds, doc("kinds"))->delimiter(',');
+    stage_add_declared_options(app, description, values);
     stage_parse(app, argc, argv);
-    options.corrupt_part = fault_part_parse(corrupt_part);
+    stage_check_declared_options(description, values);
+    options.seed = static_cast<uint64_t>(values.integer("seed"));
+    options.delay_ms = values.number("delay-ms");
+    options.delay_prob = values.number("delay-prob");
+    options.drop_prob = values.number("drop-prob");
+    options.duplicate_prob = values.number("duplicate-prob");
+    options.truncate_prob = values.number("truncate-prob");
+    options.corrupt_prob = values.number("corrupt-prob");
+    const int64_t stall_after = values.integer("stall-after"), die_after = values.integer("die-after");
+    std::vector<std::string> kinds;  // --kinds a,b as well as --kinds a --kinds b
+    for (const auto &v : values.list("kinds"))
+      for (size_t b = 0; b <= v.size();) {
+        const size_t e = std::min(v.find(',', b), v.size());
+        kinds.push_back(v.substr(b, e - b));
+        b = e + 1;
+      }
+    options.corrupt_part = fault_part_parse(values.text("corrupt-part"));
     options.kinds = data_kinds_parse(kinds, "--kinds");
     if (stall_after >= 0) options.stall_after = static_cast<uint64_t>(stall_after);
     if (die_after >= 0) options.die_after = static_cast<uint64_t>(die_after);

@@ -7,23 +7,25 @@ int main(int argc, char **argv) {
   using namespace tprobe;
   return stage_main_guard("tprobe-null", [&] {
     const auto &description = null_stage_description();
-    auto doc = [&](std::string_view name) {
-      for (const auto &o : description.options)
-        if (o.name == name) return o.doc;
-      throw std::logic_error(fmt::format("option {} is not in the stage description", name));
-    };
     CLI::App app{description.summary, "tprobe-null"};
     stage_common_args common;
     null_stage_options options;
-    std::vector<std::string> delay_kinds;
-    int64_t expect = -1;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, description, common);
-    app.add_option("--delay-us", options.delay_us, doc("delay-us"));
-    app.add_option("--delay-every", options.delay_every, doc("delay-every"))->check(CLI::PositiveNumber);
-    app.add_option("--delay-kinds", delay_kinds, doc("delay-kinds"))->delimiter(',');
-    app.add_option("--expect", expect, doc("expect"))->check(CLI::Range(int64_t{-1}, INT64_MAX));
+    stage_add_declared_options(app, description, values);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(description, values);
+    options.delay_us = static_cast<uint64_t>(values.integer("delay-us"));
+    options.delay_every = static_cast<uint64_t>(values.integer("delay-every"));
+    std::vector<std::string> delay_kinds;  // --delay-kinds a,b as well as --delay-kinds a --delay-kinds b
+    for (const auto &v : values.list("delay-kinds"))
+      for (size_t b = 0; b <= v.size();) {
+        const size_t e = std::min(v.find(',', b), v.size());
+        delay_kinds.push_back(v.substr(b, e - b));
+        b = e + 1;
+      }
     options.delay_kinds = data_kinds_parse(delay_kinds, "--delay-kinds");
+    const int64_t expect = values.integer("expect");
     if (expect >= 0) options.expect = static_cast<uint64_t>(expect);
 
     stage_install_signal_handlers();
