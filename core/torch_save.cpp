@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -19,6 +18,7 @@
 
 #include "errors.h"
 #include "safe_path.h"
+#include "tensor_stats.h"
 
 namespace tprobe {
 
@@ -58,17 +58,8 @@ constexpr std::array<storage_entry, 12> storages{{
 
 [[noreturn]] void bad(const std::string &source, const std::string &what) { throw usage_error(source + ": " + what); }
 
-// zlib's crc32 takes a uInt length: large spans go in pieces.
-uint32_t crc_of(std::span<const std::byte> data) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  constexpr size_t piece = size_t{1} << 30;
-  for (size_t done = 0; done < data.size();) {
-    const size_t n = std::min(piece, data.size() - done);
-    crc = ::crc32(crc, reinterpret_cast<const Bytef *>(data.data() + done), static_cast<uInt>(n));
-    done += n;
-  }
-  return static_cast<uint32_t>(crc);
-}
+// The zip members' CRC-32 is the one md5 mode computes (core/tensor_stats.h: ISA-L where built with it).
+uint32_t crc_of(std::span<const std::byte> data) { return crc32_bytes(data.data(), data.size()); }
 
 // Checked element count of a shape; throws usage_error naming `source`.
 uint64_t element_count_of(std::span<const int64_t> shape, const std::string &source) {

@@ -172,6 +172,19 @@ bool capture_until(tprobe_session *s, const std::string &entry, int want) {
   return false;
 }
 
+// A capture session on `sink`, started, once the sink has sent its command(s); nullptr on failure.
+tprobe_session *started_against(commanding_sink &sink, const test::temp_dir &dir) {
+  tprobe_open_options o = tprobe_open_options_default();
+  o.endpoint = sink.endpoint.c_str();
+  tprobe_session *s = nullptr;
+  if (tprobe_session_open(config_in(dir).c_str(), &o, &s) != TPROBE_OK || tprobe_start(s) != TPROBE_OK) {
+    ADD_FAILURE() << tprobe_last_error();
+    return nullptr;
+  }
+  sink.wait_sent();
+  return s;
+}
+
 }  // namespace
 
 TEST(control, a_stage_stops_the_capture_and_training_goes_on) {
@@ -179,12 +192,8 @@ TEST(control, a_stage_stops_the_capture_and_training_goes_on) {
   zmq::context_t ctx;
   commanding_sink sink(ctx, test::ipc_endpoint(dir, "sink.in"),
                        command("stop", {{"reason", "overflow_nums reached"}}));
-  tprobe_open_options o = tprobe_open_options_default();
-  o.endpoint = sink.endpoint.c_str();
-  tprobe_session *s = nullptr;
-  ASSERT_EQ(tprobe_session_open(config_in(dir).c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
-  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
-  sink.wait_sent();
+  tprobe_session *s = started_against(sink, dir);
+  ASSERT_NE(s, nullptr);
   EXPECT_TRUE(capture_until(s, "Torch.add", TPROBE_SKIPPED));
   small_tensor x;
   EXPECT_EQ(tprobe_capture_tensor(s, "Torch.mul.0.forward", "output.0", &x.t, 0), TPROBE_SKIPPED);
@@ -198,12 +207,8 @@ TEST(control, a_stage_narrows_the_capture_to_a_list_and_a_level) {
   zmq::context_t ctx;
   commanding_sink sink(ctx, test::ipc_endpoint(dir, "sink.in"),
                        command("narrow", {{"list", {"keep"}}, {"level", "L1"}}));
-  tprobe_open_options o = tprobe_open_options_default();
-  o.endpoint = sink.endpoint.c_str();
-  tprobe_session *s = nullptr;
-  ASSERT_EQ(tprobe_session_open(config_in(dir).c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
-  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
-  sink.wait_sent();
+  tprobe_session *s = started_against(sink, dir);
+  ASSERT_NE(s, nullptr);
   EXPECT_TRUE(capture_until(s, "Torch.drop", TPROBE_SKIPPED));
   small_tensor x;
   EXPECT_EQ(tprobe_capture_tensor(s, "Torch.keep.0.forward", "output.0", &x.t, 0), TPROBE_OK);
@@ -215,12 +220,8 @@ TEST(control, a_narrowing_to_later_steps_skips_this_one) {
   test::temp_dir dir;
   zmq::context_t ctx;
   commanding_sink sink(ctx, test::ipc_endpoint(dir, "sink.in"), command("narrow", {{"step", {"2-3"}}}));
-  tprobe_open_options o = tprobe_open_options_default();
-  o.endpoint = sink.endpoint.c_str();
-  tprobe_session *s = nullptr;
-  ASSERT_EQ(tprobe_session_open(config_in(dir).c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
-  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
-  sink.wait_sent();
+  tprobe_session *s = started_against(sink, dir);
+  ASSERT_NE(s, nullptr);
   EXPECT_TRUE(capture_until(s, "Torch.add", TPROBE_SKIPPED));  // step 0: not in 2-3
   ASSERT_EQ(tprobe_step(s), TPROBE_OK);
   ASSERT_EQ(tprobe_step(s), TPROBE_OK);  // step 2
@@ -235,12 +236,8 @@ TEST(control, a_bad_command_is_ignored_and_the_capture_goes_on) {
   // The bad command, then a good one: once the good one shows, the bad one was handled before it.
   commanding_sink sink(ctx, test::ipc_endpoint(dir, "sink.in"), command("narrow", {{"level", "L7"}}),
                        command("narrow", {{"list", {"keep"}}}));
-  tprobe_open_options o = tprobe_open_options_default();
-  o.endpoint = sink.endpoint.c_str();
-  tprobe_session *s = nullptr;
-  ASSERT_EQ(tprobe_session_open(config_in(dir).c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
-  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
-  sink.wait_sent();
+  tprobe_session *s = started_against(sink, dir);
+  ASSERT_NE(s, nullptr);
   testing::internal::CaptureStderr();
   EXPECT_TRUE(capture_until(s, "Torch.drop", TPROBE_SKIPPED));
   const std::string err = testing::internal::GetCapturedStderr();
