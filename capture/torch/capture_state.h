@@ -3,7 +3,8 @@
 //   torch_capture.cpp   the session: open/close/start/stop/step, activity, failure, entries
 //   torch_values.cpp    value encoding: an argument or result → tensor, summary, facts or value
 //                       captures (the place to mark tensors whose memory is not to be read)
-//   device_stats.cpp    statistics of device tensors, computed on the device, collected in order
+//   device_stats.cpp    device tensors: statistics and data enqueued on the device, read in
+//                       batches, in capture order
 //   backward_link.cpp   backward entries from the autograd graph
 //   op_callbacks.cpp    the RecordFunction callbacks: operators named, arguments and results
 // Every member function except the callbacks' entry points runs with `mutex` held.
@@ -62,7 +63,7 @@ struct state {
   std::unordered_map<int64_t, open_module> open_modules;
   int64_t next_token = 1;
   std::unordered_map<node_key, std::vector<node_subscription>, node_key_hash> node_inputs;
-  std::deque<pending_summary> pending;
+  device_queue device;  // device tensors not yet read (device_stats.h)
   std::vector<pending_collective> collectives;
 
   std::mutex info_mutex;
@@ -112,9 +113,13 @@ struct state {
 
   // ---- device statistics (device_stats.cpp) ----
 
+  // A device tensor (or a CPU one under TPROBE_DEVICE_PATH_ON_CPU) whose capture asked for
+  // `flags` (tprobe_capture_query): enqueued on its stream, read later, in order.
   bool capture_device(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
-                      bool requires_grad);
-  // Hands finished device statistics to the session, in order; wait: all of them.
+                      bool requires_grad, unsigned flags);
+  // Hands read batches to the session, in capture order. wait: closes the open batch and reads
+  // every batch, waiting on their events (stop/step/close); otherwise reads only batches whose
+  // event has completed, waiting only when more than the settings' batches are in flight.
   void collect_device(bool wait);
 
   // ---- backward link (backward_link.cpp) ----

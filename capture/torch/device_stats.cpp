@@ -1,90 +1,190 @@
-// device_stats.cpp: statistics of device (CUDA) tensors computed on the device and collected
-// without a host sync per operator (device_stats.h).
+// device_stats.cpp: device tensors captured in batches read once per step or when full
+// (device_stats.h has the contract, docs/performance.md "CUDA path" the cost model).
 #include "device_stats.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "capture_state.h"
 
 namespace tprobe::torch_capture {
 
-// Statistics of a device tensor on its device, msprobe's semantics (core/tensor_stats.h):
-// [max, min, mean, norm, nan count, inf count] as float64, still on the device.
-at::Tensor device_statistics(const at::Tensor &t, bool high_precision, bool zero_dim) {
+namespace {
+
+constexpr int64_t stats_per_row = 6;
+
+long long env_number(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v ? std::atoll(v) : 0;
+}
+
+// A device with streams and events (CUDA, or any backend registered with c10); CPU has neither:
+// its kernels have finished when the call returns.
+std::optional<c10::Stream> current_stream(const at::Device &d) {
+  if (d.is_cpu() || !c10::impl::hasDeviceGuardImpl(d.type())) return std::nullopt;
+  return c10::impl::getDeviceGuardImpl(d.type())->getStream(d);
+}
+
+// Host memory a device copies into asynchronously must be pinned (pageable memory would make
+// cudaMemcpyAsync synchronous); pinning needs the device's runtime, so CPU batches use plain memory.
+at::TensorOptions host_options(const at::Device &d, at::ScalarType type) {
+  return at::TensorOptions().dtype(type).pinned_memory(d.is_cuda());
+}
+
+// Enqueues, behind every reduction and staging copy of the batch (same stream), the one copy of
+// its used rows into pinned memory, and the event the host will look at.
+void close_batch(device_batch &b) {
+  if (b.closed) return;
+  b.closed = true;
+  // The batch's work went to its stream; step() may run under another current stream.
+  std::optional<c10::StreamGuard> on_stream;
+  if (b.stream) on_stream.emplace(*b.stream);
+  if (b.used > 0) b.host.narrow(0, 0, b.used).copy_(b.slots.narrow(0, 0, b.used), /*non_blocking=*/true);
+  if (b.stream) {
+    b.ready = std::make_unique<c10::Event>(b.device.type());
+    b.ready->record(*b.stream);
+  }
+}
+
+bool batch_done(const device_batch &b) { return !b.ready || b.ready->query(); }
+
+// c10::Event has no blocking wait in torch 1.13 (2.x adds synchronize()); this is only reached at
+// a step's end or with every slot buffer full, where the host has to have the numbers anyway.
+void batch_wait(const device_batch &b) {
+  while (!batch_done(b)) std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
+tprobe_stat stat_of(double x, int kind) {
+  if (kind == TPROBE_STAT_BOOL) return tprobe_stat{TPROBE_STAT_BOOL, x != 0.0, 0.0};
+  if (kind == TPROBE_STAT_INT) return tprobe_stat{TPROBE_STAT_INT, static_cast<int64_t>(x), 0.0};
+  return stat_real(x);
+}
+
+}  // namespace
+
+const device_path_settings &device_path_settings_get() {
+  static const device_path_settings settings = [] {
+    device_path_settings s;
+    if (const long long n = env_number("TPROBE_DEVICE_SLOTS"); n > 0) s.slots = n;
+    if (const long long n = env_number("TPROBE_DEVICE_STAGING_MIB"); n > 0) s.staging_bytes = size_t(n) << 20;
+    s.on_cpu = env_number("TPROBE_DEVICE_PATH_ON_CPU") == 1;
+    return s;
+  }();
+  return settings;
+}
+
+void device_statistics(const at::Tensor &t, bool high_precision, bool zero_dim, at::Tensor row) {
   at::Tensor x = t.detach();
   if (x.is_complex()) x = x.abs();
   if (x.scalar_type() == at::kBool) {
     const at::Tensor zero = at::zeros({}, x.options().dtype(at::kDouble));
-    return at::stack({x.any().to(at::kDouble), x.all().to(at::kDouble), zero, zero, zero, zero});
+    at::stack_out(row, {x.any().to(at::kDouble), x.all().to(at::kDouble), zero, zero, zero, zero});
+    return;
   }
   if (zero_dim) {
     const at::Tensor v = x.to(at::kDouble).reshape({});
     const at::Tensor nan = v.isnan().to(at::kDouble), inf = v.isinf().to(at::kDouble);
-    return at::stack({v, v, v, v, nan, inf});
+    at::stack_out(row, {v, v, v, v, nan, inf});
+    return;
   }
   if (!at::isFloatingType(x.scalar_type()) || x.scalar_type() == at::kDouble || high_precision) x = x.to(at::kFloat);
-  return at::stack({x.max().to(at::kDouble), x.min().to(at::kDouble), x.mean().to(at::kDouble),
-                    x.norm().to(at::kDouble), x.isnan().sum().to(at::kDouble), x.isinf().sum().to(at::kDouble)});
+  at::stack_out(row, {x.max().to(at::kDouble), x.min().to(at::kDouble), x.mean().to(at::kDouble),
+                      x.norm().to(at::kDouble), x.isnan().sum().to(at::kDouble), x.isinf().sum().to(at::kDouble)});
 }
 
 bool state::capture_device(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
-                    bool requires_grad) {
-  if (t.numel() == 0) return capture_summary_null(entry, slot, t, dtype, requires_grad);
-  pending_summary p;
-  p.entry = entry;
-  p.slot = slot;
-  p.dtype = dtype;
-  p.shape = t.sizes().vec();
-  p.device = t.device().str();
-  p.requires_grad = requires_grad;
+                           bool requires_grad, unsigned flags) {
+  if (t.numel() == 0 && flags == 0) return capture_summary_null(entry, slot, t, dtype, requires_grad);
+  const device_path_settings &set = device_path_settings_get();
+  const at::Device dev = t.device();
+  const std::optional<c10::Stream> stream = current_stream(dev);
+  auto &batches = device.batches;
+  if (batches.empty() || batches.back().closed || batches.back().device != dev || batches.back().stream != stream) {
+    // One event covers one stream's work: a change of stream or device starts a batch.
+    if (!batches.empty()) close_batch(batches.back());
+    device_batch b;
+    b.device = dev;
+    b.stream = stream;
+    b.slots = at::empty({set.slots, stats_per_row}, at::TensorOptions().dtype(at::kDouble).device(dev));
+    b.host = at::empty({set.slots, stats_per_row}, host_options(dev, at::kDouble));
+    batches.push_back(std::move(b));
+  }
+  device_batch &b = batches.back();
+  device_record r;
+  r.entry = entry;
+  r.slot = slot;
+  r.dtype = dtype;
+  r.shape = t.sizes().vec();
+  r.device = dev.str();
+  r.requires_grad = requires_grad;
   const bool zero_dim = t.dim() == 0;
-  p.complex = t.is_complex();
-  if (t.scalar_type() == at::kBool) p.kind = TPROBE_STAT_BOOL;
-  else if (zero_dim && at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) p.kind = TPROBE_STAT_INT;
-  const at::Tensor stats = device_statistics(t, high_precision, zero_dim);
-  p.host = at::empty({6}, at::TensorOptions().dtype(at::kDouble).pinned_memory(true));
-  p.host.copy_(stats, /*non_blocking=*/true);
-  const auto *impl = c10::impl::getDeviceGuardImpl(t.device().type());
-  p.ready = std::make_unique<c10::Event>(t.device().type());
-  p.ready->record(impl->getStream(t.device()));
-  pending.push_back(std::move(p));
-  ++device_summaries;
-  collect_device(false);
+  r.complex = t.is_complex();
+  if (t.scalar_type() == at::kBool) r.kind = TPROBE_STAT_BOOL;
+  else if (zero_dim && at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) r.kind = TPROBE_STAT_INT;
+  if (flags == 0) {
+    r.row = b.used++;
+    device_statistics(t, high_precision, zero_dim, b.slots.select(0, r.row));
+    ++device_summaries;
+  } else {
+    // copy_ writes the logical values, so conjugate and negative views arrive resolved.
+    r.staged = at::empty(t.sizes(), host_options(dev, t.scalar_type()));
+    r.staged.copy_(t, /*non_blocking=*/true);
+    b.staged_bytes += r.staged.nbytes();
+  }
+  b.records.push_back(std::move(r));
+  ++device.tensors;
+  if (b.used == set.slots || b.staged_bytes >= set.staging_bytes) {
+    close_batch(b);
+    ++device.full;
+    collect_device(false);
+  }
   return true;
 }
 
 void state::collect_device(bool wait) {
-  while (!pending.empty()) {
-    pending_summary &p = pending.front();
-    if (!p.ready->query()) {
-      if (!wait) return;
-      while (!p.ready->query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  const device_path_settings &set = device_path_settings_get();
+  auto &batches = device.batches;
+  if (wait && !batches.empty()) close_batch(batches.back());
+  size_t closed = 0;
+  for (const auto &b : batches) closed += b.closed;
+  while (!batches.empty() && batches.front().closed) {
+    // Without `wait`, the host blocks only when more closed batches wait than may be in flight
+    // (their buffers are what the capture would allocate next).
+    if (!batch_done(batches.front())) {
+      if (!wait && closed <= set.batches_in_flight) return;
+      ++device.waits;
+      batch_wait(batches.front());
     }
-    const double *v = p.host.data_ptr<double>();
-    tprobe_tensor_summary s{};
-    s.dtype = p.dtype;
-    s.ndim = static_cast<int>(p.shape.size());
-    s.shape = p.shape.data();
-    s.device = p.device.c_str();
-    s.requires_grad = p.requires_grad;
-    auto stat = [&](double x, int kind) {
-      if (kind == TPROBE_STAT_BOOL) return tprobe_stat{TPROBE_STAT_BOOL, x != 0.0, 0.0};
-      if (kind == TPROBE_STAT_INT) return tprobe_stat{TPROBE_STAT_INT, static_cast<int64_t>(x), 0.0};
-      return stat_real(x);
-    };
-    s.max = stat(v[0], p.kind);
-    s.min = stat(v[1], p.kind);
-    const bool boolean = p.kind == TPROBE_STAT_BOOL;
-    s.mean = boolean ? stat_null() : stat(v[2], p.kind);
-    s.norm = boolean || p.complex ? stat_null() : stat(v[3], p.kind);
-    s.nan_count = static_cast<uint64_t>(v[4]);
-    s.inf_count = static_cast<uint64_t>(v[5]);
-    const std::string entry = std::move(p.entry), slot = std::move(p.slot);
-    pending.pop_front();
-    checked(tprobe_capture_summary(session, entry.c_str(), slot.c_str(), &s), "summary");
+    device_batch b = std::move(batches.front());
+    batches.pop_front();
+    --closed;
+    ++device.reads;
+    const double *rows = b.used > 0 ? b.host.data_ptr<double>() : nullptr;
+    for (device_record &r : b.records) {
+      if (r.row < 0) {
+        capture_host(r.entry, r.slot, r.staged, r.dtype, r.requires_grad);
+        continue;
+      }
+      const double *v = rows + stats_per_row * r.row;
+      tprobe_tensor_summary s{};
+      s.dtype = r.dtype;
+      s.ndim = static_cast<int>(r.shape.size());
+      s.shape = r.shape.data();
+      s.device = r.device.c_str();
+      s.requires_grad = r.requires_grad;
+      const bool boolean = r.kind == TPROBE_STAT_BOOL;
+      s.max = stat_of(v[0], r.kind);
+      s.min = stat_of(v[1], r.kind);
+      s.mean = boolean ? stat_null() : stat_of(v[2], r.kind);
+      s.norm = boolean || r.complex ? stat_null() : stat_of(v[3], r.kind);
+      s.nan_count = static_cast<uint64_t>(v[4]);
+      s.inf_count = static_cast<uint64_t>(v[5]);
+      checked(tprobe_capture_summary(session, r.entry.c_str(), r.slot.c_str(), &s), "summary");
+    }
   }
 }
 

@@ -1,14 +1,37 @@
-// device_stats.h: statistics of device tensors, on the device. A CUDA tensor's statistics are ATen
-// reductions on its current stream, copied into pinned memory behind an event; only the numbers
-// travel, collected when the event completes (state::collect_device), in capture order.
+// device_stats.h: device tensors captured without a host sync per tensor.
+//
+// Contract (docs/performance.md, "CUDA path"). For a CUDA tensor the training thread only
+// enqueues work on the tensor's current stream and returns:
+//   - statistics: ATen reductions write the tensor's 6 float64 statistics into the next row of the
+//     open batch's slot buffer (device memory, `device_path_settings::slots` rows);
+//   - data (task tensor, summary_mode md5): one non_blocking copy into pinned host staging.
+// A batch closes when its slot buffer is full, its staging holds `staging_bytes`, the stream or
+// device changes, or at stop/step/close. Closing enqueues one non_blocking copy of the used rows
+// into a pinned host buffer and records an event after it. The host reads a batch (one read: its
+// records handed to the session in capture order, statistics from the pinned rows, data from the
+// staging) at stop/step/close, waiting on the event then, or when more than `batches_in_flight`
+// closed batches are waiting (the slot buffers are full: the one wait outside a step's end). No
+// .item(), no blocking .cpu(), no stream or device synchronize on this path.
+//
+// On a machine without a device the same path runs for CPU tensors when the process starts with
+// TPROBE_DEVICE_PATH_ON_CPU=1 (tests and diagnostics: the batches, rows, staging, order and read
+// counts are the device's; copies and reductions are synchronous, there is no event).
+// TPROBE_DEVICE_SLOTS and TPROBE_DEVICE_STAGING_MIB override the sizes (read once per process).
+//
+// Thread-safety: everything here runs under the capture state's mutex (capture_state.h).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 
 #include "tprobe_capture.h"
 
@@ -17,12 +40,22 @@ namespace tprobe::torch_capture {
 inline tprobe_stat stat_null() { return tprobe_stat{TPROBE_STAT_NULL, 0, 0.0}; }
 inline tprobe_stat stat_real(double v) { return tprobe_stat{TPROBE_STAT_REAL, 0, v}; }
 
-// Statistics of a device tensor on its device, msprobe's semantics (core/tensor_stats.h):
-// [max, min, mean, norm, nan count, inf count] as float64, still on the device.
-at::Tensor device_statistics(const at::Tensor &t, bool high_precision, bool zero_dim);
+// Statistics of a tensor on its device, msprobe's semantics (core/tensor_stats.h):
+// [max, min, mean, norm, nan count, inf count] as float64, written into `row` (6 float64 on the
+// tensor's device) by kernels enqueued on the current stream; nothing is read back.
+void device_statistics(const at::Tensor &t, bool high_precision, bool zero_dim, at::Tensor row);
 
-// Device statistics on their way to the host.
-struct pending_summary {
+struct device_path_settings {
+  int64_t slots = 4096;                  // rows of a batch's slot buffer: 192 KiB device + 192 KiB pinned
+  size_t staging_bytes = size_t{128} << 20;  // pinned data a batch may hold before it closes
+  size_t batches_in_flight = 2;          // closed batches not yet read before the host waits
+  bool on_cpu = false;                   // TPROBE_DEVICE_PATH_ON_CPU=1: CPU tensors take this path
+};
+// The process's settings, from the environment on first use.
+const device_path_settings &device_path_settings_get();
+
+// One captured device tensor waiting for its batch's read.
+struct device_record {
   std::string entry, slot;
   DLDataType dtype{};
   std::vector<int64_t> shape;
@@ -30,8 +63,30 @@ struct pending_summary {
   bool requires_grad = false;
   int kind = TPROBE_STAT_REAL;  // of max/min (and mean/norm for 0-d integers)
   bool complex = false;
-  at::Tensor host;  // 6 float64 in pinned memory
-  std::unique_ptr<c10::Event> ready;
+  int64_t row = -1;   // its statistics' row in the batch, or -1 when its data travels
+  at::Tensor staged;  // the data, contiguous, in pinned host memory (row == -1)
+};
+
+// Records of one device and stream, read by the host at once.
+struct device_batch {
+  at::Device device{at::kCPU};
+  std::optional<c10::Stream> stream;  // the stream its work was enqueued on (none on CPU)
+  at::Tensor slots;                   // [settings.slots, 6] float64 on the device
+  at::Tensor host;                    // the same in pinned host memory, filled when closed
+  int64_t used = 0;                   // rows written
+  size_t staged_bytes = 0;
+  std::vector<device_record> records;  // in capture order
+  std::unique_ptr<c10::Event> ready;   // recorded after the copy into `host` (none on CPU)
+  bool closed = false;
+};
+
+// The batches of a capture, oldest first; the last may be open.
+struct device_queue {
+  std::deque<device_batch> batches;
+  uint64_t tensors = 0;  // device tensors captured through the queue
+  uint64_t reads = 0;    // host reads of a batch (one per batch)
+  uint64_t waits = 0;    // reads that found the batch's event not yet complete and waited on it
+  uint64_t full = 0;     // batches closed because their slots or staging were full
 };
 
 }  // namespace tprobe::torch_capture

@@ -313,7 +313,9 @@ std::string counters() {
          {"skipped", c.skipped},           {"waits", c.waits},
          {"undelivered", c.undelivered},   {"detached", c.detached != 0},
          {"operators", s.operators},       {"unsupported", s.unsupported},
-         {"device_summaries", s.device_summaries}, {"errors", s.errors},
+         {"device_summaries", s.device_summaries}, {"device_tensors", s.device.tensors},
+         {"device_reads", s.device.reads}, {"device_waits", s.device.waits},
+         {"device_full", s.device.full},   {"errors", s.errors},
          {"error", s.failure}};
   return j.dump();
 }

@@ -239,12 +239,13 @@ bool state::capture_tensor(const std::string &entry, const std::string &slot, co
     return capture_unsupported(entry, slot, t);
   const bool requires_grad = t.requires_grad();
   if (t.is_meta()) return capture_summary_null(entry, slot, t, dtype, requires_grad);
-  if (t.is_cuda()) {
+  // A device tensor never syncs the stream here: its statistics or data are enqueued and read
+  // once per step (device_stats.h).
+  if (t.is_cuda() || (t.device().is_cpu() && device_path_settings_get().on_cpu)) {
     unsigned flags = 0;
     if (checked(tprobe_capture_query(session, entry.c_str(), slot.c_str(), &flags), "query") != TPROBE_OK)
       return false;
-    if (flags == 0) return capture_device(entry, slot, t, dtype, requires_grad);
-    return capture_host(entry, slot, t.cpu().resolve_conj().resolve_neg(), dtype, requires_grad);
+    return capture_device(entry, slot, t, dtype, requires_grad, flags);
   }
   if (!t.device().is_cpu()) return capture_host(entry, slot, t.cpu().resolve_conj().resolve_neg(), dtype, requires_grad);
   // Conjugate and negative views keep their bit in the tensor, not in memory.

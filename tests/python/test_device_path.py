@@ -1,0 +1,117 @@
+"""The device path (capture/torch/device_stats.h) run on CPU tensors (TPROBE_DEVICE_PATH_ON_CPU=1):
+statistics reduced into a slot buffer, data copied into staging, one host read per step, records
+handed over in capture order. Its dump must equal the host path's (same entries, slots and order;
+statistics to float rounding, md5 exactly), and the capture's counters must show one read per step
+for many tensors, or one per full slot buffer when the buffer is smaller than a step."""
+
+import json
+import math
+import unittest
+
+import tprobe_testing as tt
+
+# The test model plus tensors of every statistics kind: bool, integer, 0-d, complex (a conjugate view).
+SCRIPT = tt.TRAIN.replace("    debugger.stop()\n    debugger.step()\n", """\
+    flags = x > 0
+    count = torch.arange(6).sum()
+    z = torch.view_as_complex(torch.randn(3, 2, generator=torch.Generator().manual_seed(step))).conj() * 2
+    debugger.stop()
+    debugger.step()
+    print("COUNTERS " + json.dumps(debugger.counters()), flush=True)
+""").replace("import torch\n", "import torch, json\n", 1)
+assert "COUNTERS" in SCRIPT
+
+STEPS = 3
+
+
+def counters(run):
+    """The capture's counters after each step."""
+    got = [json.loads(line.split(" ", 1)[1]) for line in run.result.stdout.splitlines() if line.startswith("COUNTERS ")]
+    assert len(got) == STEPS, run.result.stdout
+    return got
+
+
+def per_step(samples, key):
+    values = [s[key] for s in samples]
+    return [b - a for a, b in zip([0] + values, values)]
+
+
+class DevicePathTest(tt.CaptureTest):
+    def run_pair(self, config, env, name):
+        host = self.run_script(SCRIPT, config=config, steps=STEPS, name=name + "-host")
+        device = self.run_script(SCRIPT, config=config, steps=STEPS, name=name + "-device",
+                                 env={"TPROBE_DEVICE_PATH_ON_CPU": "1", **env})
+        return host, device
+
+    def assert_same_dump(self, host, device, exact_md5=False):
+        for step in range(STEPS):
+            a, b = host.data(step), device.data(step)
+            self.assertEqual(list(a), list(b), f"step {step}: entries or their order differ")
+            for entry in a:
+                self.assert_close(a[entry], b[entry], f"step {step} {entry}")
+
+    def assert_close(self, a, b, where):
+        if isinstance(a, dict):
+            self.assertIsInstance(b, dict, where)
+            self.assertEqual(list(a), list(b), where)
+            for k in a:
+                self.assert_close(a[k], b[k], f"{where}.{k}")
+        elif isinstance(a, list):
+            self.assertIsInstance(b, list, where)
+            self.assertEqual(len(a), len(b), where)
+            for i, (x, y) in enumerate(zip(a, b)):
+                self.assert_close(x, y, f"{where}[{i}]")
+        elif isinstance(a, float) and isinstance(b, float):
+            # ATen's reductions and core's differ in accumulation order and width.
+            self.assertTrue(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6), f"{where}: {a} != {b}")
+        else:
+            self.assertEqual(a, b, where)
+
+    def test_statistics_one_read_per_step(self):
+        host, device = self.run_pair(tt.default_config(level="L1"), {}, "stats")
+        self.assert_same_dump(host, device)
+        got = counters(device)
+        tensors = per_step(got, "device_tensors")
+        self.assertTrue(all(n > 20 for n in tensors), tensors)  # many tensors a step ...
+        self.assertEqual(per_step(got, "device_reads"), [1] * STEPS)  # ... one host read
+        self.assertEqual(per_step(got, "device_full"), [0] * STEPS)
+        self.assertEqual(got[-1]["device_summaries"], sum(tensors))
+        self.assertEqual(counters(host)[-1]["device_tensors"], 0)  # the host path took none
+
+    def test_full_slot_buffer_reads_early_and_keeps_order(self):
+        host, device = self.run_pair(tt.default_config(level="L1"), {"TPROBE_DEVICE_SLOTS": "4"}, "full")
+        self.assert_same_dump(host, device)
+        got = counters(device)
+        tensors, reads = per_step(got, "device_tensors"), per_step(got, "device_reads")
+        full = per_step(got, "device_full")
+        for n, r, f in zip(tensors, reads, full):
+            self.assertEqual(f, n // 4)  # a batch closes at each 4th row
+            self.assertEqual(r, -(-n // 4))  # and the step's end reads the rest: ceil(n / 4)
+
+    def test_md5_data_through_staging(self):
+        config = tt.default_config(level="L1", summary_mode="md5")
+        host, device = self.run_pair(config, {}, "md5")
+        self.assert_same_dump(host, device)
+        self.assertTrue(any("md5" in json.dumps(v) for v in device.data(0).values()))
+        got = counters(device)
+        self.assertEqual(per_step(got, "device_reads"), [1] * STEPS)
+        self.assertEqual(got[-1]["device_summaries"], 0)  # every tensor went as data
+
+    def test_tensor_task_through_staging(self):
+        config = tt.default_config(task="tensor", level="L1")
+        host, device = self.run_pair(config, {"TPROBE_DEVICE_STAGING_MIB": "1"}, "tensor")
+        self.assert_same_dump(host, device)
+        import numpy
+        import os
+        folder_a, folder_b = (os.path.join(r.folder(1), "dump_tensor_data") for r in (host, device))
+        files = sorted(os.listdir(folder_a))
+        self.assertEqual(files, sorted(os.listdir(folder_b)))
+        self.assertGreater(len(files), 20)
+        for f in files:
+            a, b = numpy.load(os.path.join(folder_a, f)), numpy.load(os.path.join(folder_b, f))
+            self.assertEqual(a.dtype, b.dtype, f)
+            self.assertTrue(numpy.array_equal(a, b), f)
+
+
+if __name__ == "__main__":
+    unittest.main()
