@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Step-time cost of tprobe's PyTorch capture on the example training loops, CPU, one thread:
+"""Step-time cost of tprobe's PyTorch capture on three training loops, CPU, one thread:
 
-    PYTHONPATH=python /usr/bin/python3 bench/bench_torch.py [--model resnet18|transformer|all]
-                                                            [--steps N] [--configs a,b,...]
+    PYTHONPATH=python /usr/bin/python3 bench/bench_torch.py [--model resnet18|transformer|gru|tiny|all]
+                                                            [--steps N] [--configs a,b,...] [--quick]
 
-For each model and each configuration (control, outside steps, statistics L1, L0, mix, md5,
-tensor) it prints the median step time with the tool over the median step time without it, next
-to the goal. The bench reports; it never asserts. Figures and their reading: docs/performance.md,
-"PyTorch capture".
+For each model (examples/train_resnet18.py, examples/train_transformer.py, bench/train_gru.py) and
+each configuration it prints the median step time with the tool over the median step time without
+it, next to the goal; at the end, issue 16's table: statistics L1, statistics mix, md5 L1, tensor
+L1 with the step barrier and async, one column per model, each cell the ratio, its goal and
+PASS/OVER, then the limits measured in the same run: the disk's write + fsync speed in the dump
+directory's file system, and one read pass over a step's operator data. --quick (2 rounds of 2
+steps, the tiny GRU unless --model is given) finishes in about a minute: a smoke run. The bench
+reports; it never asserts. Figures and their reading: docs/performance.md, "PyTorch capture".
 
 How it measures. The parent only orchestrates. For each configuration it starts two child
 processes that train the same model on the same batches with the examples' own train() loop
@@ -22,8 +26,12 @@ the block, and "sust." counts a tool block until its pipeline is idle again. A s
 debugger.start() to debugger.step() inclusive (wall), and by the child's CPU time (all its
 threads) over the same step. "drain" is the time from the tool child's last step to its exit (the
 pipeline finishing its files); "stages" the CPU time of the pipeline's processes per tool step.
-For the tensor task it also writes a file of one step's dump size with fsync into the same
-directory and prints that bandwidth, so the reader can see whether the disk binds.
+The limits: at the start and at the end it writes --disk-mib MiB with fsync into the dump
+directory (the faster of the two is the disk's speed); a tensor row is allowed the larger of its
+goal and 1 + (one step's tensor files at that speed) / baseline step. The read pass is a one-thread
+sum over --read-mib MiB of float32 (memory bandwidth as one reduction sees it): a capture that
+reads every tensor of a step once, as statistics must, costs at least the step's operator data
+(its tensor dump) at that speed, printed as the ratio no statistics row can go below.
 """
 import argparse
 import importlib
@@ -40,37 +48,55 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-MODELS = {"resnet18": "train_resnet18", "transformer": "train_transformer"}
-DEFAULT_STEPS = {"resnet18": 24, "transformer": 96}
+# name: (module, its extra arguments). "tiny" is for smoke runs (--quick), not in "all".
+MODELS = {"resnet18": ("train_resnet18", []), "transformer": ("train_transformer", []),
+          "gru": ("train_gru", []),
+          "tiny": ("train_gru", ["--hidden", "16", "--seq", "8", "--layers", "1", "--batch", "4"])}
+ALL_MODELS = ["resnet18", "transformer", "gru"]
+DEFAULT_STEPS = {"resnet18": 24, "transformer": 96, "gru": 48, "tiny": 48}
 DEFAULT_ROUNDS = 8
+DISK_MIB = 256  # written with fsync at the start and at the end (--disk-mib)
+READ_MIB = 256  # summed once per repeat for the read-pass limit (--read-mib)
 
 # name, example config, goal (step-time ratio), description. "control" runs two children without
 # tprobe against each other: how far from 1.00 the measurement itself strays on this machine.
+# A goal is a ratio, or a ratio per model ("*": the others). Issue 16's goals for its table's rows.
 CONFIGS = [
     ("control", None, None, "no tprobe on either side: the noise floor"),
     ("outside", "statistics_L1", 1.02, "tool loaded, steps not configured"),
-    ("statistics_L1", "statistics_L1", 1.3, "statistics, L1 (operators)"),
+    ("statistics_L1", "statistics_L1", {"resnet18": 1.25, "*": 1.3}, "statistics, L1 (operators)"),
     ("statistics_L0", "statistics_L0", 1.05, "statistics, L0 (modules)"),
-    ("statistics_mix", "statistics_mix", 1.4, "statistics, mix"),
+    ("statistics_mix", "statistics_mix", 1.3, "statistics, mix"),
     # What the step barrier costs (step() waits until the writer wrote the step's files): the
     # same configs with async_dump, whose step() does not wait.
     ("statistics_L1_async", "statistics_L1", 1.3, "statistics, L1, async_dump (step() does not wait)"),
-    ("statistics_mix_async", "statistics_mix", 1.4, "statistics, mix, async_dump (step() does not wait)"),
-    ("md5", "md5", 1.5, "statistics, summary_mode md5, L1"),
-    ("tensor", "tensor", 2.5, "tensor, L1 (.npy files)"),
+    ("statistics_mix_async", "statistics_mix", 1.3, "statistics, mix, async_dump (step() does not wait)"),
+    ("md5", "md5", 1.3, "statistics, summary_mode md5, L1"),
+    ("tensor", "tensor", 3.0, "tensor, L1 (.npy files), step() waits for the step's files"),
+    ("tensor_async", "tensor", 3.0, "tensor, L1 (.npy files), async_dump (step() does not wait)"),
     # The same dump as torch.save files (config tprobe.tensor_format "pt"): what msprobe's format costs.
-    ("tensor_pt", "tensor", 2.5, "tensor, L1 (.pt files, tprobe.tensor_format pt)"),
+    ("tensor_pt", "tensor", 3.0, "tensor, L1 (.pt files, tprobe.tensor_format pt)"),
 ]
+# Issue 16's table: (row, configuration). The default run measures these and "control".
+TABLE = [("statistics L1", "statistics_L1"), ("statistics mix", "statistics_mix"), ("md5 L1", "md5"),
+         ("tensor L1, step barrier", "tensor"), ("tensor L1, async", "tensor_async")]
+DEFAULT_CONFIGS = ["control"] + [c for _, c in TABLE]
+
+
+def goal_of(config, model_name):
+    goal = {c[0]: c[2] for c in CONFIGS}[config]
+    return goal.get(model_name, goal.get("*")) if isinstance(goal, dict) else goal
 OUTSIDE_STEP = 1000000  # the largest step msprobe accepts; never reached
 
 
 def example(model_name):
-    return importlib.import_module(MODELS[model_name])
+    return importlib.import_module(MODELS[model_name][0])
 
 
-def model_args(module, extra=()):
-    return module.parse_args(["--quiet", "--threads", "1", *extra])
+def model_args(model_name, module, extra=()):
+    return module.parse_args(["--quiet", "--threads", "1", *MODELS[model_name][1], *extra])
 
 
 def dir_bytes(path):
@@ -97,6 +123,7 @@ def step_dump_bytes(dump):
 def disk_write_bandwidth(directory, size):
     """Bytes/s writing `size` bytes (at least 16 MiB) in 4 MiB chunks, then fsync."""
     size = max(size, 16 << 20)
+    os.sync()  # others' dirty pages are not this write's
     chunk = os.urandom(1 << 20) * 4
     path = os.path.join(directory, "bandwidth.bin")
     t0 = time.perf_counter()
@@ -142,7 +169,7 @@ def child_main(model_name, config, dump):
     import torch
     module = example(model_name)
     tool = config != "-"
-    args = model_args(module, ["--config", config, "--dump-path", dump] if tool else [])
+    args = model_args(model_name, module, ["--config", config, "--dump-path", dump] if tool else [])
     torch.set_num_threads(1)
     model = module.build_model(args)
     pool = list(module.batches(args, 8))
@@ -294,6 +321,10 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
             doc["step"] = [OUTSIDE_STEP]
         if name.endswith("_async"):
             doc["async_dump"] = True
+            if doc["task"] == "tensor":
+                # msprobe wants a list with async_dump for task tensor; items match entry names
+                # by substring, so these two name every entry: the same dump as "tensor".
+                doc["tensor"]["list"] = ["forward", "backward"]
         if name.endswith("_pt"):
             doc.setdefault("tprobe", {})["tensor_format"] = "pt"
         with open(config, "w") as f:
@@ -354,8 +385,6 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
         if tail:
             m.error += ": " + " | ".join(tail)
     m.step_bytes, m.steps_dumped = step_dump_bytes(dump)
-    if name.startswith("tensor") and not m.error:
-        m.disk_bw = disk_write_bandwidth(tmp, m.step_bytes)
     if not opts.keep:
         shutil.rmtree(dump, ignore_errors=True)
     return m
@@ -378,7 +407,8 @@ def median_of(samples, k):
 
 
 def report(model_name, results, block, opts):
-    goals = {c[0]: (c[2], c[3]) for c in CONFIGS}
+    """Prints the model's lines; fills each measurement's ratio, sustained, allowed and verdict."""
+    whats = {c[0]: c[3] for c in CONFIGS}
     print(f"\n{model_name}: {opts.rounds} rounds of {block} baseline + {block} tool steps per "
           f"configuration after {opts.warmup} warm-up steps")
     print("  ratio: median over rounds of (median tool step / median baseline step of the round), wall time;"
@@ -390,7 +420,8 @@ def report(model_name, results, block, opts):
     print(f"  {'configuration':<15} {'base ms':>8} {'tool ms':>8} {'ratio':>7} {'range':>11} {'sust.':>6} {'cpu':>6} "
           f"{'goal':>6}  {'result':<14} {'dump/step':>10} {'stages':>9} {'drain':>6}  what")
     for m in results:
-        goal, what = goals[m.name]
+        goal, what = goal_of(m.name, model_name), whats[m.name]
+        m.ratio = None
         if m.error or not m.rounds:
             base = f"{median_of(m.base, 0) * 1e3:8.1f}" if m.base else f"{'-':>8}"
             print(f"  {m.name:<15} {base} {'-':>8} {'-':>7} {'-':>11} {'-':>6} {'-':>6} {goal or 0:>5.2f}x  {'FAILED':<14} "
@@ -405,10 +436,10 @@ def report(model_name, results, block, opts):
         sustained_low = statistics.median(x[1] for x in m.sustained)
         allowed = goal
         bound = ""
-        if m.disk_bw and m.step_bytes:
-            disk_s = m.step_bytes / m.disk_bw
+        if m.name.startswith("tensor") and opts.disk_bw and m.step_bytes:
+            disk_s = m.step_bytes / opts.disk_bw
             allowed = max(goal, 1 + disk_s / b)
-            bound = (f"; disk {m.disk_bw / 1e6:.0f} MB/s (write + fsync): one step's {fmt_bytes(m.step_bytes)} "
+            bound = (f"; disk {opts.disk_bw / 1e6:.0f} MB/s (write + fsync): one step's {fmt_bytes(m.step_bytes)} "
                      f"takes {disk_s * 1e3:.0f} ms = {disk_s / b:.2f}x a baseline step, "
                      f"so the disk allows {1 + disk_s / b:.2f}x")
         if goal is None:
@@ -419,6 +450,7 @@ def report(model_name, results, block, opts):
             verdict = "NOT MET(sust.)"  # steps fast, but the pipeline falls behind
         else:
             verdict = "MET" if ratio <= goal and sustained_low <= goal else "MET(disk)"
+        m.ratio, m.sust, m.sust_low, m.base_step = ratio, sustained, sustained_low, b
         spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
         stages = (f"{m.stages_cpu / m.tool_steps * 1e3:6.0f} ms" if m.stages_cpu and m.tool_steps
                   else f"{'-':>9}")
@@ -427,22 +459,92 @@ def report(model_name, results, block, opts):
               f"{verdict:<14} {fmt_bytes(m.step_bytes):>10} {stages} {drain}  {what}{bound}")
 
 
+def read_pass_bandwidth(size, repeats=3):
+    """Bytes/s of one-thread float32 sums over `size` bytes, best of `repeats` (after one to fault
+    the pages in): how fast one pass over data in memory can go, as a reduction reads it."""
+    import numpy
+    a = numpy.ones(size // 4, dtype=numpy.float32)
+    numpy.add.reduce(a)
+    best = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        numpy.add.reduce(a)
+        seconds = time.perf_counter() - t0
+        best = seconds if best is None else min(best, seconds)
+    return a.nbytes / best
+
+
+def table(models, results_by_model, opts):
+    """Issue 16's table: one row per TABLE entry, one column per model: ratio, goal (or the disk's
+    bound), PASS/OVER; then the limits."""
+    width = 30
+    print("\ntprobe / no-tool step time (median over alternating rounds; goal; PASS when within it)")
+    print(f"  {'':<24}" + "".join(f"{name:<{width}}" for name in models))
+    for label, config in TABLE:
+        cells = []
+        for name in models:
+            m = next((r for r in results_by_model[name] if r.name == config), None)
+            if m is None:
+                cells.append("(not run)")
+            elif m.ratio is None:
+                cells.append("FAILED")
+            else:
+                goal = goal_of(config, name)
+                allowed = goal
+                if config.startswith("tensor") and m.step_bytes:
+                    allowed = max(goal, 1 + m.step_bytes / opts.disk_bw / m.base_step)
+                bound = f"<={allowed:.2f}x" + (" disk" if allowed > goal else "")
+                sust = f" sust {m.sust:.2f}x" if config.endswith("_async") else ""
+                # As the model's lines judge it: the steps, and the pipeline keeping up with them.
+                verdict = "PASS" if m.ratio <= allowed and m.sust_low <= allowed else "OVER"
+                cells.append(f"{m.ratio:.2f}x {bound}{sust} {verdict}")
+        print(f"  {label:<24}" + "".join(f"{c:<{width}}" for c in cells))
+    disk = " / ".join(f"{bw / 1e6:.0f}" for bw in opts.disk_bws)
+    print(f"  disk: write + fsync of {opts.disk_mib} MiB in the dump directory's file system: {disk} MB/s "
+          f"(start / end of the run); a tensor row is allowed 1 + (its step's files at "
+          f"{opts.disk_bw / 1e6:.0f} MB/s) / baseline step when that exceeds its goal")
+    print(f"  read pass: one-thread sum over {opts.read_mib} MiB of float32: {opts.read_bw / 1e9:.2f} GB/s; "
+          "a capture that reads each of a step's tensors once costs at least:")
+    for name in models:
+        tensor = next((r for r in results_by_model[name] if r.name == "tensor" and r.step_bytes), None)
+        base = [r.base_step for r in results_by_model[name] if getattr(r, "ratio", None)]
+        if tensor is None or not base:
+            print(f"    {name}: (needs the tensor row)")
+            continue
+        seconds = tensor.step_bytes / opts.read_bw
+        b = statistics.median(base)
+        print(f"    {name}: operator data {fmt_bytes(tensor.step_bytes)} per step (its tensor dump) read in "
+              f"{seconds * 1e3:.1f} ms = {1 + seconds / b:.3f}x a {b * 1e3:.1f} ms baseline step")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", choices=["resnet18", "transformer", "all"], default="all")
-    p.add_argument("--steps", type=int, help="measured steps per configuration and side "
-                   f"(default {DEFAULT_STEPS['resnet18']} resnet18, {DEFAULT_STEPS['transformer']} transformer)")
-    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
-                   help=f"baseline/tool alternations per configuration ({DEFAULT_ROUNDS})")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up steps on each side (3)")
-    p.add_argument("--configs", default=",".join(c[0] for c in CONFIGS),
-                   help="comma-separated subset of " + ", ".join(c[0] for c in CONFIGS))
+    p.add_argument("--model", choices=list(MODELS) + ["all"],
+                   help="a model, or all (resnet18, transformer, gru; the default; tiny with --quick)")
+    p.add_argument("--steps", type=int, help="measured steps per configuration and side (default "
+                   + ", ".join(f"{DEFAULT_STEPS[m]} {m}" for m in MODELS) + "; 4 with --quick)")
+    p.add_argument("--rounds", type=int, help=f"baseline/tool alternations per configuration ({DEFAULT_ROUNDS}; 2 with --quick)")
+    p.add_argument("--warmup", type=int, help="warm-up steps on each side (3; 1 with --quick)")
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                   help="comma-separated subset of " + ", ".join(c[0] for c in CONFIGS)
+                   + " (default: " + ",".join(DEFAULT_CONFIGS) + ")")
+    p.add_argument("--disk-mib", type=int, help=f"MiB written with fsync for the disk's speed ({DISK_MIB}; 32 with --quick)")
+    p.add_argument("--read-mib", type=int, help=f"MiB summed for the read-pass limit ({READ_MIB}; 64 with --quick)")
+    p.add_argument("--quick", action="store_true", help="a smoke run of about a minute (see above)")
     p.add_argument("--tmp", help="directory for the dumps (default: a new one under $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep the dumps and the children's logs")
     p.add_argument("--child", nargs=3, metavar=("MODEL", "CONFIG", "DUMP"), help=argparse.SUPPRESS)
     opts = p.parse_args()
     if opts.child:
         return child_main(*opts.child)
+    quick = opts.quick
+    opts.model = opts.model or ("tiny" if quick else "all")
+    opts.rounds = opts.rounds or (2 if quick else DEFAULT_ROUNDS)
+    opts.warmup = opts.warmup if opts.warmup is not None else (1 if quick else 3)
+    if quick and not opts.steps:
+        opts.steps = 2 * opts.rounds
+    opts.disk_mib = opts.disk_mib or (32 if quick else DISK_MIB)
+    opts.read_mib = opts.read_mib or (64 if quick else READ_MIB)
     opts.configs = [c.strip() for c in opts.configs.split(",") if c.strip()]
     unknown = set(opts.configs) - {c[0] for c in CONFIGS}
     if unknown:
@@ -466,12 +568,21 @@ def main():
           f"torch threads 1, dumps in {tmp}")
     if opts.tool_error:
         print(f"warning: {opts.tool_error}; only the baseline is measured")
-    models = list(MODELS) if opts.model == "all" else [opts.model]
+    models = ALL_MODELS if opts.model == "all" else [opts.model]
     t0 = time.perf_counter()
     print("load average (1, 5, 15 min) at start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    opts.disk_bws = [disk_write_bandwidth(tmp, opts.disk_mib << 20)]
+    opts.disk_bw = opts.disk_bws[0]
+    opts.read_bw = read_pass_bandwidth(opts.read_mib << 20)
+    results_by_model = {}
     for name in models:
         results, block = bench_model(name, opts, tmp)
         report(name, results, block, opts)
+        results_by_model[name] = results
+    # The disk as the run left it; the faster of the two measurements is what the disk can do.
+    opts.disk_bws.append(disk_write_bandwidth(tmp, opts.disk_mib << 20))
+    opts.disk_bw = max(opts.disk_bws)
+    table(models, results_by_model, opts)
     print(f"\ntotal wall time {time.perf_counter() - t0:.0f} s; load average at the end: "
           + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     if not opts.keep and not opts.tmp:

@@ -1,0 +1,39 @@
+"""bench/bench_torch.py --quick on the tiny GRU: the run ends with issue 16's table, every row
+measured (a ratio against the baseline of the same run, a goal, PASS or OVER, never FAILED or
+missing), and both limits printed. Only the shape is checked: the figures are the bench's to
+report, not a test's to assert. Keeps the script from rotting between the runs that record figures."""
+
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+import tprobe_testing as tt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(ROOT, "bench", "bench_torch.py")
+ROWS = ["statistics L1", "statistics mix", "md5 L1", "tensor L1, step barrier", "tensor L1, async"]
+CELL = re.compile(r"\d+\.\d\dx <=\d+\.\d\dx( disk)?( sust \d+\.\d\dx)? (PASS|OVER)")
+
+
+class BenchTorchSmokeTest(tt.CaptureTest):
+    def test_quick_run_prints_every_row(self):
+        result = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--tmp", self.tmp],
+                                capture_output=True, text=True, timeout=300)
+        out = result.stdout
+        self.assertEqual(result.returncode, 0, out + result.stderr)
+        table = out[out.index("tprobe / no-tool step time"):]
+        self.assertIn("tiny", table.splitlines()[1])
+        for row in ROWS:
+            line = next((l for l in table.splitlines() if l.strip().startswith(row + " ")), None)
+            self.assertIsNotNone(line, f"row {row!r} missing:\n{table}")
+            cell = line.strip()[len(row):].strip()
+            self.assertRegex(cell, CELL, f"row {row!r}:\n{out}")
+        self.assertRegex(table, r"disk: write \+ fsync of 32 MiB .*: \d+ / \d+ MB/s")
+        self.assertRegex(table, r"read pass: .* \d+\.\d\d GB/s")
+        self.assertRegex(table, r"tiny: operator data .* = \d+\.\d{3}x a [\d.]+ ms baseline step")
+
+
+if __name__ == "__main__":
+    unittest.main()
