@@ -77,23 +77,25 @@ const device_path_settings &device_path_settings_get() {
   return settings;
 }
 
+// Each launch costs the training thread a few microseconds whatever the tensor's size, so the
+// reductions are few: aminmax for both extremes, and one stack_out that casts every result into
+// the row (cat promotes into the float64 out) instead of a cast kernel per statistic.
 void device_statistics(const at::Tensor &t, bool high_precision, bool zero_dim, at::Tensor row) {
   at::Tensor x = t.detach();
   if (x.is_complex()) x = x.abs();
   if (x.scalar_type() == at::kBool) {
-    const at::Tensor zero = at::zeros({}, x.options().dtype(at::kDouble));
-    at::stack_out(row, {x.any().to(at::kDouble), x.all().to(at::kDouble), zero, zero, zero, zero});
+    const at::Tensor zero = at::zeros({}, x.options());
+    at::stack_out(row, {x.any(), x.all(), zero, zero, zero, zero});
     return;
   }
   if (zero_dim) {
-    const at::Tensor v = x.to(at::kDouble).reshape({});
-    const at::Tensor nan = v.isnan().to(at::kDouble), inf = v.isinf().to(at::kDouble);
-    at::stack_out(row, {v, v, v, v, nan, inf});
+    const at::Tensor v = x.reshape({});
+    at::stack_out(row, {v, v, v, v, v.isnan(), v.isinf()});
     return;
   }
   if (!at::isFloatingType(x.scalar_type()) || x.scalar_type() == at::kDouble || high_precision) x = x.to(at::kFloat);
-  at::stack_out(row, {x.max().to(at::kDouble), x.min().to(at::kDouble), x.mean().to(at::kDouble),
-                      x.norm().to(at::kDouble), x.isnan().sum().to(at::kDouble), x.isinf().sum().to(at::kDouble)});
+  const auto [min, max] = at::aminmax(x);
+  at::stack_out(row, {max, min, x.mean(), x.norm(), x.isnan().sum(), x.isinf().sum()});
 }
 
 bool state::capture_device(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,

@@ -10,11 +10,16 @@ import unittest
 
 import tprobe_testing as tt
 
-# The test model plus tensors of every statistics kind: bool, integer, 0-d, complex (a conjugate view).
+# The test model plus tensors of every statistics kind: bool, integer, 0-d, complex (a conjugate
+# view), bfloat16, float64, and NaN and Inf counts.
 SCRIPT = tt.TRAIN.replace("    debugger.stop()\n    debugger.step()\n", """\
     flags = x > 0
     count = torch.arange(6).sum()
     z = torch.view_as_complex(torch.randn(3, 2, generator=torch.Generator().manual_seed(step))).conj() * 2
+    h = x.bfloat16() * 2
+    d = x.double().exp()
+    nans = torch.log(x)
+    infs = x / 0
     debugger.stop()
     debugger.step()
     print("COUNTERS " + json.dumps(debugger.counters()), flush=True)
@@ -63,7 +68,8 @@ class DevicePathTest(tt.CaptureTest):
                 self.assert_close(x, y, f"{where}[{i}]")
         elif isinstance(a, float) and isinstance(b, float):
             # ATen's reductions and core's differ in accumulation order and width.
-            self.assertTrue(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6), f"{where}: {a} != {b}")
+            same = math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6) or (math.isnan(a) and math.isnan(b))
+            self.assertTrue(same, f"{where}: {a} != {b}")
         else:
             self.assertEqual(a, b, where)
 
@@ -110,7 +116,7 @@ class DevicePathTest(tt.CaptureTest):
         for f in files:
             a, b = numpy.load(os.path.join(folder_a, f)), numpy.load(os.path.join(folder_b, f))
             self.assertEqual(a.dtype, b.dtype, f)
-            self.assertTrue(numpy.array_equal(a, b), f)
+            self.assertEqual((a.shape, a.tobytes()), (b.shape, b.tobytes()), f)  # bit for bit
 
 
 if __name__ == "__main__":
