@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -29,7 +30,10 @@ std::string stage_describe_json(const stage_description &d) {
     j["options"].push_back(std::move(option));
   };
   for (const auto &o : d.options) add(o);
-  for (const auto &o : stage_common_option_specs()) add(o);
+  // Only a binary with a stream has the queue and the tap the common options set: an offline tool
+  // (or tprobe-tap, a client) would otherwise describe options its parser refuses.
+  if (d.has_input || d.has_output)
+    for (const auto &o : stage_common_option_specs()) add(o);
   return j.dump(1);
 }
 
@@ -57,6 +61,10 @@ void stage_add_common_options(CLI::App &app, const stage_description &d, stage_c
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--ready-fd", args.ready_fd, "Write a line to this fd once ready");
+  stage_add_describe_option(app, d);
+}
+
+void stage_add_describe_option(CLI::App &app, const stage_description &d) {
   // --describe must work without the required options, so it short-circuits the parse.
   app.add_flag_callback(
       "--describe",
@@ -96,6 +104,16 @@ const std::vector<std::string> &stage_option_values::list(const std::string &nam
   (void)spec(name, "list");
   return lists_.at(name);
 }
+std::vector<std::string> stage_option_values::items(const std::string &name) const {
+  std::vector<std::string> out;
+  for (const auto &v : list(name))
+    for (size_t begin = 0; begin <= v.size();) {
+      const size_t end = std::min(v.find(',', begin), v.size());
+      out.push_back(v.substr(begin, end - begin));
+      begin = end + 1;
+    }
+  return out;
+}
 bool stage_option_values::given(const std::string &name) const {
   auto it = options_.find(name);
   return it != options_.end() && it->second->count() > 0;
@@ -104,12 +122,14 @@ bool stage_option_values::given(const std::string &name) const {
 void stage_add_declared_options(CLI::App &app, const stage_description &d, stage_option_values &values) {
   values.specs_ = d.options;
   for (const auto &o : d.options) {
-    const std::string flag = "--" + o.name;
+    const std::string flag = (o.alias.empty() ? "" : o.alias + ",") + "--" + o.name;
     CLI::Option *option = nullptr;
     if (o.type == "bool") {
       bool &target = values.flags_[o.name];
       target = o.default_value == "true";
-      option = app.add_flag(flag, target, o.doc);  // also --name=true / --name=false, as the launcher passes
+      // Also --name=true / --name=false, as the launcher passes; a flag that is on unless told
+      // otherwise is turned off by --no-name, as a reader would type it.
+      option = app.add_flag(target ? flag + ",!--no-" + o.name : flag, target, o.doc);
     } else if (o.type == "list") {
       auto &target = values.lists_[o.name];  // the default: its comma-separated elements
       target.clear();
@@ -118,7 +138,7 @@ void stage_add_declared_options(CLI::App &app, const stage_description &d, stage
         target.push_back(o.default_value.substr(begin, end - begin));
         begin = end + 1;
       }
-      option = app.add_option(flag, target, o.doc);
+      option = app.add_option(flag, target, o.doc)->default_str(o.default_value);
     } else {
       std::string &target = values.text_[o.name];
       target = o.default_value;

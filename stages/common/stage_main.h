@@ -18,7 +18,7 @@
 // with type one of "string", "int", "float", "bool", "list" (repeatable string), and optional
 // "min"/"max" (numbers) for int and float. The launcher type- and range-checks a manifest's
 // options against it before starting anything. The common options a manifest may set (hwm,
-// tap-payload) are listed too.
+// tap-payload) are listed too, by a binary with an input or an output (an offline tool has neither).
 //
 // Exit codes and messages: see core/errors.h. stage_main_guard() prints
 //   tprobe-stats: fatal: <what>
@@ -44,6 +44,9 @@ struct stage_option_spec {
   std::string default_value;  // as text; "" for none
   std::string doc;            // one line
   std::optional<double> min = {}, max = {};  // int and float: the allowed range, checked by the launcher
+  // A short spelling on the command line ("-o"), for the offline tools whose users know msprobe's
+  // one-letter flags. The launcher always passes --<name>, so --describe leaves it out.
+  std::string alias = {};
 };
 
 struct stage_description {
@@ -65,11 +68,14 @@ struct stage_common_args {
   bool describe = false;
 };
 void stage_add_common_options(CLI::App &app, const stage_description &d, stage_common_args &args);
+// Only --describe, for a binary without the stream options (an offline tool over files): the
+// launcher and a reader ask every tprobe-<verb> the same way. stage_add_common_options adds it too.
+void stage_add_describe_option(CLI::App &app, const stage_description &d);
 
 // Option values declared once: the stage's option table (stage_description::options) drives the
 // parser, --describe and --help. stage_add_declared_options() adds one CLI option per entry (bool:
-// a flag that also takes =true/=false; list: repeatable, given values replace the default, whose
-// text is comma-separated), defaults from the table;
+// a flag that also takes =true/=false, and --no-<name> where the default is true; list: repeatable,
+// given values replace the default, whose text is comma-separated), defaults from the table;
 // stage_check_declared_options(), after the parse, checks each value's type and range and throws
 // usage_error naming the option ("--flush-interval must be in [0, 3600], got -1").
 class stage_option_values {
@@ -79,6 +85,8 @@ class stage_option_values {
   double number(const std::string &name) const;  // float (or int) options
   bool flag(const std::string &name) const;
   const std::vector<std::string> &list(const std::string &name) const;
+  // A list option's values with each one split at commas: --sizes 4,8 --sizes 16 gives 4 8 16.
+  std::vector<std::string> items(const std::string &name) const;
   bool given(const std::string &name) const;  // set on the command line, not defaulted
 
  private:

@@ -9,22 +9,23 @@ int main(int argc, char **argv) {
     const auto &d = compare_stage_description();
     CLI::App app{d.summary, "tprobe-compare"};
     compare_options o;
-    bool compare_only = false;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     app.add_option("NPU", o.npu_path, "NPU side: a dump.json, or a step folder of rank folders")->required();
     app.add_option("BENCH", o.bench_path, "bench side, the same kind as NPU")->required();
-    app.add_option("-o,--output", o.output_dir, d.options[0].doc)->required();
-    app.add_flag("-f,--fuzzy-match", o.fuzzy_match, d.options[1].doc);
-    app.add_flag("-s,--stack-mode", o.stack_mode, d.options[2].doc);
-    app.add_flag("--highlight", o.highlight, d.options[3].doc);
-    app.add_option("--mapping", o.mapping_path, d.options[4].doc);
-    app.add_flag("-c,--compare-only", compare_only, d.options[5].doc);
-    app.add_option("--threads", o.threads, d.options[6].doc)->check(CLI::NonNegativeNumber);
-    std::string match = d.options[7].default_value;
-    app.add_option("--match", match, d.options[7].doc)->check(CLI::IsMember({"auto", "name"}));
-    app.add_flag_callback("--describe", [&d] { fmt::print("{}\n", stage_describe_json(d)); throw CLI::Success(); },
-                          "Print this stage's option table as JSON");
+    stage_add_declared_options(app, d, values);
+    app.get_option("--output")->required();  // a table default cannot say "no default": the parser does
+    stage_add_describe_option(app, d);
     stage_parse(app, argc, argv);
-    o.advisor = !compare_only;
+    stage_check_declared_options(d, values);
+    o.output_dir = values.text("output");
+    o.fuzzy_match = values.flag("fuzzy-match");
+    o.stack_mode = values.flag("stack-mode");
+    o.highlight = values.flag("highlight");
+    o.mapping_path = values.text("mapping");
+    o.advisor = !values.flag("compare-only");
+    o.threads = static_cast<unsigned>(values.integer("threads"));
+    const std::string &match = values.text("match");
+    if (match != "auto" && match != "name") throw usage_error(fmt::format("--match must be auto or name, got \"{}\"", match));
     o.match = match == "name" ? compare_match::name : compare_match::automatic;
 
     const compare_report report = compare_run(o);

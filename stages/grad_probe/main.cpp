@@ -10,9 +10,12 @@ int main(int argc, char **argv) {
     CLI::App app{d.summary, "tprobe-grad-probe"};
     stage_common_args common;
     grad_probe_stage_options o;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, d, common);
-    app.add_option("--dump-path", o.dump_path, d.options[0].doc);
+    stage_add_declared_options(app, d, values);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(d, values);
+    o.dump_path = values.text("dump-path");
 
     stage_install_signal_handlers();
     zmq::context_t ctx;

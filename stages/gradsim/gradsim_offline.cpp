@@ -26,7 +26,7 @@ const stage_description &gradsim_stage_description() {
       false,
       false,
       {
-          {"output", "string", "./output", "folder for rank{N}/similarities.csv and rank{N}/similarities_picture/"},
+          {"output", "string", "./output", "folder for rank{N}/similarities.csv and rank{N}/similarities_picture/", {}, {}, "-o"},
       }};
   return d;
 }

@@ -10,12 +10,14 @@ int main(int argc, char **argv) {
     CLI::App app{d.summary, "tprobe-gradsim-live"};
     stage_common_args common;
     gradsim_live_options o;
-    o.output_dir = "./output";
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, d, common);
-    app.add_option("--a", o.a, d.options[0].doc);
-    app.add_option("--b", o.b, d.options[1].doc);
-    app.add_option("--output-dir", o.output_dir, d.options[2].doc);
+    stage_add_declared_options(app, d, values);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(d, values);
+    o.a = values.text("a");
+    o.b = values.text("b");
+    o.output_dir = values.text("output-dir");
     o.log = stdout;
 
     stage_install_signal_handlers();

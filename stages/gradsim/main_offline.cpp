@@ -9,12 +9,14 @@ int main(int argc, char **argv) {
     const auto &d = gradsim_stage_description();
     CLI::App app{d.summary, "tprobe-gradsim"};
     gradsim_offline_options o;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     app.add_option("DIR1", o.dir1, "the first run's grad_probe dump_path (its rank{N}/ folders)")->required();
     app.add_option("DIR2", o.dir2, "the second run's")->required();
-    app.add_option("-o,--output", o.output_dir, d.options[0].doc);
-    app.add_flag_callback("--describe", [&d] { fmt::print("{}\n", stage_describe_json(d)); throw CLI::Success(); },
-                          "Print this stage's option table as JSON");
+    stage_add_declared_options(app, d, values);
+    stage_add_describe_option(app, d);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(d, values);
+    o.output_dir = values.text("output");
 
     const auto ranks = gradsim_offline_run(o);
     size_t steps = 0;

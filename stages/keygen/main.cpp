@@ -11,7 +11,9 @@
 int main(int argc, char **argv) {
   using namespace tprobe;
   return stage_main_guard("tprobe-keygen", [&] {
-    const stage_description description{
+    // Its table is empty, and still the one place --help and --describe read: an option added here
+    // is parsed, described and range-checked like every stage's.
+    static const stage_description description{
         .stage = "keygen",
         .summary = "Print a new CurveZMQ key pair as TPROBE_CURVE_* lines (docs/network.md)",
         .has_input = false,
@@ -19,10 +21,11 @@ int main(int argc, char **argv) {
         .options = {},
     };
     CLI::App app{description.summary, "tprobe-keygen"};
-    app.add_flag_callback(
-        "--describe", [&] { fmt::print("{}\n", stage_describe_json(description)); throw CLI::Success(); },
-        "Print this stage's option table as JSON");
+    stage_option_values values;
+    stage_add_declared_options(app, description, values);
+    stage_add_describe_option(app, description);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(description, values);
     const curve_keypair keys = endpoint_curve_keypair();
     fmt::print("TPROBE_CURVE_PUBLIC_KEY='{}'\nTPROBE_CURVE_SECRET_KEY='{}'\n", keys.public_key, keys.secret_key);
     return EXIT_OK;

@@ -9,12 +9,14 @@ int main(int argc, char **argv) {
     const auto &d = nan_analyze_stage_description();
     CLI::App app{d.summary, "tprobe-nan-analyze"};
     nan_offline_options o;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     app.add_option("STEPDIR", o.step_dir, "a step folder holding rank folders (rank, rank0, rank1, …)")->required();
-    app.add_option("-o,--output", o.output_dir, d.options[0].doc);
-    app.add_option("--config", o.config_path, d.options[1].doc);
-    app.add_flag_callback("--describe", [&d] { fmt::print("{}\n", stage_describe_json(d)); throw CLI::Success(); },
-                          "Print this stage's option table as JSON");
+    stage_add_declared_options(app, d, values);
+    stage_add_describe_option(app, d);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(d, values);
+    o.output_dir = values.text("output");
+    o.config_path = values.text("config");
 
     const nan_offline_report r = nan_offline_run(o);
     for (const auto &w : r.warnings) fmt::print(stderr, "tprobe-nan-analyze: warning: {}\n", w);

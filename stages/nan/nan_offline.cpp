@@ -13,7 +13,7 @@ const stage_description &nan_analyze_stage_description() {
       false,
       false,
       {
-          {"output", "string", "./output", "folder for anomaly_analyze_{ns}.json"},
+          {"output", "string", "./output", "folder for anomaly_analyze_{ns}.json", {}, {}, "-o"},
           {"config", "string", "",
            "msprobe config.json whose tprobe.nan_analyze section adds allow rules (default: the built-in rules)"},
       }};

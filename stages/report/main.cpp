@@ -10,13 +10,18 @@ int main(int argc, char **argv) {
     CLI::App app{d.summary, "tprobe-report"};
     stage_common_args common;
     report_options o;
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
+    std::vector<std::string> positional;
     stage_add_common_options(app, d, common);
     app.get_option("--input")->required(false);  // offline (result files named) or a manifest's stage
-    app.add_option("RESULT", o.results, "result folders or files (offline; without --input)");
-    app.add_option("-o,--output", o.output, d.options[0].doc);
-    app.add_option("--results", o.results, d.options[1].doc);
-    app.add_option("--title", o.title, d.options[2].doc);
+    app.add_option("RESULT", positional, "result folders or files (offline; without --input)");
+    stage_add_declared_options(app, d, values);
     stage_parse(app, argc, argv);
+    stage_check_declared_options(d, values);
+    o.output = values.text("output");
+    o.title = values.text("title");
+    o.results = positional;
+    for (const auto &r : values.list("results")) o.results.push_back(r);
 
     report_result r;
     if (common.io.input.empty()) {

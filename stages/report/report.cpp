@@ -40,7 +40,7 @@ const stage_description &report_stage_description() {
       true,
       false,
       {
-          {"output", "string", "report.html", "the HTML page to write"},
+          {"output", "string", "report.html", "the HTML page to write", {}, {}, "-o"},
           {"results", "list", "", "result folders or files (compare_result*.json, anomaly_analyze_*.json, "
                                   "similarities.csv); as a manifest stage, announced result folders join them"},
           {"title", "string", "tprobe report", "the page's title"},

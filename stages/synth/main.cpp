@@ -9,33 +9,27 @@ int main(int argc, char **argv) {
   using namespace tprobe;
   return stage_main_guard("tprobe-synth", [&] {
     const auto &description = synth_stage_description();
-    auto doc = [&](std::string_view name) {
-      for (const auto &o : description.options)
-        if (o.name == name) return o.doc;
-      throw std::logic_error(fmt::format("option {} is not in the stage description", name));
-    };
     CLI::App app{description.summary, "tprobe-synth"};
     stage_common_args common;
-    synth_stage_options options;
-    std::vector<std::string> dtypes{"float32"};
-    std::string pattern = "normal";
+    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
     stage_add_common_options(app, description, common);
-    app.add_option("--records", options.records, doc("records"));
-    app.add_option("--steps", options.steps, doc("steps"));
-    app.add_option("--sizes", options.sizes, doc("sizes"))->delimiter(',');
-    app.add_option("--dtypes", dtypes, doc("dtypes"))->delimiter(',');
-    app.add_option("--pattern", pattern, doc("pattern"));
-    app.add_option("--every", options.every, doc("every"));
-    app.add_option("--rate", options.rate, doc("rate"));
-    app.add_option("--seed", options.seed, doc("seed"));
-    app.add_flag("--save", options.save, doc("save"));
-    app.add_flag("--entry-records,!--no-entry-records", options.entry_records, doc("entry-records"));
-    app.add_option("--task", options.task, doc("task"));
-    app.add_option("--dump-path", options.dump_path, doc("dump-path"));
-    app.add_option("--rank", options.rank, doc("rank"));
+    stage_add_declared_options(app, description, values);
     stage_parse(app, argc, argv);
-    options.dtypes = synth_parse_dtypes(dtypes);
-    options.pattern = synth_pattern_parse(pattern);
+    stage_check_declared_options(description, values);
+    synth_stage_options options;
+    options.records = static_cast<uint64_t>(values.integer("records"));
+    options.steps = static_cast<uint64_t>(values.integer("steps"));
+    options.sizes = synth_parse_sizes(values.items("sizes"));
+    options.dtypes = synth_parse_dtypes(values.items("dtypes"));
+    options.pattern = synth_pattern_parse(values.text("pattern"));
+    options.every = static_cast<uint64_t>(values.integer("every"));
+    options.rate = values.number("rate");
+    options.seed = static_cast<uint64_t>(values.integer("seed"));
+    options.save = values.flag("save");
+    options.entry_records = values.flag("entry-records");
+    options.task = values.text("task");
+    options.dump_path = values.text("dump-path");
+    options.rank = static_cast<int32_t>(values.integer("rank"));
     synth_apply_environment(options, common.io.outputs, [](const char *name) { return std::getenv(name); });
     synth_check(options);
 

@@ -111,7 +111,7 @@ const stage_description &synth_stage_description() {
           {"entry-records", "bool", "true", "send an entry record (with a one-line stack) before each entry", {}, {}},
           {"task", "string", "", "session task: statistics or tensor (default: $TPROBE_TASK, else statistics)", {}, {}},
           {"dump-path", "string", "", "session dump_path (default: $TPROBE_DUMP_PATH, else ./dump)", {}, {}},
-          {"rank", "int", "-1", "producer rank; -1 = not distributed (dump folder \"rank\")", -1, {}},
+          {"rank", "int", "-1", "producer rank; -1 = not distributed (dump folder \"rank\")", -1, 2147483647},
       }};
   return d;
 }
@@ -122,6 +122,22 @@ std::vector<dtype> synth_parse_dtypes(const std::vector<std::string> &names) {
     auto t = dtype_from_name(n);
     if (!t) throw usage_error(fmt::format("--dtypes: unknown dtype \"{}\"", n));
     out.push_back(*t);
+  }
+  return out;
+}
+
+std::vector<uint64_t> synth_parse_sizes(const std::vector<std::string> &texts) {
+  std::vector<uint64_t> out;
+  for (const auto &t : texts) {
+    size_t used = 0;
+    uint64_t v = 0;
+    try {
+      if (!t.empty() && t.front() != '-') v = std::stoull(t, &used, 10);
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    if (used == 0 || used != t.size()) throw usage_error(fmt::format("--sizes must be element counts, got \"{}\"", t));
+    out.push_back(v);
   }
   return out;
 }

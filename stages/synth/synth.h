@@ -76,6 +76,7 @@ const stage_description &synth_stage_description();
 
 // Command-line text → values. Throw usage_error naming the bad element.
 std::vector<dtype> synth_parse_dtypes(const std::vector<std::string> &names);
+std::vector<uint64_t> synth_parse_sizes(const std::vector<std::string> &texts);
 
 // For synth run as `tprobe run`'s command, in place of a capture: what the capture takes from the
 // launcher's environment. $TPROBE_ENDPOINT (comma-separated) becomes the outputs when none is

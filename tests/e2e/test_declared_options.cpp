@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
 #include "test_support.h"
 
 using namespace tprobe;
@@ -72,4 +76,74 @@ TEST(declared_options, launcher_refuses_a_stage_whose_default_is_outside_its_own
        "/bin/true"});
   EXPECT_EQ(r.status, 100);
   EXPECT_THAT(r.err, HasSubstr("option \"limit\" has default \"-5\", outside its own range [0.0, inf]"));
+}
+
+// Every binary, stage or offline tool, reads its options from its table: whatever --describe
+// declares, --help lists with its default (and the binary parses: an option --help shows that the
+// parser lacked would fail the bad-value test below).
+TEST(declared_options, every_binary_helps_with_its_whole_table) {
+  for (const std::string stage : {"stats", "writer", "overflow", "tap", "compare-live", "nan-live", "null", "fault",
+                                  "synth", "keygen", "compare", "gradsim", "gradsim-live", "report", "grad-probe",
+                                  "nan-analyze"}) {
+    const std::string binary = test::bin("tprobe-" + stage);
+    const auto describe = test::run_process({binary, "--describe"});
+    ASSERT_EQ(describe.status, 0) << stage << describe.err;
+    const auto table = nlohmann::json::parse(describe.out);
+    EXPECT_EQ(table["stage"], stage);
+    const auto help = test::run_process({binary, "--help"});
+    ASSERT_EQ(help.status, 0) << stage << help.err;
+    for (const auto &o : table["options"]) {
+      const std::string name = o["name"], type = o["type"], value = o["default"];
+      EXPECT_THAT(help.out, HasSubstr("--" + name)) << stage;
+      if (value.empty() || type == "bool") continue;  // a flag shows no value; "" is no default
+      EXPECT_THAT(help.out, HasSubstr("=" + value)) << stage << " --" << name;
+    }
+  }
+}
+
+// The mains converted last: a bad value is refused by the parser with exit 100 and one line that
+// names the option, before any file is read or socket bound.
+TEST(declared_options, offline_tools_and_sources_refuse_what_their_table_refuses) {
+  test::temp_dir dir;
+  const std::string out = dir / "out";
+  for (const auto &[argv, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{test::bin("tprobe-synth"), "--records", "-1"}, "tprobe-synth: fatal: --records must be in [0, inf], got -1"},
+           {{test::bin("tprobe-synth"), "--steps", "0"}, "tprobe-synth: fatal: --steps must be in [1, inf], got 0"},
+           {{test::bin("tprobe-synth"), "--rate", "fast"}, "tprobe-synth: fatal: --rate must be a number, got \"fast\""},
+           {{test::bin("tprobe-synth"), "--sizes", "4,x"}, "tprobe-synth: fatal: --sizes must be element counts, got \"x\""},
+           {{test::bin("tprobe-synth"), "--rank", "-2"}, "tprobe-synth: fatal: --rank must be in [-1, 2147483647], got -2"},
+           {{test::bin("tprobe-keygen"), "--bits"}, "tprobe-keygen: fatal: The following argument was not expected: --bits"},
+           {{test::bin("tprobe-compare"), "a", "b", "-o", out, "--threads", "-2"},
+            "tprobe-compare: fatal: --threads must be in [0, 4096], got -2"},
+           {{test::bin("tprobe-compare"), "a", "b", "-o", out, "--match", "loose"},
+            "tprobe-compare: fatal: --match must be auto or name, got \"loose\""},
+           {{test::bin("tprobe-compare"), "a", "b"}, "tprobe-compare: fatal: --output is required"},
+           {{test::bin("tprobe-gradsim"), "a", "b", "-o"}, "tprobe-gradsim: fatal: --output: 1 required TEXT missing"},
+           {{test::bin("tprobe-gradsim-live"), "--input", "ipc:///tmp/x", "--output-dir"},
+            "tprobe-gradsim-live: fatal: --output-dir: 1 required TEXT missing"},
+           {{test::bin("tprobe-report"), "r", "--title"}, "tprobe-report: fatal: --title: 1 required TEXT missing"},
+           {{test::bin("tprobe-grad-probe"), "--input", "ipc:///tmp/x", "--dump-path"},
+            "tprobe-grad-probe: fatal: --dump-path: 1 required TEXT missing"},
+           {{test::bin("tprobe-nan-analyze"), "step0", "--config"},
+            "tprobe-nan-analyze: fatal: --config: 1 required TEXT missing"}}) {
+    const auto r = test::run_process(argv);
+    EXPECT_EQ(r.status, 100) << argv.front() << r.err;
+    EXPECT_EQ(r.err, message + "\n");
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));  // refused before compare made its folder
+}
+
+// A flag on by default is turned off by --no-<name> as well as by --name=false.
+TEST(declared_options, a_flag_on_by_default_has_its_no_form) {
+  for (const std::string off : {"--no-entry-records", "--entry-records=false"}) {
+    test::temp_dir dir;
+    const std::string file = dir / "records.bin";
+    const auto r = test::run_process({test::bin("tprobe-synth"), "--records", "4", off, "--output", file});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(" 0 entries")) << off;
+  }
+  test::temp_dir dir;
+  const auto on = test::run_process({test::bin("tprobe-synth"), "--records", "4", "--output", dir / "records.bin"});
+  ASSERT_EQ(on.status, 0) << on.err;
+  EXPECT_THAT(on.err, HasSubstr(" 2 entries"));
 }
