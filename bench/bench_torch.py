@@ -59,6 +59,7 @@ DEFAULT_STEPS = {"resnet18": 24, "transformer": 96, "gru": 48, "tiny": 48}
 DEFAULT_ROUNDS = 8
 DISK_MIB = 256  # written with fsync at the start and at the end (--disk-mib)
 READ_MIB = 256  # summed once per repeat for the read-pass limit (--read-mib)
+DEVICE = "cpu"  # --device: where the children train
 
 # name, example config, goal (step-time ratio), description. "control" runs two children without
 # tprobe against each other: how far from 1.00 the measurement itself strays on this machine.
@@ -143,16 +144,24 @@ def disk_write_bandwidth(directory, size):
 class step_clock:
     """Step times from the examples' train() loop: wall seconds as train() measures them (start()
     to step()), and this process's CPU seconds (all its threads) from the batch's hand-over to
-    the end of the step."""
+    the end of the step. On a GPU train()'s figure is the time to enqueue the step, not to run it
+    (the baseline never waits; tprobe's stop() does), so both sides synchronise the device at
+    the end of each step and the wall time runs from the batch's hand-over to that point."""
 
-    def __init__(self):
+    def __init__(self, device="cpu"):
         self.samples = []  # (wall, cpu) per step
-        self.cpu0 = 0.0
+        self.cpu0 = self.wall0 = 0.0
+        self.cuda = device.startswith("cuda")
 
     def mark(self):  # called by a loader just before it yields a batch
         self.cpu0 = time.process_time()
+        self.wall0 = time.perf_counter()
 
     def on_step(self, i, seconds, loss):
+        if self.cuda:
+            import torch
+            torch.cuda.synchronize()
+            seconds = time.perf_counter() - self.wall0
         self.samples.append((seconds, time.process_time() - self.cpu0))
 
     def take(self):
@@ -165,16 +174,18 @@ class step_clock:
 def child_main(model_name, config, dump):
     """Trains `model_name` one block at a time as told on stdin ("run N", "quit"), under
     PrecisionDebugger unless `config` is "-". Answers "BENCH ready WALL:CPU ..." after each block
-    and "BENCH done STAGES_CPU" at the end."""
+    and "BENCH counters JSON" (the capture's) and "BENCH done STAGES_CPU" at the end. The
+    device is the parent's --device (TPROBE_BENCH_DEVICE)."""
     import torch
     module = example(model_name)
     tool = config != "-"
     args = model_args(model_name, module, ["--config", config, "--dump-path", dump] if tool else [])
     torch.set_num_threads(1)
-    model = module.build_model(args)
-    pool = list(module.batches(args, 8))
+    device = os.environ.get("TPROBE_BENCH_DEVICE", "cpu")
+    model = module.build_model(args).to(device)
+    pool = [tuple(t.to(device) for t in batch) for batch in module.batches(args, 8)]
     debugger = module.make_debugger(args)
-    clock = step_clock()
+    clock = step_clock(device)
     out = os.fdopen(os.dup(1), "w", buffering=1)
 
     def loader():
@@ -194,6 +205,8 @@ def child_main(model_name, config, dump):
     # debugger has ended them, their CPU time is in RUSAGE_CHILDREN.
     if hasattr(debugger, "close"):
         debugger.close()
+    if hasattr(debugger, "counters"):
+        out.write("BENCH counters " + json.dumps(debugger.counters()) + "\n")
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     out.write(f"BENCH done {usage.ru_utime + usage.ru_stime:.6f}\n")
 
@@ -250,6 +263,7 @@ class child:
         env.pop("TPROBE_ENDPOINT", None)
         env.pop("TPROBE_CONFIG", None)
         env["OMP_NUM_THREADS"] = "1"
+        env["TPROBE_BENCH_DEVICE"] = DEVICE
         python = os.path.join(ROOT, "python")
         env["PYTHONPATH"] = python + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
@@ -275,9 +289,12 @@ class child:
         self.proc.stdin.write("quit\n")
         self.proc.stdin.close()
         stages_cpu = None
+        self.counters = {}
         for line in self.proc.stdout:
             if line.startswith("BENCH done"):
                 stages_cpu = float(line.split()[2])
+            elif line.startswith("BENCH counters "):
+                self.counters = json.loads(line.split(" ", 2)[2])
         status = self.proc.wait()
         return time.perf_counter() - t0, stages_cpu, status
 
@@ -297,7 +314,7 @@ class measurement:
         self.error = None
         self.step_bytes = 0
         self.steps_dumped = 0
-        self.disk_bw = None
+        self.counters = {}  # the tool child's capture counters at its end
 
 
 def start_child(model_name, config, dump, log, m):
@@ -374,6 +391,7 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
         if tool:
             try:
                 m.drain, m.stages_cpu, status = tool.quit()
+                m.counters = tool.counters
                 if status != 0 and not m.error:
                     m.error = f"child exited with status {status}"
             except BrokenPipeError as e:
@@ -457,6 +475,12 @@ def report(model_name, results, block, opts):
         goal_text = f"{goal:5.2f}x" if goal else f"{'-':>6}"
         print(f"  {m.name:<15} {b * 1e3:8.1f} {t * 1e3:8.1f} {ratio:6.3f}x {spread:>11} {sustained:5.2f}x {cpu:5.2f}x {goal_text}  "
               f"{verdict:<14} {fmt_bytes(m.step_bytes):>10} {stages} {drain}  {what}{bound}")
+        c = m.counters
+        if c.get("device_tensors") and m.tool_steps:
+            # The device path's own account (capture/torch/device_stats.h), per tool step.
+            per = {k: c.get(k, 0) / m.tool_steps for k in ("device_tensors", "device_reads", "device_waits", "device_bytes")}
+            print(f"  {'':<15} device path per step: {per['device_tensors']:.0f} tensors, {per['device_reads']:.2f} host reads, "
+                  f"{per['device_waits']:.2f} of them waited on their event, {fmt_bytes(per['device_bytes'])} device to host")
 
 
 def read_pass_bandwidth(size, repeats=3):
@@ -531,6 +555,8 @@ def main():
     p.add_argument("--disk-mib", type=int, help=f"MiB written with fsync for the disk's speed ({DISK_MIB}; 32 with --quick)")
     p.add_argument("--read-mib", type=int, help=f"MiB summed for the read-pass limit ({READ_MIB}; 64 with --quick)")
     p.add_argument("--quick", action="store_true", help="a smoke run of about a minute (see above)")
+    p.add_argument("--device", default="cpu", help="where the children train: cpu (default) or cuda[:N]; "
+                   "on a GPU each step ends with a device synchronisation on both sides")
     p.add_argument("--tmp", help="directory for the dumps (default: a new one under $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep the dumps and the children's logs")
     p.add_argument("--child", nargs=3, metavar=("MODEL", "CONFIG", "DUMP"), help=argparse.SUPPRESS)
@@ -538,6 +564,8 @@ def main():
     if opts.child:
         return child_main(*opts.child)
     quick = opts.quick
+    global DEVICE
+    DEVICE = opts.device
     opts.model = opts.model or ("tiny" if quick else "all")
     opts.rounds = opts.rounds or (2 if quick else DEFAULT_ROUNDS)
     opts.warmup = opts.warmup if opts.warmup is not None else (1 if quick else 3)
@@ -565,7 +593,7 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     torch_version = check.stdout.strip() or "?"
     print(f"tprobe PyTorch capture benchmark: torch {torch_version}, {os.cpu_count()} CPUs, "
-          f"torch threads 1, dumps in {tmp}")
+          f"torch threads 1, device {DEVICE}, dumps in {tmp}")
     if opts.tool_error:
         print(f"warning: {opts.tool_error}; only the baseline is measured")
     models = ALL_MODELS if opts.model == "all" else [opts.model]

@@ -165,6 +165,7 @@ void state::collect_device(bool wait) {
     batches.pop_front();
     --closed;
     ++device.reads;
+    device.bytes += static_cast<uint64_t>(b.used * stats_per_row) * sizeof(double) + b.staged_bytes;
     const double *rows = b.used > 0 ? b.host.data_ptr<double>() : nullptr;
     for (device_record &r : b.records) {
       if (r.row < 0) {

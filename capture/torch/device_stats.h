@@ -87,6 +87,7 @@ struct device_queue {
   uint64_t reads = 0;    // host reads of a batch (one per batch)
   uint64_t waits = 0;    // reads that found the batch's event not yet complete and waited on it
   uint64_t full = 0;     // batches closed because their slots or staging were full
+  uint64_t bytes = 0;    // copied device to host: 48 per statistics row read, the data's size
 };
 
 }  // namespace tprobe::torch_capture

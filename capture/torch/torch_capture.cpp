@@ -312,10 +312,12 @@ std::string counters() {
   json j{{"records", c.records},           {"bytes", c.bytes},
          {"skipped", c.skipped},           {"waits", c.waits},
          {"undelivered", c.undelivered},   {"detached", c.detached != 0},
+         {"shared_bytes", c.shared_bytes}, {"shared_gave_up", c.shared_gave_up},
          {"operators", s.operators},       {"unsupported", s.unsupported},
          {"device_summaries", s.device_summaries}, {"device_tensors", s.device.tensors},
          {"device_reads", s.device.reads}, {"device_waits", s.device.waits},
-         {"device_full", s.device.full},   {"errors", s.errors},
+         {"device_full", s.device.full},   {"device_bytes", s.device.bytes},
+         {"errors", s.errors},
          {"error", s.failure}};
   return j.dump();
 }

@@ -82,6 +82,7 @@ class DevicePathTest(tt.CaptureTest):
         self.assertEqual(per_step(got, "device_reads"), [1] * STEPS)  # ... one host read
         self.assertEqual(per_step(got, "device_full"), [0] * STEPS)
         self.assertEqual(got[-1]["device_summaries"], sum(tensors))
+        self.assertEqual(per_step(got, "device_bytes"), [48 * n for n in tensors])  # 6 float64 a tensor
         self.assertEqual(counters(host)[-1]["device_tensors"], 0)  # the host path took none
 
     def test_full_slot_buffer_reads_early_and_keeps_order(self):
@@ -102,6 +103,7 @@ class DevicePathTest(tt.CaptureTest):
         got = counters(device)
         self.assertEqual(per_step(got, "device_reads"), [1] * STEPS)
         self.assertEqual(got[-1]["device_summaries"], 0)  # every tensor went as data
+        self.assertGreater(min(per_step(got, "device_bytes")), 48 * min(per_step(got, "device_tensors")))
 
     def test_tensor_task_through_staging(self):
         config = tt.default_config(task="tensor", level="L1")
