@@ -501,9 +501,9 @@ def read_pass_bandwidth(size, repeats=3):
 def table(models, results_by_model, opts):
     """Issue 16's table: one row per TABLE entry, one column per model: ratio, goal (or the disk's
     bound), PASS/OVER; then the limits."""
-    width = 30
+    width = 34
     print("\ntprobe / no-tool step time (median over alternating rounds; goal; PASS when within it)")
-    print(f"  {'':<24}" + "".join(f"{name:<{width}}" for name in models))
+    print(f"  {'':<24}" + "  ".join(f"{name:<{width}}" for name in models))
     for label, config in TABLE:
         cells = []
         for name in models:
@@ -522,7 +522,7 @@ def table(models, results_by_model, opts):
                 # As the model's lines judge it: the steps, and the pipeline keeping up with them.
                 verdict = "PASS" if m.ratio <= allowed and m.sust_low <= allowed else "OVER"
                 cells.append(f"{m.ratio:.2f}x {bound}{sust} {verdict}")
-        print(f"  {label:<24}" + "".join(f"{c:<{width}}" for c in cells))
+        print(f"  {label:<24}" + "  ".join(f"{c:<{width}}" for c in cells))
     disk = " / ".join(f"{bw / 1e6:.0f}" for bw in opts.disk_bws)
     print(f"  disk: write + fsync of {opts.disk_mib} MiB in the dump directory's file system: {disk} MB/s "
           f"(start / end of the run); a tensor row is allowed 1 + (its step's files at "
