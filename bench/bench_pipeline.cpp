@@ -292,18 +292,26 @@ int main(int argc, char **argv) try {
     std::fflush(stdout);
   }
 
-  // 3. GB/s, large float32, capture -> stats -> null sink
+  // 3. GB/s, large float32, capture -> stats -> null sink: the payloads through shared memory
+  // (transport/shm.h, the default on one host), over the ipc socket (TPROBE_SHM=off) for
+  // comparison, and not leaving at all (AUTO: statistics in place).
   const size_t big_elems = static_cast<size_t>(a.big_mib) * (1u << 20) / 4;
-  for (auto mode : {TPROBE_STATS_COPY, TPROBE_STATS_AUTO}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const auto mode = variant < 2 ? TPROBE_STATS_COPY : TPROBE_STATS_AUTO;
+    if (variant == 1) setenv("TPROBE_SHM", "off", 1);
     const long steps = std::min<long>(a.steps, std::max<long>(1, a.big_count / 10));
     auto r = run_pipeline(dir, false, a.big_count, big_elems, steps, mode, false);
+    if (variant == 1) unsetenv("TPROBE_SHM");
     const double gbps = static_cast<double>(a.big_count) * big_elems * 4 / r.seconds / 1e9;
     const double ratio = gbps / mc;
     if (mode == TPROBE_STATS_COPY)
-      std::printf("GB/s (%ld MiB, capture->stats, COPY): %.2f  = %.2fx memcpy  (goal >= 0.5x) %s  "
-                  "[%ld tensors, %.3f s, sink records %llu]\n",
-                  a.big_mib, gbps, ratio, ratio >= 0.5 ? "MET" : "NOT MET", a.big_count, r.seconds,
-                  static_cast<unsigned long long>(r.received));
+      std::printf("GB/s (%ld MiB, capture->stats, COPY, %s): %.2f  = %.2fx memcpy  (goal >= 0.5x) %s  "
+                  "[%ld tensors, %.3f s, sink records %llu, by reference %.0f%%, ring gave up %llu]\n",
+                  a.big_mib, variant == 0 ? "shared memory" : "ipc socket", gbps, ratio,
+                  ratio >= 0.5 ? "MET" : "NOT MET", a.big_count, r.seconds,
+                  static_cast<unsigned long long>(r.received),
+                  r.counts.bytes ? 100.0 * static_cast<double>(r.counts.shared_bytes) / r.counts.bytes : 0.0,
+                  static_cast<unsigned long long>(r.counts.shared_gave_up));
     else
       std::printf("GB/s (%ld MiB, capture->stats, AUTO in-place): %.2f  = %.2fx memcpy  (goal >= 0.5x) %s  "
                   "[%ld tensors, %.3f s, sink records %llu]\n",

@@ -22,6 +22,7 @@
 #include "endpoint.h"
 #include "errors.h"
 #include "grad_record.h"
+#include "shm.h"
 #include "tprobe_capture.h"
 
 namespace {
@@ -196,6 +197,9 @@ struct tprobe_session {
   } narrow;
   bool stopped_by_pipeline = false;
   payload_pool *pool = nullptr;  // one reference; frames in flight hold theirs
+  // Large payloads for consumers on this host (transport/shm.h); null when no sender shares
+  // memory. Frames in flight keep its segment mapped after the session is gone.
+  std::unique_ptr<shm_ring> ring;
 
   tprobe_session() = default;
   tprobe_session(const tprobe_session &) = delete;
@@ -499,6 +503,7 @@ struct tprobe_session {
     }
 
     open_control();
+    open_ring();
     record session(header(record_kind::session));
     session.header.meta = config.session_meta();
     if (control) session.header.meta["control"] = control->endpoint();
@@ -508,6 +513,37 @@ struct tprobe_session {
     if (const char *label = std::getenv("TPROBE_RUN_LABEL"); label && *label) session.header.meta["label"] = label;
     for (auto &s : senders) s->send(session);
     sender = std::thread([this] { sender_loop(); });
+  }
+
+  // One copy of a large tensor in all: into shared memory that the stages read (shm.h). LZ4 is
+  // for links that leave the host, whose payloads travel as bytes anyway. Without a ring (no
+  // consumer on this host, or memfd unavailable) payloads take the socket, as always.
+  void open_ring() {
+    if (options.lz4 || !shm_enabled()) return;
+    bool shared = false;
+    for (auto &s : senders) shared |= s->shares_memory();
+    if (!shared) return;
+    try {
+      ring = std::make_unique<shm_ring>(options.queue_bytes);
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "tprobe: warning: payloads go over the socket: %s\n", e.what());
+    }
+  }
+
+  // A payload frame of `bytes`: in the ring when it is worth it and the ring takes it, else from
+  // the pool. The ring waits for its consumers while they release payloads; one that holds on
+  // (a stage keeping records, a dead stage) sends this payload by socket instead, whose waits
+  // are watched (endpoint.h), so the training thread never waits on a consumer unwatched.
+  zmq::message_t payload_frame(size_t bytes) {
+    if (ring && bytes >= SHM_MIN_PAYLOAD) {
+      auto frame = ring->allocate(bytes, [this] { return !detached.load(std::memory_order_relaxed); });
+      if (frame) {
+        counts.shared_bytes += bytes;
+        return std::move(*frame);
+      }
+      ++counts.shared_gave_up;
+    }
+    return pool->frame(bytes);
   }
 
   // TPROBE_CONTROL_ENDPOINT chooses where to listen (a stage on another host needs tcp, and
@@ -668,7 +704,7 @@ struct tprobe_session {
                                      stats_options{.high_precision = config.precision == "high",
                                                    .crc32 = filter->want_crc32()});
     } else {
-      zmq::message_t frame = pool->frame(bytes);
+      zmq::message_t frame = payload_frame(bytes);
       auto *dst = static_cast<std::byte *>(frame.data());
       if (bytes) {
         if (contiguous) std::memcpy(dst, src, bytes);

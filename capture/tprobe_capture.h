@@ -127,6 +127,10 @@ typedef struct tprobe_session_counts {
   uint64_t undelivered;    /* records the pipeline did not get: held when the session detached,
                               and captured after that */
   int detached;            /* 1 once the session detached from a pipeline that stopped reading */
+  uint64_t shared_bytes;   /* of `bytes`, those copied into shared memory and passed by reference
+                              (a consumer on this host; payloads of 64 KiB and more) */
+  uint64_t shared_gave_up; /* large payloads sent over the socket because the shared ring stayed
+                              full (a consumer holding on to them) */
 } tprobe_session_counts;
 int tprobe_session_counts_get(const tprobe_session *session, tprobe_session_counts *counts);
 

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "errors.h"
+#include "shm.h"
 
 namespace tprobe {
 
@@ -214,8 +215,29 @@ class output_link {
       file_->write(r);
       return;
     }
+    if (takes_shm() && r.has_payload() && r.header.codec == record_codec::raw) {
+      // A payload already in shared memory goes by reference (shm.h): the consumer maps it.
+      if (auto ref = shm_share(*r.payload_frame())) {
+        record_header h = r.header;
+        h.stored.reset();
+        h.shm = std::move(*ref);
+        std::vector<zmq::message_t> frames;
+        frames.push_back(record_header_encode(h));
+        try {
+          send_frames(std::move(frames));
+        } catch (...) {
+          shm_unshare(*h.shm);
+          throw;
+        }
+        return;
+      }
+    }
     send_frames(record_encode(r));
   }
+
+  // True when the consumer said in its ack that it takes payloads by reference and runs on this
+  // host (record.h "shm").
+  bool takes_shm() const { return !file_ && consumer_shm_ && consumer_host_ == host_name(); }
 
   void send_frames(std::vector<zmq::message_t> frames) {
     for (size_t i = 0; i < frames.size(); ++i) {
@@ -387,6 +409,7 @@ class output_link {
         consumer_host_ = meta.value("host", std::string{});
         consumer_pid_ = meta.value("pid", int64_t{0});
         consumer_syncs_ = meta.value("sync", false);
+        consumer_shm_ = meta.value("shm", false) && shm_enabled();
       }
       return true;
     }
@@ -401,6 +424,7 @@ class output_link {
   std::string consumer_name_, consumer_host_;
   int64_t consumer_pid_ = 0;
   bool consumer_syncs_ = false;
+  bool consumer_shm_ = false;
 };
 
 struct producer_state {
@@ -583,6 +607,10 @@ struct stage_io::impl {
     record_header ack = record_header_of(record_kind::ack);
     ack.meta = peer_meta(options.producer_name);
     ack.meta["sync"] = true;  // every stage_io answers barriers
+    // Payloads by reference from a producer on this host (shm.h); a file or tcp peer elsewhere
+    // gets bytes.
+    if (auto it = producers.find(id); it != producers.end() && it->second.host == host_name() && shm_enabled())
+      ack.meta["shm"] = true;
     auto frame = record_header_encode(ack);
     router.send(zmq::buffer(id), zmq::send_flags::sndmore);
     router.send(frame, zmq::send_flags::none);
@@ -737,6 +765,16 @@ struct stage_io::impl {
             if (auto b = r.header.meta.find("barrier"); b != r.header.meta.end() && b->is_number_unsigned())
               barrier_received = barrier_from{id, b->get<uint64_t>()};
           }
+          if (r.header.shm) {
+            try {
+              const uint64_t length = r.header.length;
+              r.set_payload_frame(shm_frame_from_ref(*r.header.shm, length));
+              r.header.shm.reset();
+            } catch (const framing_error &e) {
+              throw framing_error(fmt::format("malformed record from {} on {}: {}: {}", producer_label(id),
+                                              input_endpoint, r.describe(), e.what()));
+            }
+          }
           ++counts.received;
           if (tap && outputs.empty()) publish_consumed(r);
           return r;
@@ -748,7 +786,7 @@ struct stage_io::impl {
     if (is_barrier(r)) return send_barrier(r);
     std::vector<zmq::message_t> frames = record_encode(r);
     for (size_t o = 0; o < outputs.size(); ++o) {
-      if (outputs[o]->is_file()) {
+      if (outputs[o]->is_file() || outputs[o]->takes_shm()) {
         outputs[o]->send(r);
         continue;
       }
@@ -946,6 +984,7 @@ record_sender::record_sender(zmq::context_t &ctx, const std::string &endpoint, c
 
 record_sender::~record_sender() = default;
 void record_sender::send(const record &r) { impl_->link.send(r); }
+bool record_sender::shares_memory() const { return impl_->link.takes_shm(); }
 void record_sender::abandon() { impl_->link.abandon(); }
 
 bool record_sender::sync(record r) {

@@ -31,6 +31,11 @@
 //   finish()), after the outputs it passed the barrier on to have answered theirs. So a barrier
 //   crosses a chain of stages and comes back from the last one. Waits for `synced` are watched
 //   like the eos ack (below).
+//   Shared memory (1.2, shm.h): a stage_io answers shm: true to a producer on its host; a link
+//   to such a consumer sends a payload that already lies in shared memory as a reference. The
+//   capture puts large payloads in its ring when its consumer takes them, and each stage passes
+//   references on to stages of its host, so a tensor is copied once, by the capture. stage_io
+//   hands the stage a record whose payload frame is the shared memory itself.
 // The consumer's stream ends when registration is closed and every registered producer has sent
 // eos. Registration closes when `producers` producers have registered (producers > 0), or when a
 // `final` record arrives (the launcher sends it after the capturing command exited; use
@@ -180,7 +185,11 @@ class record_sender {
   record_sender(const record_sender &) = delete;
   record_sender &operator=(const record_sender &) = delete;
   // Blocking (backpressure); consumer_lost_error when the consumer is gone or stalled (above).
+  // A payload frame in shared memory (shm.h) goes by reference when shares_memory().
   void send(const record &r);
+  // True when the consumer takes payloads by reference (its ack said shm and it runs on this
+  // host): a producer then puts large payloads in an shm_ring.
+  bool shares_memory() const;
   // eos with the given counts, then close (delivers everything first); consumer_lost_error as
   // send, when the eos is not acknowledged.
   void finish(uint64_t records, uint64_t dropped);

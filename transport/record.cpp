@@ -217,6 +217,7 @@ zmq::message_t record_header_encode(const record_header &h) {
   n += h.flags != 0;
   n += h.codec != record_codec::raw;
   n += h.stored.has_value() ? 2 : 0;  // length, stored
+  n += h.shm.has_value() ? 2 : 0;     // length, shm
   n += h.stats.has_value();
   n += !h.meta.is_null();
   p.pack_map(n);
@@ -256,6 +257,16 @@ zmq::message_t record_header_encode(const record_header &h) {
     p.pack(h.length);
     pack_str(p, "stored");
     p.pack(*h.stored);
+  }
+  if (h.shm) {
+    if (h.stored) throw std::logic_error("record header has both a payload frame and a shm reference");
+    pack_str(p, "length");
+    p.pack(h.length);
+    pack_str(p, "shm");
+    p.pack_map(3);
+    pack_str(p, "path"), pack_str(p, h.shm->path);
+    pack_str(p, "id"), p.pack(h.shm->id);
+    pack_str(p, "offset"), p.pack(h.shm->offset);
   }
   if (h.stats) {
     const tensor_stats &s = *h.stats;
@@ -368,6 +379,20 @@ record_header record_header_decode(std::span<const std::byte> frame) {
       else throw framing_error(fmt::format("unknown payload codec \"{}\"", c));
     } else if (key == "length") h.length = as_uint(v, key), have_length = true;
     else if (key == "stored") h.stored = as_uint(v, key);
+    else if (key == "shm") {
+      if (v.type != msgpack::type::MAP) bad_key(key, "a map");
+      record_shm_ref ref;
+      bool have_path = false, have_id = false, have_offset = false;
+      for (uint32_t j = 0; j < v.via.map.size; ++j) {
+        const auto &kv = v.via.map.ptr[j];
+        const std::string sub = as_str(kv.key, key);
+        if (sub == "path") ref.path = as_str(kv.val, "shm.path"), have_path = true;
+        else if (sub == "id") ref.id = as_uint(kv.val, "shm.id"), have_id = true;
+        else if (sub == "offset") ref.offset = as_uint(kv.val, "shm.offset"), have_offset = true;
+      }
+      if (!have_path || !have_id || !have_offset || ref.path.empty()) bad_key(key, "a map of path, id and offset");
+      h.shm = std::move(ref);
+    }
     else if (key == "stats") h.stats = as_stats(v);
     else if (key == "meta") h.meta = object_to_json(v);
     // Any other key comes from a newer minor version: ignored, as the format promises.
@@ -380,9 +405,11 @@ record_header record_header_decode(std::span<const std::byte> frame) {
     throw framing_error(fmt::format("tensor record {} {} of foreign dtype \"{}\" carries data or statistics",
                                     h.entry, h.slot, h.foreign_dtype));
   if (h.stored && !have_length) throw framing_error("header has \"stored\" without \"length\"");
+  if (h.shm && (h.stored || !have_length || h.codec != record_codec::raw))
+    throw framing_error("header has \"shm\" with \"stored\", without \"length\", or with a codec");
   if (h.stored && h.codec == record_codec::raw && *h.stored != h.length)
     throw framing_error(fmt::format("raw payload: stored {} != length {}", *h.stored, h.length));
-  if (h.kind == record_kind::tensor && h.stored) {
+  if (h.kind == record_kind::tensor && (h.stored || h.shm)) {
     const uint64_t expected = h.element_count() * dtype_size(h.type);
     if (h.length != expected)
       throw framing_error(fmt::format("tensor {} {}: payload length {} does not match {} {} (expected {} bytes)",

@@ -52,6 +52,11 @@
 //      codec          str               payload codec: "raw" or "lz4" (opt, "raw")
 //      length         uint              payload bytes after decoding (opt, 0)
 //      stored         uint              payload frame bytes; present iff frame 1 is present
+//      shm            map               opt (1.2), the payload by reference instead of frame 1:
+//                                       {path: str, id: uint, offset: uint}, a block of `length`
+//                                       bytes in a shared-memory segment of this host (shm.h);
+//                                       never together with `stored`. Sent only to a consumer
+//                                       whose ack said shm: true; never written to files or taps.
 //      stats          map               opt, statistics when known: keys max, min, mean, norm
 //                                       (nil | bool | int | float64), nan, inf (uint), crc32 (uint)
 //      meta           any msgpack       opt, kind-specific structured data (see 2)
@@ -64,7 +69,9 @@
 //      ack       consumer → producer. meta (opt): {name: str, host: str, pid: int}, the consumer
 //                that answered, so that a producer blocked on it can tell a consumer that died
 //                (a pid on this host that is gone) from one that is slow (endpoint.h); and
-//                sync: true when the consumer answers barriers (below, since 1.1).
+//                sync: true when the consumer answers barriers (below, since 1.1);
+//                shm: true when the consumer takes payloads by reference (header key shm,
+//                since 1.2): it runs on the producer's host (by host name) and maps segments.
 //      session   a capture session opened: meta = the effective config as a map (task, level,
 //                framework, dump_path, summary_mode, data_mode, rank, …) and, when the
 //                producer is one of a manifest's runs, label (str: the run's name).
@@ -140,7 +147,7 @@
 namespace tprobe {
 
 inline constexpr uint8_t RECORD_VERSION_MAJOR = 1;
-inline constexpr uint8_t RECORD_VERSION_MINOR = 1;  // 1.1: barriers and synced
+inline constexpr uint8_t RECORD_VERSION_MINOR = 2;  // 1.1: barriers and synced; 1.2: shm references
 inline constexpr size_t RECORD_PREFIX_SIZE = 4;
 inline constexpr size_t RECORD_HEADER_MAX_DEPTH = 1000;  // above msprobe's 400 levels of dump data
 
@@ -176,6 +183,13 @@ inline constexpr uint32_t RECORD_FLAG_CRC32 = 1u << 1;  // summary_mode md5: com
 // entry_allocates_only): the record has no payload and no statistics, and dump.json marks it.
 inline constexpr uint32_t RECORD_FLAG_UNINITIALIZED = 1u << 2;
 
+// A payload in shared memory (header key shm; transport/shm.h).
+struct record_shm_ref {
+  std::string path;  // the segment, as the consumer opens it: /proc/PID/fd/FD
+  uint64_t id = 0;   // the segment's id (its header holds the same)
+  uint64_t offset = 0;  // of the payload in the segment
+};
+
 // One element of the nesting path under a slot's section.
 using record_path_element = std::variant<int64_t, std::string>;
 
@@ -198,6 +212,7 @@ struct record_header {
   record_codec codec = record_codec::raw;
   uint64_t length = 0;                // decoded payload bytes
   std::optional<uint64_t> stored;     // payload frame bytes; set iff a payload frame exists
+  std::optional<record_shm_ref> shm;  // the payload by reference (never with stored)
   std::optional<tensor_stats> stats;  // statistics when known
   nlohmann::ordered_json meta;        // null when absent
 
