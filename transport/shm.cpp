@@ -58,6 +58,20 @@ long futex(std::atomic<uint32_t> *word, int op, uint32_t value, const timespec *
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// "/proc/<digits>/fd/<digits>", the only form a producer's segment path takes.
+bool is_proc_fd_path(const std::string &p) {
+  auto digits = [&](size_t &i) {
+    const size_t start = i;
+    while (i < p.size() && p[i] >= '0' && p[i] <= '9') ++i;
+    return i > start && i - start <= 10;
+  };
+  if (p.rfind("/proc/", 0) != 0) return false;
+  size_t i = 6;
+  if (!digits(i) || p.compare(i, 4, "/fd/") != 0) return false;
+  i += 4;
+  return digits(i) && i == p.size();
+}
+
 }  // namespace
 
 // One mapping of a segment in this process: the producer's own, or one a consumer opened.
@@ -320,12 +334,19 @@ zmq::message_t shm_frame_from_ref(const record_shm_ref &ref, uint64_t length) {
     std::lock_guard lock(open_mutex);
     segment = the_registry().find(ref.path, ref.id);
     if (!segment) {
-      const int fd = ::open(ref.path.c_str(), O_RDWR | O_CLOEXEC);
+      // A reference names a producer's memfd and nothing else: a record must not make a stage
+      // open an arbitrary file (or block on a FIFO or a device).
+      if (!is_proc_fd_path(ref.path))
+        throw framing_error(fmt::format("shm reference names \"{}\", not a /proc/PID/fd/FD segment", ref.path));
+      const int fd = ::open(ref.path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
       if (fd < 0) throw system_error_from_errno("open", "shared-memory segment " + ref.path, errno);
       struct stat st{};
       void *base = MAP_FAILED;
-      if (::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= header_page)
+      errno = 0;
+      if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<size_t>(st.st_size) >= header_page)
         base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      else if (errno == 0)
+        errno = EINVAL;  // not a segment: a directory, a device, a file shorter than a header
       const int e = errno;
       ::close(fd);  // the mapping keeps the memory
       if (base == MAP_FAILED) throw system_error_from_errno("map", "shared-memory segment " + ref.path, e);

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "endpoint.h"
@@ -146,8 +148,13 @@ TEST(shm_ref, bad_references_are_framing_errors_not_reads) {
   record_shm_ref stale = *ref;
   stale.id ^= 1;
   EXPECT_THROW(shm_frame_from_ref(stale, MiB), framing_error);
+  for (const char *path : {"/etc/passwd", "/proc/self/fd/0", "/proc/1/fd/../../self/fd/3", "/dev/zero"}) {
+    record_shm_ref elsewhere = *ref;
+    elsewhere.path = path;
+    EXPECT_THROW(shm_frame_from_ref(elsewhere, MiB), framing_error) << path;
+  }
   record_shm_ref missing = *ref;
-  missing.path = "/proc/self/fd/999999";
+  missing.path = "/proc/" + std::to_string(::getpid()) + "/fd/999999";
   EXPECT_THROW(shm_frame_from_ref(missing, MiB), system_error);
   shm_unshare(*ref);
 }
