@@ -120,6 +120,14 @@ std::vector<record> sample_records() {
   eos.header.meta = {{"records", 12}, {"dropped", 0}};
   out.push_back(std::move(eos));
   out.emplace_back(record_kind::final);
+  // 1.2: a payload by reference (header key shm), no payload frame.
+  record by_ref = tensor({16384, 4}, dtype::float32, false);
+  by_ref.header.seq = 6;
+  by_ref.header.slot = "output.0";
+  by_ref.header.requires_grad = false;
+  by_ref.header.length = 16384 * 16;
+  by_ref.header.shm = record_shm_ref{"/proc/4242/fd/7", 0x1234567890abcdefull, 4160};
+  out.push_back(std::move(by_ref));
   return out;
 }
 
