@@ -518,16 +518,24 @@ struct tprobe_session {
   // One copy of a large tensor in all: into shared memory that the stages read (shm.h). LZ4 is
   // for links that leave the host, whose payloads travel as bytes anyway. Without a ring (no
   // consumer on this host, or memfd unavailable) payloads take the socket, as always.
+  // The ring is made at the first large payload: a statistics run, whose data never leaves,
+  // never pays for it.
   void open_ring() {
     if (options.lz4 || !shm_enabled()) return;
-    bool shared = false;
-    for (auto &s : senders) shared |= s->shares_memory();
-    if (!shared) return;
-    try {
-      ring = std::make_unique<shm_ring>(options.queue_bytes);
-    } catch (const std::exception &e) {
-      std::fprintf(stderr, "tprobe: warning: payloads go over the socket: %s\n", e.what());
+    for (auto &s : senders) ring_wanted |= s->shares_memory();
+  }
+  bool ring_wanted = false;
+
+  shm_ring *the_ring() {
+    if (!ring && ring_wanted) {
+      ring_wanted = false;  // one try
+      try {
+        ring = std::make_unique<shm_ring>(options.queue_bytes);
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "tprobe: warning: payloads go over the socket: %s\n", e.what());
+      }
     }
+    return ring.get();
   }
 
   // A payload frame of `bytes`: in the ring when it is worth it and the ring takes it, else from
@@ -535,7 +543,7 @@ struct tprobe_session {
   // (a stage keeping records, a dead stage) sends this payload by socket instead, whose waits
   // are watched (endpoint.h), so the training thread never waits on a consumer unwatched.
   zmq::message_t payload_frame(size_t bytes) {
-    if (ring && bytes >= SHM_MIN_PAYLOAD) {
+    if (bytes >= SHM_MIN_PAYLOAD && the_ring()) {
       auto frame = ring->allocate(bytes, [this] { return !detached.load(std::memory_order_relaxed); });
       if (frame) {
         counts.shared_bytes += bytes;
