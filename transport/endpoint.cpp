@@ -432,6 +432,7 @@ struct producer_state {
   std::string host;
   int64_t pid = 0;
   bool done = false;
+  uint64_t lost_payloads = 0;  // references that could not be opened after the producer died
   clock_type::time_point last_seen;
 };
 
@@ -773,6 +774,14 @@ struct stage_io::impl {
             } catch (const framing_error &e) {
               throw framing_error(fmt::format("malformed record from {} on {}: {}: {}", producer_label(id),
                                               input_endpoint, r.describe(), e.what()));
+            } catch (const system_error &) {
+              // A producer that died with references in flight took its segment with it: what it
+              // sent is lost, as a crashed producer's stream is (truncated), not the stage's fault.
+              if (it == producers.end() || it->second.host != host_name() || !process_is_gone(it->second.pid)) throw;
+              if (!it->second.lost_payloads++)
+                fmt::print(stderr, "{}: warning: producer {} (pid {}) exited with payloads in shared memory; they are lost\n",
+                           options.producer_name, it->second.name, it->second.pid);
+              continue;
             }
           }
           ++counts.received;

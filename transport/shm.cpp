@@ -79,7 +79,11 @@ struct shm_segment {
   std::byte *base = nullptr;
   size_t size = 0;
   uint64_t id = 0;
+  // How other processes open it: our own /proc/PID/fd/FD, the producer's fd for its ring and our
+  // fd for one we opened. A reference we pass on names our fd, which lives as long as this
+  // process, not the producer's, which may be gone by the time a stage further down opens it.
   std::string path;
+  int fd = -1;  // a segment we opened (a ring's fd belongs to the ring)
 
   segment_header *header() const { return reinterpret_cast<segment_header *>(base); }
   block_header *block_at(uint64_t block_offset) const {
@@ -96,21 +100,28 @@ struct shm_segment {
 
   ~shm_segment() {
     if (base) ::munmap(base, size);
+    if (fd >= 0) ::close(fd);
   }
 };
 
 namespace {
 
 // Every segment this process has mapped, so that a frame's address finds its segment (shm_share)
-// and a reference finds its mapping (shm_frame_from_ref). Weak: a mapping lives while frames use it.
+// and a reference finds its mapping by id (shm_frame_from_ref). Our own rings are held weakly (a
+// ring lives while its session or frames use it); segments we opened are kept mapped, with their
+// fd open, for the life of the process: a reference we passed on names our fd, and the stage
+// that receives it may open it after our last record using it is gone. A stage serves one run,
+// so this is one mapping per capture process that fed it.
 struct registry {
   std::mutex mutex;
   std::vector<std::weak_ptr<shm_segment>> segments;
+  std::vector<std::shared_ptr<shm_segment>> opened;
 
-  void add(const std::shared_ptr<shm_segment> &s) {
+  void add(const std::shared_ptr<shm_segment> &s, bool keep) {
     std::lock_guard lock(mutex);
     std::erase_if(segments, [](const auto &w) { return w.expired(); });
     segments.push_back(s);
+    if (keep) opened.push_back(s);
   }
   std::shared_ptr<shm_segment> containing(const void *p) {
     std::lock_guard lock(mutex);
@@ -119,10 +130,10 @@ struct registry {
       if (auto s = w.lock(); s && b >= s->base + header_page && b < s->base + s->size) return s;
     return nullptr;
   }
-  std::shared_ptr<shm_segment> find(const std::string &path, uint64_t id) {
+  std::shared_ptr<shm_segment> find(uint64_t id) {
     std::lock_guard lock(mutex);
     for (const auto &w : segments)
-      if (auto s = w.lock(); s && s->id == id && s->path == path) return s;
+      if (auto s = w.lock(); s && s->id == id) return s;
     return nullptr;
   }
 };
@@ -238,7 +249,7 @@ shm_ring::shm_ring(size_t capacity) : impl_(std::make_unique<impl>()) {
   impl_->segment = seg;
   impl_->fd = fd;
   impl_->end = capacity;
-  the_registry().add(seg);
+  the_registry().add(seg, false);
 }
 
 shm_ring::~shm_ring() {
@@ -323,16 +334,16 @@ std::optional<record_shm_ref> shm_share(const zmq::message_t &frame) {
 }
 
 void shm_unshare(const record_shm_ref &ref) {
-  auto segment = the_registry().find(ref.path, ref.id);
+  auto segment = the_registry().find(ref.id);
   if (segment) segment->release(segment->block_at(ref.offset - block_header_bytes));
 }
 
 zmq::message_t shm_frame_from_ref(const record_shm_ref &ref, uint64_t length) {
-  auto segment = the_registry().find(ref.path, ref.id);
+  auto segment = the_registry().find(ref.id);
   if (!segment) {
     static std::mutex open_mutex;  // two threads mapping the same segment map it once
     std::lock_guard lock(open_mutex);
-    segment = the_registry().find(ref.path, ref.id);
+    segment = the_registry().find(ref.id);
     if (!segment) {
       // A reference names a producer's memfd and nothing else: a record must not make a stage
       // open an arbitrary file (or block on a FIFO or a device).
@@ -348,19 +359,22 @@ zmq::message_t shm_frame_from_ref(const record_shm_ref &ref, uint64_t length) {
       else if (errno == 0)
         errno = EINVAL;  // not a segment: a directory, a device, a file shorter than a header
       const int e = errno;
-      ::close(fd);  // the mapping keeps the memory
-      if (base == MAP_FAILED) throw system_error_from_errno("map", "shared-memory segment " + ref.path, e);
+      if (base == MAP_FAILED) {
+        ::close(fd);
+        throw system_error_from_errno("map", "shared-memory segment " + ref.path, e);
+      }
       auto seg = std::make_shared<shm_segment>();
       seg->base = static_cast<std::byte *>(base);
       seg->size = static_cast<size_t>(st.st_size);
-      seg->path = ref.path;
+      seg->fd = fd;
+      seg->path = fmt::format("/proc/{}/fd/{}", ::getpid(), fd);
       const segment_header *h = seg->header();
       if (std::memcmp(h->magic, segment_magic, sizeof segment_magic) != 0 || h->id != ref.id ||
           h->capacity != seg->size)
         throw framing_error(fmt::format("shm reference to {}: not the segment {:x} it names (a stale path?)",
                                         ref.path, ref.id));
       seg->id = ref.id;
-      the_registry().add(seg);
+      the_registry().add(seg, true);
       segment = std::move(seg);
     }
   }

@@ -7,9 +7,12 @@
 // it. Records and control stay on ZeroMQ: only the payload bytes move by reference.
 //
 // Segments. A producer (the capture session) owns one segment: a memfd of `capacity` bytes,
-// mapped shared, used as a ring of blocks. Consumers open it as /proc/PID/fd/FD of the producer
-// (no name in /dev/shm, so nothing is left behind by a crash: the memory goes with the last
-// process that maps it). The segment's first page is a header:
+// mapped shared, used as a ring of blocks. A consumer opens it as /proc/PID/fd/FD of the process
+// that sent it the reference (no name in /dev/shm, so nothing is left behind by a crash: the
+// memory goes with the last process that maps it), keeps it open and mapped while it lives, and
+// names its own fd in the references it passes on: a stage further down opens the segment through
+// its immediate producer, which is alive until that stage acknowledged its end-of-stream, so no
+// hop depends on the capture process still running. The segment's first page is a header:
 //
 //   offset  size  field
 //   0       8     magic "TPSHMSG1"

@@ -55,6 +55,16 @@ BIG_TRAIN = textwrap.dedent("""
 """)
 
 
+def iter_leaves(node):
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from iter_leaves(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from iter_leaves(value)
+
+
 def tensor_config(**extra):
     config = tt.default_config(level="L1", task="tensor")
     config.update(extra)
@@ -66,6 +76,11 @@ class SharedMemoryPayloads(tt.CaptureTest):
         shared = self.run_script(BIG_TRAIN, config=tensor_config(), manifest="tensor.json", steps=2, name="shm")
         socket = self.run_script(BIG_TRAIN, config=tensor_config(), manifest="tensor.json", steps=2,
                                  name="socket", env={"TPROBE_SHM": "off"})
+        # async_dump: the capture runs ahead and may exit before the writer opens the segment; a
+        # stage passes references on through its own fd, so this must not matter.
+        ahead = self.run_script(BIG_TRAIN, config=tensor_config(async_dump=True, tensor={
+            "scope": [], "list": ["forward", "backward"], "data_mode": ["all"]}), manifest="tensor.json", steps=2,
+            name="async")
         with open(os.path.join(shared.dir, "counters.json")) as f:
             on = json.load(f)
         with open(os.path.join(socket.dir, "counters.json")) as f:
@@ -83,7 +98,38 @@ class SharedMemoryPayloads(tt.CaptureTest):
             self.assertEqual(names, sorted(os.listdir(b)))
             match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
             self.assertEqual((mismatch, errors), ([], []), f"step {step}")
+            c = os.path.join(ahead.folder(step), "dump_tensor_data")
+            self.assertEqual(names, sorted(os.listdir(c)), f"step {step}, async_dump")
+            match, mismatch, errors = filecmp.cmpfiles(a, c, names, shallow=False)
+            self.assertEqual((mismatch, errors), ([], []), f"step {step}, async_dump")
             self.assertEqual(shared.load("dump.json", step)["data"], socket.load("dump.json", step)["data"])
+
+    def test_a_stage_opens_the_segment_after_the_capture_process_is_gone(self):
+        # tprobe-fault holds the stream's first record (the session) for 4 s before the writer, so
+        # the writer's first reference arrives after the training process has exited (async_dump:
+        # its close waits for the statistics stage only). The writer must open the segment
+        # through the stage before it, the capture's fd being gone, and the dump be complete.
+        manifest = {"description": "stats, a late hop, writer", "capture": {"task": "tensor"}, "stages": [
+            {"name": "stats", "stage": "stats", "inputs": ["capture"], "options": {}},
+            {"name": "late", "stage": "fault", "inputs": ["stats"],
+             "options": {"delay-ms": 4000, "delay-prob": 1, "kinds": "session"}},
+            {"name": "writer", "stage": "writer", "inputs": ["late"], "options": {}}]}
+        config = tensor_config(async_dump=True, tensor={"scope": [], "list": ["forward", "backward"],
+                                                        "data_mode": ["all"]})
+        run = self.run_script(BIG_TRAIN, config=config, manifest=self.write_manifest(manifest), steps=2)
+        self.assertIn("done 2 steps", run.result.stdout)
+        for step in (0, 1):
+            data = run.data(step)
+            named = {leaf["data_name"] for leaf in iter_leaves(data) if isinstance(leaf, dict) and "data_name" in leaf}
+            files = set(os.listdir(os.path.join(run.folder(step), "dump_tensor_data")))
+            self.assertGreater(len(files), 10)
+            self.assertEqual(named, files, f"step {step}")
+
+    def write_manifest(self, manifest):
+        path = os.path.join(self.tmp, "late.json")
+        with open(path, "w") as f:
+            json.dump(manifest, f)
+        return path
 
     def test_a_stage_that_holds_payloads_or_dies_never_hangs_the_training(self):
         for stage, sig in (("tprobe-writer", signal.SIGSTOP), ("tprobe-stats", signal.SIGKILL)):

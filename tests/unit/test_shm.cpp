@@ -148,12 +148,16 @@ TEST(shm_ref, bad_references_are_framing_errors_not_reads) {
   record_shm_ref stale = *ref;
   stale.id ^= 1;
   EXPECT_THROW(shm_frame_from_ref(stale, MiB), framing_error);
+  // A segment this process has not mapped (another id) is opened by its path, which must be a
+  // producer's /proc/PID/fd/FD.
   for (const char *path : {"/etc/passwd", "/proc/self/fd/0", "/proc/1/fd/../../self/fd/3", "/dev/zero"}) {
     record_shm_ref elsewhere = *ref;
+    elsewhere.id ^= 2;
     elsewhere.path = path;
     EXPECT_THROW(shm_frame_from_ref(elsewhere, MiB), framing_error) << path;
   }
   record_shm_ref missing = *ref;
+  missing.id ^= 2;
   missing.path = "/proc/" + std::to_string(::getpid()) + "/fd/999999";
   EXPECT_THROW(shm_frame_from_ref(missing, MiB), system_error);
   shm_unshare(*ref);
