@@ -1,4 +1,4 @@
-// tprobe-bench-compare: throughput of the offline compare (stages/compare/compare.h) on a generated
+// tprobe-bench-compare: throughput of the offline compare (tools/compare/compare.h) on a generated
 // dump pair, against memcpy bandwidth measured in the same run.
 //
 //   tprobe-bench-compare [--mib-per-side N] [--tensor-mib N] [--threads N] [--memcpy-reps N] [--keep]

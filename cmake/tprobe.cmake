@@ -22,6 +22,13 @@ function(tprobe_add_stage verb)
   set_property(GLOBAL APPEND PROPERTY TPROBE_STAGE_TARGETS tprobe-${verb})
 endfunction()
 
+# tprobe_add_tool(<verb> LIBRARY <sources…> MAIN <main.cpp> [DEPS <targets…>])
+# The same for an offline tool over files (tools/<tool>/): its library part joins tprobe_stages as
+# well, so tests call it in process, and its binary is tprobe-<verb> too; only its folder differs.
+function(tprobe_add_tool verb)
+  tprobe_add_stage(${verb} ${ARGN})
+endfunction()
+
 # tprobe_add_test(<name> SOURCES <…> LABEL unit|e2e [TIMEOUT s] [DEPS …])
 # Every test gets a hermetic temp dir and the bin dir of this build (never a guessed path).
 function(tprobe_add_test name)

@@ -1,4 +1,4 @@
-// norm_guard: a stage of your own in C++ with the stage kit (stages/kit/tprobe_stage.h,
+// norm_guard: a stage of your own in C++ with the stage kit (stages/stream/kit/tprobe_stage.h,
 // docs/stage-protocol.md). It passes every record on, so it can stand where tprobe-stats stands,
 // and the first time a tensor's norm exceeds --limit, or a tensor holds NaN/Inf, it prints that
 // tensor and stops that capture (msprobe's service end: the training runs on, the dump so far is

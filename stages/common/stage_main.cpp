@@ -181,6 +181,18 @@ void stage_check_declared_options(const stage_description &d, stage_option_value
   }
 }
 
+std::vector<record_kind> data_kinds_parse(const std::vector<std::string> &names, const std::string &option) {
+  std::vector<record_kind> kinds;
+  for (const auto &n : names) {
+    auto k = record_kind_from_name(n);
+    if (!k || record_kind_is_control(*k))
+      throw usage_error(fmt::format("{} \"{}\": not a data record kind (session, entry, tensor, value, flush, step_end)",
+                                    option, n));
+    kinds.push_back(*k);
+  }
+  return kinds;
+}
+
 void stage_parse(CLI::App &app, int argc, char **argv) {
   try {
     app.parse(argc, argv);

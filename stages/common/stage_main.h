@@ -35,6 +35,7 @@
 
 #include "endpoint.h"
 #include "errors.h"
+#include "record.h"
 
 namespace tprobe {
 
@@ -103,6 +104,10 @@ class stage_option_values {
 };
 void stage_add_declared_options(CLI::App &app, const stage_description &d, stage_option_values &values);
 void stage_check_declared_options(const stage_description &d, stage_option_values &values);
+
+// Data record kind names ("tensor", "step_end") → kinds, for options that pick record kinds
+// (tprobe-null --delay-kinds, tprobe-fault --kinds). Throws usage_error naming `option`.
+std::vector<record_kind> data_kinds_parse(const std::vector<std::string> &names, const std::string &option);
 
 // app.parse(), with --help printed (then CLI::Success is thrown, which the guard maps to 0) and
 // parse errors turned into usage_error.

@@ -40,7 +40,7 @@ class fuzz_contract_violation : public std::logic_error {
 // encode(decode(encode(r))) == encode(r) for the header frame.
 void fuzz_record(std::span<const uint8_t> data);
 
-// A pipeline manifest (stages/run/manifest.h): manifest_load() of the input as a file, then
+// A pipeline manifest (launcher/run/manifest.h): manifest_load() of the input as a file, then
 // manifest_check_options() against a fixed table (no binary is run), manifest_stage_argv() of
 // every stage and the topological order promise; also stage_description_parse() of the input.
 void fuzz_manifest(std::span<const uint8_t> data);
@@ -49,7 +49,7 @@ void fuzz_manifest(std::span<const uint8_t> data);
 // session_meta(), a capture_filter's decisions, and config_apply_overrides().
 void fuzz_config(std::span<const uint8_t> data);
 
-// A dump.json as tprobe compare reads it (stages/compare/compare_dump.h: dump_load(), i.e.
+// A dump.json as tprobe compare reads it (core/compare/compare_dump.h: dump_load(), i.e.
 // core/pyjson.h's parser and the flattening), dump_mode(), the input as a stack.json
 // (stack_from_json), and pyjson's dump/parse round trip.
 void fuzz_dump_json(std::span<const uint8_t> data);

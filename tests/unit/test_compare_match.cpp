@@ -1,4 +1,4 @@
-// Tests for stages/compare/compare_match.h (tprobe compare --match auto): calls recorded under other
+// Tests for core/compare/compare_match.h (tprobe compare --match auto): calls recorded under other
 // names, inserted and missing operators, backward slots in another order, and --match name keeping
 // msprobe's behaviour. Each tensor of a test dump carries a value that identifies it (its Max), the
 // same on both sides: a row is paired right exactly when both sides' Max agree.

@@ -1,4 +1,4 @@
-// Tests for stages/compare/compare_dump.h and compare_table.h: flattening dump.json (msprobe's own
+// Tests for core/compare/compare_dump.h and compare_table.h: flattening dump.json (msprobe's own
 // examples, verbatim), mode detection, matching (exact, dtype gate, fuzzy, mapping), the statistics
 // and md5 tables, highlighting, the advisor and stack.json (msprobe-compat.md §1.11, §3.2–§3.11).
 #include "compare/compare_table.h"

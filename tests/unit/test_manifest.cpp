@@ -1,4 +1,4 @@
-// Manifest parsing and validation (stages/run/manifest.h), in-process: stage descriptions are made
+// Manifest parsing and validation (launcher/run/manifest.h), in-process: stage descriptions are made
 // by hand, so no binary runs except the few /bin/sh scripts of the --describe tests.
 #include <sys/stat.h>
 

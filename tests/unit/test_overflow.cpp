@@ -1,4 +1,4 @@
-// tprobe-overflow's library (stages/overflow/overflow.h) in-process: which calls pass, when a call
+// tprobe-overflow's library (stages/stream/overflow/overflow.h) in-process: which calls pass, when a call
 // is complete (nesting), counting and the stop it sends to the capture's control endpoint.
 #include <atomic>
 #include <chrono>
