@@ -24,7 +24,7 @@
 #include <dlpack/dlpack.h>
 #include <zmq.hpp>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "common/stage_main.h"
 #include "stats/stats.h"
 #include "tprobe_capture.h"

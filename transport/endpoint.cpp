@@ -1,4 +1,5 @@
 #include "endpoint.h"
+#include "link.h"
 
 #include <atomic>
 #include <cerrno>
@@ -175,10 +176,10 @@ std::string curve_hint(const curve_plan &plan) {
 }
 
 // One outgoing connection: a DEALER that has completed the hello/ack handshake, or a record file.
-class output_link {
+class link_impl {
  public:
-  output_link(zmq::context_t &ctx, const std::string &spec, const std::string &producer_name, int hwm,
-              const link_deadlines &deadlines)
+  link_impl(zmq::context_t &ctx, const std::string &spec, const std::string &producer_name, int hwm,
+            const link_deadlines &deadlines)
       : spec_(spec), deadlines_(deadlines) {
     std::string path;
     if (endpoint_is_file(spec, &path)) {
@@ -251,7 +252,7 @@ class output_link {
           check_consumer(*blocked_since, "send to");
         }
       } catch (const zmq::error_t &e) {
-        if (e.num() == EINTR && !stop_requested()) {  // an unrelated signal: the record must get through
+        if (e.num() == EINTR && !transport_interrupted()) {  // an unrelated signal: the record must get through
           --i;
           continue;
         }
@@ -266,8 +267,8 @@ class output_link {
     }
   }
 
-  ~output_link() {
-    if (socket_ && stop_requested()) socket_.set(zmq::sockopt::linger, 0);
+  ~link_impl() {
+    if (socket_ && transport_interrupted()) socket_.set(zmq::sockopt::linger, 0);
   }
 
   bool is_file() const { return file_ != nullptr; }
@@ -289,7 +290,7 @@ class output_link {
       return;
     }
     send(eos);
-    if (!stop_requested()) {
+    if (!transport_interrupted()) {
       try {
         wait_reply(reply::eos_ack);
       } catch (...) {
@@ -347,7 +348,7 @@ class output_link {
       socket_.set(zmq::sockopt::linger, 0);  // nothing pending may hold the process open now
       throw consumer_lost_error(fmt::format("unable to {} {}: {}", verb, spec_, why));
     };
-    if (stop_requested()) lost("stopped while the consumer was not reading");
+    if (transport_interrupted()) lost("stopped while the consumer was not reading");
     if (consumer_pid_ > 0 && consumer_host_ == host_name() && process_is_gone(consumer_pid_))
       lost(consumer_text() + " is gone");
     if (std::string why = pipeline_gone(); !why.empty()) lost(why);
@@ -374,7 +375,7 @@ class output_link {
         if (e.num() == EINTR) continue;
         rethrow_zmq(e, "poll", spec_);
       }
-      if (items[1].revents & ZMQ_POLLIN || stop_requested()) {
+      if (items[1].revents & ZMQ_POLLIN || transport_interrupted()) {
         if (what == reply::synced) return false;
         throw system_error(fmt::format("unable to reach {}: stopped while waiting for its answer", spec_));
       }
@@ -427,14 +428,6 @@ class output_link {
   bool consumer_shm_ = false;
 };
 
-struct producer_state {
-  std::string name;
-  std::string host;
-  int64_t pid = 0;
-  bool done = false;
-  uint64_t lost_payloads = 0;  // references that could not be opened after the producer died
-  clock_type::time_point last_seen;
-};
 
 }  // namespace
 
@@ -453,6 +446,52 @@ bool process_is_gone(int64_t pid) {
   buffer[n] = '\0';
   const char *close_paren = std::strrchr(buffer, ')');  // the command name may hold spaces and ')'
   return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+// ---- the pieces a consumer runtime builds on (link.h) ----
+
+struct output_link::impl : link_impl {
+  using link_impl::link_impl;
+};
+
+output_link::output_link(zmq::context_t &ctx, const std::string &spec, const std::string &producer_name, int hwm,
+                         const link_deadlines &deadlines)
+    : impl_(std::make_unique<impl>(ctx, spec, producer_name, hwm, deadlines)) {}
+output_link::~output_link() = default;
+void output_link::send(const record &r) { impl_->send(r); }
+void output_link::send_frames(std::vector<zmq::message_t> frames) { impl_->send_frames(std::move(frames)); }
+bool output_link::is_file() const { return impl_->is_file(); }
+bool output_link::syncs() const { return impl_->syncs(); }
+bool output_link::takes_shm() const { return impl_->takes_shm(); }
+bool output_link::wait_synced(uint64_t token) { return impl_->wait_synced(token); }
+void output_link::finish(const record &eos) { impl_->finish(eos); }
+void output_link::abandon() { impl_->abandon(); }
+
+const std::string &endpoint_host_name() { return host_name(); }
+nlohmann::ordered_json endpoint_peer_meta(const std::string &name) { return peer_meta(name); }
+void endpoint_rethrow(const zmq::error_t &e, const std::string &verb, const std::string &object) {
+  rethrow_zmq(e, verb, object);
+}
+
+void endpoint_check_bind(const std::string &spec) {
+  endpoint_check(spec);
+  (void)curve_plan_for(endpoint_bind_address(spec), curve_role::server);
+}
+
+void endpoint_check_connect(const std::string &spec) {
+  endpoint_check(spec);
+  (void)curve_plan_for(spec, curve_role::client);
+}
+
+std::string endpoint_bind(zmq::socket_t &socket, const std::string &spec) {
+  const std::string address = endpoint_bind_address(spec);
+  curve_apply(socket, curve_plan_for(address, curve_role::server));
+  try {
+    socket.bind(address);
+  } catch (const zmq::error_t &e) {
+    rethrow_zmq(e, "bind", address);
+  }
+  return socket.get(zmq::sockopt::last_endpoint);
 }
 
 // ---- endpoint strings ----
@@ -531,456 +570,26 @@ curve_keypair endpoint_curve_keypair() {
   return {public_key, secret_key};
 }
 
-// ---- signals ----
+// ---- interrupting waits ----
 
-void stage_install_signal_handlers() {
-  ensure_signal_pipe();
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a blocked zmq call returns EINTR and sees the flag
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-}
-
-bool stop_requested() { return g_stop.load(); }
-
-void request_stop() {
-  ensure_signal_pipe();
+void transport_interrupt() {
+  (void)transport_interrupt_fd();  // created already when called from a signal handler (see endpoint.h)
   on_signal(0);
 }
 
-// ---- stage_io ----
+bool transport_interrupted() { return g_stop.load(); }
 
-struct stage_io::impl {
-  stage_io_options options;
-  zmq::context_t &ctx;
-  // input
-  zmq::socket_t router;
-  std::unique_ptr<record_file_reader> input_file;
-  std::string input_endpoint;
-  std::map<std::string, producer_state> producers;
-  bool registration_closed = false;
-  bool ended = false;
-  bool interrupted = false;
-  // outputs
-  std::vector<std::unique_ptr<output_link>> outputs;
-  zmq::socket_t tap;
-  std::string tap_endpoint;
-  stage_io_counts counts;
-  // Barriers (record.h): the one received and not yet answered (the stage is handling it), and
-  // the outputs that were sent a barrier since, with its token. Settled by the next receive() or
-  // finish(): the stage asking for more means it has handled the record.
-  struct barrier_from {
-    std::string producer_id;
-    uint64_t token;
-  };
-  std::optional<barrier_from> barrier_received;
-  std::vector<output_link *> barrier_outputs;
-  uint64_t barrier_token = 0;  // of barriers sent downstream
-
-  impl(zmq::context_t &c, const stage_io_options &o) : options(o), ctx(c) {}
-
-  bool stream_complete() const {
-    if (!registration_closed) return false;
-    for (const auto &[id, p] : producers)
-      if (!p.done) return false;
-    return true;
-  }
-
-  void register_producer(const std::string &id, const record &hello) {
-    producer_state p;
-    const auto &m = hello.header.meta;
-    if (m.is_object()) {
-      p.name = m.value("name", std::string{});
-      p.host = m.value("host", std::string{});
-      p.pid = m.value("pid", int64_t{0});
-    }
-    p.last_seen = clock_type::now();
-    producers[id] = p;
-    ++counts.producers;
-    if (options.producers > 0 && counts.producers >= static_cast<uint64_t>(options.producers))
-      registration_closed = true;
-  }
-
-  void send_ack(const std::string &id) {
-    record_header ack = record_header_of(record_kind::ack);
-    ack.meta = peer_meta(options.producer_name);
-    ack.meta["sync"] = true;  // every stage_io answers barriers
-    // Payloads by reference from a producer on this host (shm.h); a file or tcp peer elsewhere
-    // gets bytes.
-    if (auto it = producers.find(id); it != producers.end() && it->second.host == host_name() && shm_enabled())
-      ack.meta["shm"] = true;
-    auto frame = record_header_encode(ack);
-    router.send(zmq::buffer(id), zmq::send_flags::sndmore);
-    router.send(frame, zmq::send_flags::none);
-  }
-
-  // The stage has handled the barrier it received (it asks for the next record, or finishes):
-  // once every output it passed the barrier to has answered, answer the producer.
-  void settle_barrier() {
-    for (auto *o : barrier_outputs)
-      if (!o->wait_synced(barrier_token)) break;  // stopping: the barrier is abandoned
-    barrier_outputs.clear();
-    if (!barrier_received) return;
-    const auto from = std::move(*barrier_received);
-    barrier_received.reset();
-    if (stop_requested()) return;
-    record_header synced = record_header_of(record_kind::synced);
-    synced.meta = {{"barrier", from.token}};
-    auto frame = record_header_encode(synced);
-    try {
-      router.send(zmq::buffer(from.producer_id), zmq::send_flags::sndmore);
-      router.send(frame, zmq::send_flags::none);
-    } catch (const zmq::error_t &e) {
-      // The producer is gone (router_mandatory: EHOSTUNREACH): nobody waits for the answer.
-      if (e.num() != EHOSTUNREACH) rethrow_zmq(e, "answer a barrier on", input_endpoint);
-    }
-  }
-
-  std::string producer_label(const std::string &id) const {
-    auto it = producers.find(id);
-    if (it == producers.end() || it->second.name.empty()) return "an unregistered producer";
-    return fmt::format("{} (pid {})", it->second.name, it->second.pid);
-  }
-
-  // A producer on this host whose process died without eos, silent for a second: its stream is
-  // truncated. Checked only while waiting, so a live stream is never cut.
-  void reap_dead_producers() {
-    const std::string host = host_name();
-    const auto now = clock_type::now();
-    for (auto &[id, p] : producers) {
-      if (p.done || p.host != host || now - p.last_seen < std::chrono::seconds(1)) continue;
-      if (!process_is_gone(p.pid)) continue;
-      p.done = true;
-      ++counts.truncated_producers;
-      fmt::print(stderr, "{}: warning: producer {} (pid {}) exited without end-of-stream; its stream is truncated\n",
-                 options.producer_name, p.name, p.pid);
-    }
-  }
-
-  std::optional<record> receive_file() {
-    auto r = input_file->read();
-    if (!r) {
-      fmt::print(stderr, "{}: warning: {} ends without end-of-stream (a truncated recording)\n",
-                 options.producer_name, options.input);
-      ++counts.truncated_producers;
-      return std::nullopt;
-    }
-    switch (r->header.kind) {
-      case record_kind::eos:
-        if (r->header.meta.is_object()) counts.upstream_dropped += r->header.meta.value("dropped", uint64_t{0});
-        return std::nullopt;
-      case record_kind::hello:
-      case record_kind::ack:
-      case record_kind::synced:
-      case record_kind::control:
-      case record_kind::final: return receive_file();  // connection control, meaningless in a file
-      default: ++counts.received; return r;
-    }
-  }
-
-  std::optional<record> receive() {
-    settle_barrier();
-    if (ended) return std::nullopt;
-    if (input_file) {
-      auto r = receive_file();
-      if (!r) ended = true;
-      return r;
-    }
-    ensure_signal_pipe();
-    for (;;) {
-      if (stream_complete()) {
-        ended = true;
-        return std::nullopt;
-      }
-      if (stop_requested()) {
-        ended = interrupted = true;
-        return std::nullopt;
-      }
-      // A busy stream is drained without a poll per record (a poll is a system call or two);
-      // only an empty socket makes us wait.
-      std::vector<zmq::message_t> frames;
-      zmq::message_t m;
-      try {
-        if (router.recv(m, zmq::recv_flags::dontwait)) {
-          frames.push_back(std::move(m));
-          while (frames.back().more()) {
-            (void)router.recv(m);  // the rest of a multipart message is already there
-            frames.push_back(std::move(m));
-          }
-        }
-      } catch (const zmq::error_t &e) {
-        if (e.num() == EINTR) continue;
-        rethrow_zmq(e, "receive from", input_endpoint);
-      }
-      if (frames.empty()) {
-        bool waiting_on_producer = false;
-        for (const auto &[id, p] : producers) waiting_on_producer |= !p.done;
-        zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
-        try {
-          zmq::poll(items, 2, std::chrono::milliseconds(waiting_on_producer ? 1000 : -1));
-        } catch (const zmq::error_t &e) {
-          if (e.num() == EINTR) continue;
-          rethrow_zmq(e, "poll", input_endpoint);
-        }
-        if (!(items[0].revents & ZMQ_POLLIN) && !(items[1].revents & ZMQ_POLLIN)) reap_dead_producers();
-        continue;  // the loop head sees stop_requested(); the next pass receives
-      }
-      const std::string id = frames.front().to_string();
-      frames.erase(frames.begin());
-      record r;
-      try {
-        r = record_decode(frames);
-      } catch (const framing_error &e) {
-        throw framing_error(fmt::format("malformed record from {} on {}: {}", producer_label(id), input_endpoint,
-                                        e.what()));
-      }
-      auto it = producers.find(id);
-      if (it != producers.end()) it->second.last_seen = clock_type::now();
-      switch (r.header.kind) {
-        case record_kind::hello:
-          register_producer(id, r);
-          send_ack(id);
-          continue;
-        case record_kind::final:
-          registration_closed = true;
-          send_ack(id);
-          continue;
-        case record_kind::eos:
-          if (it != producers.end()) it->second.done = true;
-          if (r.header.meta.is_object()) counts.upstream_dropped += r.header.meta.value("dropped", uint64_t{0});
-          send_ack(id);  // tells the producer that everything before eos arrived
-          continue;
-        case record_kind::ack:
-        case record_kind::synced:
-        case record_kind::control:
-          throw framing_error(fmt::format("{} sent {} to {}, which only consumers send", producer_label(id),
-                                          record_kind_name(r.header.kind), input_endpoint));
-        default:
-          if (it == producers.end())
-            throw framing_error(fmt::format("{} from a producer that did not say hello first on {}", r.describe(),
-                                            input_endpoint));
-          if (r.header.meta.is_object()) {
-            if (auto b = r.header.meta.find("barrier"); b != r.header.meta.end() && b->is_number_unsigned())
-              barrier_received = barrier_from{id, b->get<uint64_t>()};
-          }
-          if (r.header.shm) {
-            try {
-              const uint64_t length = r.header.length;
-              r.set_payload_frame(shm_frame_from_ref(*r.header.shm, length));
-              r.header.shm.reset();
-            } catch (const framing_error &e) {
-              throw framing_error(fmt::format("malformed record from {} on {}: {}: {}", producer_label(id),
-                                              input_endpoint, r.describe(), e.what()));
-            } catch (const system_error &) {
-              // A producer that died with references in flight took its segment with it: what it
-              // sent is lost, as a crashed producer's stream is (truncated), not the stage's fault.
-              if (it == producers.end() || it->second.host != host_name() || !process_is_gone(it->second.pid)) throw;
-              if (!it->second.lost_payloads++)
-                fmt::print(stderr, "{}: warning: producer {} (pid {}) exited with payloads in shared memory; they are lost\n",
-                           options.producer_name, it->second.name, it->second.pid);
-              continue;
-            }
-          }
-          ++counts.received;
-          if (tap && outputs.empty()) publish_consumed(r);
-          return r;
-      }
-    }
-  }
-
-  void send(const record &r) {
-    if (is_barrier(r)) return send_barrier(r);
-    std::vector<zmq::message_t> frames = record_encode(r);
-    for (size_t o = 0; o < outputs.size(); ++o) {
-      if (outputs[o]->is_file() || outputs[o]->takes_shm()) {
-        outputs[o]->send(r);
-        continue;
-      }
-      std::vector<zmq::message_t> copy(frames.size());
-      for (size_t i = 0; i < frames.size(); ++i) copy[i].copy(frames[i]);  // shared, not duplicated
-      outputs[o]->send_frames(std::move(copy));
-    }
-    ++counts.sent;
-    if (tap) publish_tap(r, frames);
-  }
-
-  static bool is_barrier(const record &r) { return r.header.meta.is_object() && r.header.meta.contains("barrier"); }
-
-  // A barrier passed on: under this stage's own token (producers' tokens may collide), and
-  // answered upstream only once every output that answers barriers has answered it.
-  void send_barrier(const record &r) {
-    settle_barrier_outputs_first();
-    record_header h = r.header;
-    h.meta["barrier"] = ++barrier_token;
-    std::vector<zmq::message_t> frames = record_encode(r);
-    frames[0] = record_header_encode(h);  // the payload frame, if any, stays shared
-    for (auto &o : outputs) {
-      if (o->is_file()) {
-        o->send(r);  // a recording: nobody answers a barrier there
-        continue;
-      }
-      std::vector<zmq::message_t> out(frames.size());
-      for (size_t i = 0; i < frames.size(); ++i) out[i].copy(frames[i]);
-      o->send_frames(std::move(out));
-      if (o->syncs()) barrier_outputs.push_back(o.get());
-    }
-    ++counts.sent;
-    if (tap) publish_tap(r, frames);
-  }
-
-  // Two barriers sent without a receive() between them: the earlier one is waited for first.
-  void settle_barrier_outputs_first() {
-    for (auto *o : barrier_outputs) (void)o->wait_synced(barrier_token);
-    barrier_outputs.clear();
-  }
-
-  // A sink sends nothing, so its tap shows what it consumes: headers only, and only while someone
-  // subscribes (encoding a header per record is not free).
-  void publish_consumed(const record &r) {
-    if (!tap_subscribed()) return;
-    std::vector<zmq::message_t> frames;
-    if (options.tap_payload || !r.has_payload()) {
-      frames = record_encode(r);
-    } else {
-      record_header h = r.header;
-      h.stored.reset();
-      h.codec = record_codec::raw;
-      h.length = 0;
-      frames.push_back(record_header_encode(h));
-    }
-    publish_tap(r, frames);
-  }
-
-  // XPUB hands up one message per change of the subscription to "" (1: subscribed, 0: gone).
-  bool tap_subscribed() {
-    zmq::message_t m;
-    try {
-      while (tap.recv(m, zmq::recv_flags::dontwait))
-        if (m.size() >= 1) tap_subscribed_ = static_cast<const uint8_t *>(m.data())[0] == 1;
-    } catch (const zmq::error_t &) {
-    }
-    return tap_subscribed_;
-  }
-  bool tap_subscribed_ = false;
-
-  void publish_tap(const record &r, std::vector<zmq::message_t> &frames) {
-    // The header must say whether a payload frame follows: a tap without payloads gets a header
-    // encoded without one (only for records that carry a payload).
-    std::vector<zmq::message_t> out;
-    if (options.tap_payload || frames.size() == 1) {
-      out = std::move(frames);
-    } else {
-      record_header h = r.header;
-      h.stored.reset();
-      h.codec = record_codec::raw;
-      h.length = 0;
-      out.push_back(record_header_encode(h));
-    }
-    for (size_t i = 0; i < out.size(); ++i) {
-      const auto flags = (i + 1 < out.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) |
-                         zmq::send_flags::dontwait;
-      try {
-        if (!tap.send(out[i], flags)) {
-          ++counts.tap_dropped;  // a slow tap: drop and count, never block the main path
-          return;
-        }
-      } catch (const zmq::error_t &e) {
-        if (e.num() == EINTR) {
-          ++counts.tap_dropped;
-          return;
-        }
-        rethrow_zmq(e, "publish on", tap_endpoint);
-      }
-    }
-  }
-
-  void finish() {
-    settle_barrier();
-    record eos(record_header_of(record_kind::eos));
-    eos.header.meta = {{"records", counts.sent}, {"dropped", counts.upstream_dropped}};
-    for (auto &o : outputs) o->finish(eos);
-    outputs.clear();
-    if (tap) {
-      auto frame = record_header_encode(eos.header);
-      (void)tap.send(frame, zmq::send_flags::dontwait);
-    }
-  }
-};
-
-stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
-    : impl_(std::make_unique<impl>(ctx, options)) {
-  auto &s = *impl_;
-  // Every tcp endpoint is checked before anything binds or connects: a refused tap or output must
-  // not leave the input listening on a port meanwhile.
-  curve_plan input_curve, tap_curve;
-  if (!options.input.empty() && !endpoint_is_file(options.input)) {
-    endpoint_check(options.input);
-    input_curve = curve_plan_for(endpoint_bind_address(options.input), curve_role::server);
-  }
-  if (!options.tap.empty()) {
-    endpoint_check(options.tap);
-    tap_curve = curve_plan_for(endpoint_bind_address(options.tap), curve_role::server);
-  }
-  for (const auto &out : options.outputs) {
-    if (endpoint_is_file(out)) continue;
-    endpoint_check(out);
-    (void)curve_plan_for(out, curve_role::client);
-  }
-  if (!options.input.empty()) {
-    std::string path;
-    if (endpoint_is_file(options.input, &path)) {
-      s.input_file = std::make_unique<record_file_reader>(path);
-      s.input_endpoint = options.input;
-    } else {
-      s.router = zmq::socket_t(ctx, zmq::socket_type::router);
-      curve_apply(s.router, input_curve);
-      s.router.set(zmq::sockopt::rcvhwm, options.high_water_mark);
-      s.router.set(zmq::sockopt::router_mandatory, 1);
-      s.router.set(zmq::sockopt::linger, 1000);
-      const std::string address = endpoint_bind_address(options.input);
-      try {
-        s.router.bind(address);
-      } catch (const zmq::error_t &e) {
-        rethrow_zmq(e, "bind", address);
-      }
-      s.input_endpoint = s.router.get(zmq::sockopt::last_endpoint);
-    }
-  }
-  if (!options.tap.empty()) {
-    s.tap = zmq::socket_t(ctx, zmq::socket_type::xpub);
-    curve_apply(s.tap, tap_curve);
-    s.tap.set(zmq::sockopt::xpub_nodrop, 1);  // report a full subscriber as EAGAIN, so drops are counted
-    s.tap.set(zmq::sockopt::sndhwm, options.high_water_mark);
-    s.tap.set(zmq::sockopt::linger, 0);
-    const std::string address = endpoint_bind_address(options.tap);
-    try {
-      s.tap.bind(address);
-    } catch (const zmq::error_t &e) {
-      rethrow_zmq(e, "bind", address);
-    }
-    s.tap_endpoint = s.tap.get(zmq::sockopt::last_endpoint);
-  }
-  for (const auto &out : options.outputs)
-    s.outputs.push_back(
-        std::make_unique<output_link>(ctx, out, options.producer_name, options.high_water_mark, options.deadlines));
+int transport_interrupt_fd() {
+  ensure_signal_pipe();
+  return g_signal_pipe[0];
 }
 
-stage_io::~stage_io() = default;
-std::optional<record> stage_io::receive() { return impl_->receive(); }
-void stage_io::send(const record &r) { impl_->send(r); }
-void stage_io::finish() { impl_->finish(); }
-std::string stage_io::input_endpoint() const { return impl_->input_endpoint; }
-std::string stage_io::tap_endpoint() const { return impl_->tap_endpoint; }
-const stage_io_counts &stage_io::counts() const { return impl_->counts; }
-bool stage_io::interrupted() const { return impl_->interrupted; }
+
 
 // ---- record_sender ----
 
 struct record_sender::impl {
-  output_link link;
+  link_impl link;
   uint64_t barrier_token = 0;
   impl(zmq::context_t &ctx, const std::string &endpoint, const std::string &name, int hwm,
        const link_deadlines &deadlines)
@@ -1242,7 +851,7 @@ void wait_connected(zmq::context_t &ctx, zmq::socket_t &socket, const std::strin
   bool connected = false;
   while (!connected) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
-    if (left.count() <= 0 || stop_requested()) break;
+    if (left.count() <= 0 || transport_interrupted()) break;
     zmq::pollitem_t items[] = {{monitor.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
     try {
       zmq::poll(items, 2, left);
@@ -1259,7 +868,7 @@ void wait_connected(zmq::context_t &ctx, zmq::socket_t &socket, const std::strin
     connected = id == awaited;
   }
   zmq_socket_monitor(socket.handle(), nullptr, 0);
-  if (!connected && !stop_requested())
+  if (!connected && !transport_interrupted())
     throw system_error(fmt::format("unable to connect to {}: nothing answered within {} ms (is the run still going, "
                                    "and is this its tap?){}", endpoint, timeout_ms, curve_hint(curve)));
 }
@@ -1294,7 +903,7 @@ std::optional<record> tap_subscriber::receive(int timeout_ms) {
   ensure_signal_pipe();
   const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    if (stop_requested()) return std::nullopt;
+    if (transport_interrupted()) return std::nullopt;
     long wait = -1;
     if (timeout_ms >= 0) {
       wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();

@@ -27,15 +27,16 @@
 //   producer: hello → (waits for ack) → data records … → eos → (waits for ack, then closes)
 //   consumer: on hello registers the producer and answers ack.
 //   Barriers: a data record with meta barrier (record_sender::sync) is answered `synced` once
-//   the consumer handled it: stage_io answers when the stage calls receive() again (or
+//   the consumer handled it: a stage's runtime (stages/common/stage_io.h) answers when the stage
+//   calls receive() again (or
 //   finish()), after the outputs it passed the barrier on to have answered theirs. So a barrier
 //   crosses a chain of stages and comes back from the last one. Waits for `synced` are watched
 //   like the eos ack (below).
-//   Shared memory (1.2, shm.h): a stage_io answers shm: true to a producer on its host; a link
+//   Shared memory (1.2, shm.h): a consumer answers shm: true to a producer on its host; a link
 //   to such a consumer sends a payload that already lies in shared memory as a reference. The
 //   capture puts large payloads in its ring when its consumer takes them, and each stage passes
-//   references on to stages of its host, so a tensor is copied once, by the capture. stage_io
-//   hands the stage a record whose payload frame is the shared memory itself.
+//   references on to stages of its host, so a tensor is copied once, by the capture. The
+//   consumer hands its stage a record whose payload frame is the shared memory itself.
 // The consumer's stream ends when registration is closed and every registered producer has sent
 // eos. Registration closes when `producers` producers have registered (producers > 0), or when a
 // `final` record arrives (the launcher sends it after the capturing command exited; use
@@ -62,7 +63,9 @@
 // ZMQ_XPUB_NODROP sent with ZMQ_DONTWAIT; a record a slow tap cannot take is counted in
 // tap_dropped(), never blocking the main path.
 //
-// Thread safety: one stage_io belongs to one thread.
+// This library is the protocol, not a stage: the consumer side that stages run on (input, outputs,
+// tap, barriers, signals) is stages/common/stage_io.h, built from output_link and endpoint_bind
+// (link.h). Thread safety: one connection object belongs to one thread.
 #pragma once
 
 #include <cstdint>
@@ -115,64 +118,15 @@ class consumer_lost_error : public system_error {
 // (exited, not yet reaped by its parent). False for pid <= 0.
 bool process_is_gone(int64_t pid);
 
-struct stage_io_options {
-  std::string input;                 // "" = this stage has no input
-  int producers = 1;                 // see above; 0 = until a `final` record
-  std::vector<std::string> outputs;  // consumers to connect to (or files to write)
-  std::string tap;                   // "" = no tap; else an endpoint to bind an XPUB on
-  bool tap_payload = false;          // also publish payload frames on the tap
-  int high_water_mark = 1000;        // records queued per connection before sends block
-  std::string producer_name;         // sent in hello and ack, shown in messages ("tprobe-stats")
-  link_deadlines deadlines;          // of the outputs (stall: forever by default, see above)
-};
-
-struct stage_io_counts {
-  uint64_t received = 0;          // data records received
-  uint64_t sent = 0;              // records sent (per output, not summed)
-  uint64_t tap_dropped = 0;       // records the tap could not take
-  uint64_t producers = 0;         // producers registered
-  uint64_t truncated_producers = 0;  // producers gone without eos
-  uint64_t upstream_dropped = 0;  // sum of `dropped` in upstream eos records
-};
-
-class stage_io {
- public:
-  // Binds the input and tap, connects the outputs and completes their handshakes: when the
-  // constructor returns, the stage is ready (write the ready-fd line then).
-  // Throws usage_error for a bad endpoint string, system_error when a bind or connect fails.
-  stage_io(zmq::context_t &ctx, const stage_io_options &options);
-  ~stage_io();
-  stage_io(const stage_io &) = delete;
-  stage_io &operator=(const stage_io &) = delete;
-
-  // The next data record (session, tensor, value, entry, flush, step_end), or nullopt when the
-  // stream ended (see above) or stop_requested() became true. Throws framing_error on a malformed
-  // record, system_error on a socket or file error.
-  std::optional<record> receive();
-
-  // Send to every output (blocking) and publish on the tap (never blocking).
-  void send(const record &r);
-
-  // Send eos on every output (meta records/dropped) and close them, delivering everything.
-  void finish();
-
-  // The actual bound input address (after "tcp://127.0.0.1:*" this holds the chosen port).
-  std::string input_endpoint() const;
-  std::string tap_endpoint() const;
-  const stage_io_counts &counts() const;
-  // True when the stream ended because of a signal rather than end-of-stream.
-  bool interrupted() const;
-
- private:
-  struct impl;
-  std::unique_ptr<impl> impl_;
-};
-
-// Signals. A stage's main() calls this once: SIGINT and SIGTERM then make receive() return
-// nullopt (the stage finishes its files and passes eos on) instead of killing the process.
-void stage_install_signal_handlers();
-bool stop_requested();
-void request_stop();  // as if a signal arrived (tests)
+// Interrupting waits. Every wait of this library on another process (a blocked send, an ack, a
+// barrier's answer, a tap's next record) ends early once the process is interrupted: a stage
+// asked to stop by SIGINT/SIGTERM (stages/common/stage_io.h installs the handlers) finishes
+// instead of waiting on a consumer that may never read. transport_interrupt() is
+// async-signal-safe once transport_interrupt_fd() has been called outside the handler.
+void transport_interrupt();
+bool transport_interrupted();
+// A descriptor that becomes readable once interrupted: poll it beside a socket to wake then.
+int transport_interrupt_fd();
 
 // A producer connection: the capture session's and the launcher's side of the protocol.
 class record_sender {

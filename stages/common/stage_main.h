@@ -33,7 +33,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "errors.h"
 #include "record.h"
 

@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "npy.h"
 #include "pyjson.h"
 #include "synth/synth.h"

@@ -23,7 +23,7 @@
 
 #include <zmq.hpp>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "record.h"
 
 namespace tprobe::test {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "endpoint.h"
+#include "stage_io.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "errors.h"
 #include "test_support.h"
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "errors.h"
 #include "test_support.h"
 

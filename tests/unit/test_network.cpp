@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "errors.h"
 
 using namespace tprobe;

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "overflow/overflow.h"
 #include "test_support.h"
 

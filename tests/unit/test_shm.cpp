@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "errors.h"
 #include "record.h"
 #include "shm.h"

@@ -15,7 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "errors.h"
 #include "fault/fault.h"
 #include "null/null.h"

@@ -55,7 +55,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "stage_main.h"
 
 namespace tprobe {

@@ -45,7 +45,7 @@
 #include <string>
 #include <vector>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "stage_main.h"
 
 namespace tprobe {

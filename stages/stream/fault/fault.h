@@ -36,7 +36,7 @@
 #include <string_view>
 #include <vector>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "stage_main.h"
 
 namespace tprobe {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "grad_sim_output.h"
 #include "stage_main.h"
 

@@ -35,7 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "record.h"
 #include "stage_main.h"
 

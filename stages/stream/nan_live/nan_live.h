@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "nan_analyze.h"
 #include "stage_main.h"
 

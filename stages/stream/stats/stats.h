@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "stage_main.h"
 
 namespace tprobe {

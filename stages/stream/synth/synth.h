@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "stage_main.h"
 
 namespace tprobe {

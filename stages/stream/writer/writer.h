@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <string>
 
-#include "endpoint.h"
+#include "stage_io.h"
 #include "stage_main.h"
 
 namespace tprobe {

@@ -1,0 +1,91 @@
+// stage_io.h: a stage's runtime: its input, outputs and tap, the record protocol of every
+// connection (transport/endpoint.h), barriers passed down a chain, payloads by reference
+// (transport/shm.h), counters and signals. A stage's library function takes a stage_io and loops
+// on receive() / send(); its main() makes one from the command line (stage_main.h). The stage kit
+// (stream/kit/tprobe_stage.h) wraps it for stages of your own.
+//
+// Consumer side of a connection: on hello, register the producer and answer ack with
+// {name, host, pid}, sync: true (barriers are answered) and shm: true for a producer on this host;
+// data records go to the stage in order; eos is acknowledged (everything before it arrived). The
+// stream ends when registration is closed (`producers` registered, or a `final` record) and every
+// registered producer sent eos; a producer on this host that died without eos and has been silent
+// a second is counted as truncated, never waited for. Outputs are output_links (transport/link.h);
+// the tap is an XPUB bound at options.tap, lossy on purpose (tap_dropped counts what it could not
+// take).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "endpoint.h"
+#include "record.h"
+
+namespace tprobe {
+
+struct stage_io_options {
+  std::string input;                 // "" = this stage has no input
+  int producers = 1;                 // see above; 0 = until a `final` record
+  std::vector<std::string> outputs;  // consumers to connect to (or files to write)
+  std::string tap;                   // "" = no tap; else an endpoint to bind an XPUB on
+  bool tap_payload = false;          // also publish payload frames on the tap
+  int high_water_mark = 1000;        // records queued per connection before sends block
+  std::string producer_name;         // sent in hello and ack, shown in messages ("tprobe-stats")
+  link_deadlines deadlines;          // of the outputs (stall: forever by default, see above)
+};
+
+struct stage_io_counts {
+  uint64_t received = 0;          // data records received
+  uint64_t sent = 0;              // records sent (per output, not summed)
+  uint64_t tap_dropped = 0;       // records the tap could not take
+  uint64_t producers = 0;         // producers registered
+  uint64_t truncated_producers = 0;  // producers gone without eos
+  uint64_t upstream_dropped = 0;  // sum of `dropped` in upstream eos records
+};
+
+class stage_io {
+ public:
+  // Binds the input and tap, connects the outputs and completes their handshakes: when the
+  // constructor returns, the stage is ready (write the ready-fd line then).
+  // Throws usage_error for a bad endpoint string, system_error when a bind or connect fails.
+  stage_io(zmq::context_t &ctx, const stage_io_options &options);
+  ~stage_io();
+  stage_io(const stage_io &) = delete;
+  stage_io &operator=(const stage_io &) = delete;
+
+  // The next data record (session, tensor, value, entry, flush, step_end), or nullopt when the
+  // stream ended (see above) or stop_requested() became true. Throws framing_error on a malformed
+  // record, system_error on a socket or file error.
+  std::optional<record> receive();
+
+  // Send to every output (blocking) and publish on the tap (never blocking).
+  void send(const record &r);
+
+  // Send eos on every output (meta records/dropped) and close them, delivering everything.
+  void finish();
+
+  // The actual bound input address (after "tcp://127.0.0.1:*" this holds the chosen port).
+  std::string input_endpoint() const;
+  std::string tap_endpoint() const;
+  const stage_io_counts &counts() const;
+  // True when the stream ended because of a signal rather than end-of-stream.
+  bool interrupted() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// Signals. A stage's main() calls this once: SIGINT and SIGTERM then make receive() return
+// nullopt (the stage finishes its files and passes eos on) instead of killing the process, and
+// end the transport's waits (endpoint.h, "Interrupting waits").
+void stage_install_signal_handlers();
+bool stop_requested();
+void request_stop();  // as if a signal arrived (tests)
+
+
+}  // namespace tprobe
