@@ -102,10 +102,6 @@ struct state {
   bool capture_unsupported(const std::string &entry, const std::string &slot, const at::Tensor &t);
   bool capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
                     bool requires_grad);
-  // A contiguous CPU tensor wanting statistics only, through the statistics memo (torch_values.h);
-  // nullopt when the memo does not apply and the data must go to the session.
-  std::optional<bool> capture_memoized(const std::string &entry, const std::string &slot, const at::Tensor &t,
-                                       DLDataType dtype, bool requires_grad);
   bool capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);
   bool capture_summary_null(const std::string &entry, const std::string &slot, const at::Tensor &t,
                             DLDataType dtype, bool requires_grad);
@@ -144,8 +140,6 @@ struct state {
   // ---- operators (op_callbacks.cpp) ----
 
   const op_info &info_of(const at::RecordFunction &fn);
-  // Empties the statistics memo (torch_values.h) under the mutex: an unobserved operator ran.
-  void forget_stats();
   std::unique_ptr<at::ObserverContext> op_begin(const at::RecordFunction &fn, int depth);
   void op_end(const at::RecordFunction &fn, op_context &ctx);
 };

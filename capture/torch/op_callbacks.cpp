@@ -13,7 +13,6 @@
 #include "capture_state.h"
 #include "dump_semantics.h"
 #include "python_stack.h"
-#include "torch_values.h"
 
 namespace tprobe::torch_capture {
 
@@ -39,21 +38,12 @@ const op_info &state::info_of(const at::RecordFunction &fn) {
   return *slot;
 }
 
-void state::forget_stats() {
-  std::lock_guard lock(mutex);
-  stats_memo_clear();
-}
-
 std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &fn, int depth) {
   const op_info &info = info_of(fn);
-  if (!info.has_schema) {
-    forget_stats();  // it runs unobserved and may write what the memo holds
-    return nullptr;
-  }
+  if (!info.has_schema) return nullptr;
   // The stack first: it takes the GIL, which must never be awaited under our mutex.
   const int stack = options.stacks && allow_forward ? python_stack_current() : -1;
   std::lock_guard lock(mutex);
-  stats_memo_guard unobserved;  // clears the memo unless this operator's end will
   if (!ops_on.load() || !session) return nullptr;
   try {
     collect_collectives();
@@ -89,7 +79,6 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
         }))
       ctx->link = false;  // no input requires grad, so no output will
     if (!forward && !ctx->link) return nullptr;
-    unobserved.keep = true;
     return ctx;
   } catch (const std::exception &e) {
     fail(e.what());
@@ -99,7 +88,6 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
 
 void state::op_end(const at::RecordFunction &fn, op_context &ctx) {
   std::lock_guard lock(mutex);
-  stats_memo_clear();  // the operator may have written anything the memo holds, its inputs included
   if (!session) return;
   try {
     const auto &outputs = fn.outputs();
@@ -150,15 +138,9 @@ std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction 
     quiesce_after_fork(s);
     return nullptr;
   }
-  if (!s.ops_on.load(std::memory_order_relaxed) || depth >= s.options.op_depth ||
+  if (!s.ops_on.load(std::memory_order_relaxed) || tl_backward_depth > 0 || depth >= s.options.op_depth ||
       at::RecordFunction::currentThreadId() != s.training_thread)
     return nullptr;
-  // Autograd's own operators are not captured, but they write tensors (gradients accumulated in
-  // place) between two captured operators: what the statistics memo holds is stale after them.
-  if (tl_backward_depth > 0) {
-    s.forget_stats();
-    return nullptr;
-  }
   return s.op_begin(fn, depth);
 }
 

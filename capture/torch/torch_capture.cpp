@@ -13,7 +13,6 @@
 #include "dump_semantics.h"
 #include "op_callbacks.h"
 #include "python_stack.h"
-#include "torch_values.h"
 
 namespace tprobe::torch_capture {
 
@@ -183,7 +182,6 @@ bool start() {
   require_open(s);
   s.check_failure();
   s.training_thread = at::RecordFunction::currentThreadId();
-  stats_memo_clear();  // the code between captures may write any tensor
   checked(tprobe_start(s.session), "tprobe: start");
   s.started = true;
   s.update_callbacks();
@@ -196,7 +194,6 @@ void stop() {
   require_open(s);
   s.started = false;
   s.update_callbacks();
-  stats_memo_clear();  // what runs outside the captured span may write any tensor
   s.collect_collectives();
   s.collect_device(true);
   s.check_failure();
@@ -207,7 +204,6 @@ int64_t step() {
   state &s = the_state();
   std::lock_guard lock(s.mutex);
   require_open(s);
-  stats_memo_clear();  // what runs outside the captured span may write any tensor
   s.collect_collectives();
   s.collect_device(true);
   s.check_failure();
@@ -321,7 +317,7 @@ std::string counters() {
          {"device_summaries", s.device_summaries}, {"device_tensors", s.device.tensors},
          {"device_reads", s.device.reads}, {"device_waits", s.device.waits},
          {"device_full", s.device.full},   {"device_bytes", s.device.bytes},
-         {"errors", s.errors},             {"stats_reused", stats_memo_hits()},
+         {"errors", s.errors},
          {"error", s.failure}};
   return j.dump();
 }

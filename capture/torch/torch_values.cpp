@@ -8,7 +8,6 @@
 
 #include "capture_state.h"
 #include "dump_semantics.h"
-#include "tensor_stats.h"
 
 namespace tprobe::torch_capture {
 
@@ -148,128 +147,8 @@ bool state::capture_unsupported(const std::string &entry, const std::string &slo
   return checked(tprobe_capture_facts(session, entry.c_str(), slot.c_str(), &f), "facts") == TPROBE_OK;
 }
 
-namespace {
-
-// ---- statistics reuse (torch_values.h, stats_memo_*) ----
-
-struct memo_entry {
-  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
-  const c10::StorageImpl *impl;
-  int64_t offset;
-  int64_t version;
-  c10::ScalarType type;
-  std::vector<int64_t> sizes;
-  tensor_stats stats;
-};
-// A few entries: the outputs of one operator and the inputs of the next.
-constexpr size_t memo_max = 16;
-std::vector<memo_entry> g_memo;
-size_t g_memo_next = 0;  // the slot replaced when full
-uint64_t g_memo_hits = 0;
-
-std::optional<dtype> core_dtype_of(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Float: return dtype::float32;
-    case c10::ScalarType::Double: return dtype::float64;
-    case c10::ScalarType::Half: return dtype::float16;
-    case c10::ScalarType::BFloat16: return dtype::bfloat16;
-    case c10::ScalarType::Char: return dtype::int8;
-    case c10::ScalarType::Short: return dtype::int16;
-    case c10::ScalarType::Int: return dtype::int32;
-    case c10::ScalarType::Long: return dtype::int64;
-    case c10::ScalarType::Byte: return dtype::uint8;
-    case c10::ScalarType::Bool: return dtype::boolean;
-    case c10::ScalarType::ComplexFloat: return dtype::complex64;
-    case c10::ScalarType::ComplexDouble: return dtype::complex128;
-    default: return std::nullopt;
-  }
-}
-
-bool memo_matches(const memo_entry &m, const at::Tensor &t) {
-  return m.impl == t.storage().unsafeGetStorageImpl() && m.offset == t.storage_offset() &&
-         m.version == static_cast<int64_t>(t._version()) && m.type == t.scalar_type() &&
-         t.sizes().equals(m.sizes) && !m.storage.expired();
-}
-
-tprobe_stat stat_to_c(const stat_value &v) {
-  switch (v.k) {
-    case stat_value::kind::null: return tprobe_stat{TPROBE_STAT_NULL, 0, 0.0};
-    case stat_value::kind::boolean: return tprobe_stat{TPROBE_STAT_BOOL, v.boolean ? 1 : 0, 0.0};
-    case stat_value::kind::integer: return tprobe_stat{TPROBE_STAT_INT, v.integer, 0.0};
-    case stat_value::kind::real: return tprobe_stat{TPROBE_STAT_REAL, 0, v.real};
-  }
-  return tprobe_stat{TPROBE_STAT_NULL, 0, 0.0};
-}
-
-}  // namespace
-
-void stats_memo_clear() {
-  g_memo.clear();
-  g_memo_next = 0;
-}
-
-uint64_t stats_memo_hits() { return g_memo_hits; }
-
-// A contiguous CPU tensor whose slot wants statistics only: computed here, or taken from the memo,
-// and sent as a summary (tprobe_capture_summary), which is what the session would have computed
-// from the data (the same core/tensor_stats.h function and options). Anything else goes to the
-// session as data. Returns nullopt when the memo does not apply.
-std::optional<bool> state::capture_memoized(const std::string &entry, const std::string &slot, const at::Tensor &t,
-                                            DLDataType dl, bool requires_grad) {
-  if (options.stats_copy || !t.is_contiguous() || !t.has_storage() || t.is_inference() ||
-      t.nbytes() < stats_memo_min_bytes)
-    return std::nullopt;
-  const auto type = core_dtype_of(t.scalar_type());
-  if (!type) return std::nullopt;
-  unsigned flags = 0;
-  if (checked(tprobe_capture_query(session, entry.c_str(), slot.c_str(), &flags), "query") != TPROBE_OK)
-    return false;
-  if (flags & (TPROBE_CAPTURE_SAVE | TPROBE_CAPTURE_CRC32)) return std::nullopt;
-  const tensor_stats *stats = nullptr;
-  for (const auto &m : g_memo)
-    if (memo_matches(m, t)) {
-      stats = &m.stats;
-      ++g_memo_hits;
-      break;
-    }
-  if (!stats) {
-    memo_entry m{t.storage().getWeakStorageImpl(),
-                 t.storage().unsafeGetStorageImpl(),
-                 t.storage_offset(),
-                 static_cast<int64_t>(t._version()),
-                 t.scalar_type(),
-                 t.sizes().vec(),
-                 tensor_stats_compute(t.data_ptr(), *type, static_cast<size_t>(t.numel()), t.dim() == 0,
-                                      stats_options{.high_precision = high_precision, .crc32 = false})};
-    if (g_memo.size() < memo_max) {
-      g_memo.push_back(std::move(m));
-      stats = &g_memo.back().stats;
-    } else {
-      g_memo[g_memo_next] = std::move(m);
-      stats = &g_memo[g_memo_next].stats;
-      g_memo_next = (g_memo_next + 1) % memo_max;
-    }
-  }
-  tprobe_tensor_summary s{};
-  s.dtype = dl;
-  const auto sizes = t.sizes();
-  s.ndim = static_cast<int>(sizes.size());
-  s.shape = sizes.data();
-  s.device = nullptr;  // host memory, as tprobe_capture_tensor's records say
-  s.requires_grad = requires_grad;
-  s.max = stat_to_c(stats->max);
-  s.min = stat_to_c(stats->min);
-  s.mean = stat_to_c(stats->mean);
-  s.norm = stat_to_c(stats->norm);
-  s.nan_count = stats->nan_count;
-  s.inf_count = stats->inf_count;
-  return checked(tprobe_capture_summary(session, entry.c_str(), slot.c_str(), &s), "summary") == TPROBE_OK;
-}
-
 bool state::capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
                   bool requires_grad) {
-  if (t.device().is_cpu())
-    if (auto done = capture_memoized(entry, slot, t, dtype, requires_grad)) return *done;
   DLTensor dl{};
   dl.data = t.data_ptr();
   dl.device = DLDevice{kDLCPU, 0};
@@ -395,7 +274,6 @@ bool state::capture_summary_null(const std::string &entry, const std::string &sl
 // read mid-communication (docs/pytorch.md).
 void state::collect_collectives() {
   if (collectives.empty()) return;
-  stats_memo_clear();  // the communication writes its buffers without a version bump
   auto done = std::move(collectives);
   collectives.clear();
   for (const auto &c : done)
