@@ -92,8 +92,14 @@ struct stage_io::impl {
     if (auto it = producers.find(id); it != producers.end() && it->second.host == endpoint_host_name() && shm_enabled())
       ack.meta["shm"] = true;
     auto frame = record_header_encode(ack);
-    router.send(zmq::buffer(id), zmq::send_flags::sndmore);
-    router.send(frame, zmq::send_flags::none);
+    try {
+      router.send(zmq::buffer(id), zmq::send_flags::sndmore);
+      router.send(frame, zmq::send_flags::none);
+    } catch (const zmq::error_t &e) {
+      // The producer left before its answer (router_mandatory: EHOSTUNREACH), e.g. one stopped
+      // by a signal right after its eos: nobody waits for this ack, and the stream goes on.
+      if (e.num() != EHOSTUNREACH) endpoint_rethrow(e, "answer a producer on", input_endpoint);
+    }
   }
 
   // The stage has handled the barrier it received (it asks for the next record, or finishes):
