@@ -216,24 +216,27 @@ class link_impl {
       file_->write(r);
       return;
     }
-    if (takes_shm() && r.has_payload() && r.header.codec == record_codec::raw) {
-      // A payload already in shared memory goes by reference (shm.h): the consumer maps it.
-      if (auto ref = shm_share(*r.payload_frame())) {
-        record_header h = r.header;
-        h.stored.reset();
-        h.shm = std::move(*ref);
-        std::vector<zmq::message_t> frames;
-        frames.push_back(record_header_encode(h));
-        try {
-          send_frames(std::move(frames));
-        } catch (...) {
-          shm_unshare(*h.shm);
-          throw;
-        }
-        return;
-      }
+    if (!send_by_reference(r)) send_frames(record_encode(r));
+  }
+
+  // A payload already in shared memory goes by reference (shm.h) to a consumer that maps it:
+  // sends the header alone and returns true; false (nothing sent) for any other record.
+  bool send_by_reference(const record &r) {
+    if (!takes_shm() || !r.has_payload() || r.header.codec != record_codec::raw) return false;
+    auto ref = shm_share(*r.payload_frame());
+    if (!ref) return false;
+    record_header h = r.header;
+    h.stored.reset();
+    h.shm = std::move(*ref);
+    std::vector<zmq::message_t> frames;
+    frames.push_back(record_header_encode(h));
+    try {
+      send_frames(std::move(frames));
+    } catch (...) {
+      shm_unshare(*h.shm);
+      throw;
     }
-    send_frames(record_encode(r));
+    return true;
   }
 
   // True when the consumer said in its ack that it takes payloads by reference and runs on this
@@ -459,6 +462,7 @@ output_link::output_link(zmq::context_t &ctx, const std::string &spec, const std
     : impl_(std::make_unique<impl>(ctx, spec, producer_name, hwm, deadlines)) {}
 output_link::~output_link() = default;
 void output_link::send(const record &r) { impl_->send(r); }
+bool output_link::send_by_reference(const record &r) { return impl_->send_by_reference(r); }
 void output_link::send_frames(std::vector<zmq::message_t> frames) { impl_->send_frames(std::move(frames)); }
 bool output_link::is_file() const { return impl_->is_file(); }
 bool output_link::syncs() const { return impl_->syncs(); }

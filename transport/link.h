@@ -28,6 +28,9 @@ class output_link {
   output_link &operator=(const output_link &) = delete;
 
   void send(const record &r);
+  // The record with its payload by reference when the consumer takes it and the payload lies in
+  // shared memory: true when sent so; false, with nothing sent, otherwise.
+  bool send_by_reference(const record &r);
   // Frames already encoded (shared among several links); never by reference.
   void send_frames(std::vector<zmq::message_t> frames);
   bool is_file() const;

@@ -279,10 +279,11 @@ struct stage_io::impl {
     if (is_barrier(r)) return send_barrier(r);
     std::vector<zmq::message_t> frames = record_encode(r);
     for (size_t o = 0; o < outputs.size(); ++o) {
-      if (outputs[o]->is_file() || outputs[o]->takes_shm()) {
+      if (outputs[o]->is_file()) {
         outputs[o]->send(r);
         continue;
       }
+      if (outputs[o]->send_by_reference(r)) continue;  // else the frames encoded once, above
       std::vector<zmq::message_t> copy(frames.size());
       for (size_t i = 0; i < frames.size(); ++i) copy[i].copy(frames[i]);  // shared, not duplicated
       outputs[o]->send_frames(std::move(copy));
