@@ -75,3 +75,30 @@ TEST(layout, no_stage_or_tool_includes_another_ones_headers) {
   }
   EXPECT_GT(checked, 50u);  // the scan saw the tree, not an empty folder
 }
+
+// Transport is the record and its protocol, not a stage: the stage runtime (stage_io, the signal
+// handlers and the stop flag) is stages/common/stage_io.h, and nothing in transport/ includes a
+// header of stages/, tools/ or launcher/ or names that runtime.
+TEST(layout, transport_knows_no_stage) {
+  const fs::path root = tprobe::test::source_dir();
+  const std::regex include_line(R"(^\s*#\s*include\s+"([^"]+)\")");
+  const std::regex stage_names(R"(\b(stage_io|stop_requested|request_stop|stage_install_signal_handlers)\b)");
+  size_t files = 0;
+  for (const auto &file : sources_under(root / "transport")) {
+    ++files;
+    std::ifstream in(file);
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      const std::string where = file.lexically_relative(root).string() + ":" + std::to_string(n);
+      std::smatch m;
+      if (std::regex_search(line, m, include_line)) {
+        const std::string header = m[1].str();
+        EXPECT_TRUE(fs::exists(root / "transport" / header) || !fs::exists(root / "stages/common" / header))
+            << where << " includes the stage runtime's \"" << header << "\"";
+      }
+      const auto code = line.substr(0, line.find("//"));  // comments may point a reader there
+      EXPECT_FALSE(std::regex_search(code, stage_names)) << where << ": " << line;
+    }
+  }
+  EXPECT_GE(files, 5u);
+}
