@@ -133,4 +133,6 @@ case $status in
   0|1) ;;
   *) echo "demo: tprobe report failed with status $status" >&2; exit "$status" ;;
 esac
+echo "demo: every compare above pits a float32 run against the same run in bfloat16, so a FAIL verdict is"
+echo "demo: the expected answer (exit 1 from compare is a mismatch found, not an error): the rows show where bf16 departs"
 echo "demo: open this first: $root/output/report.html"
