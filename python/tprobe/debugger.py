@@ -75,6 +75,7 @@ class PrecisionDebugger:
         self._checked = self._check_config()
         self._failure_reported = False
         self._unreachable = False  # the session could not open: the capture stays off
+        self._open_failure = None  # why, until stop()/step()/close() reports it
         self._config = None
         self._pipeline = None
         self._modules = None
@@ -118,6 +119,7 @@ class PrecisionDebugger:
 
     def stop(self):
         """Capture off; the dump files are brought up to date."""
+        self._report_open_failure()
         if not self._session or self._closed or self._grad_probe():
             return
         if self._modules is not None:
@@ -132,6 +134,7 @@ class PrecisionDebugger:
         """Ends the step: its files are final, call counts restart at 0."""
         if self._closed or self._grad_probe():
             return
+        self._report_open_failure()
         if not self._session:
             self._early_steps += 1
             return
@@ -206,6 +209,8 @@ class PrecisionDebugger:
         if self._modules is not None:
             self._modules.active = False
         problems = []
+        if self._open_failure is not None and not self._failure_reported:
+            problems.append(str(self._open_failure))
         if self._session:
             try:
                 counts = json.loads(self._ops.close())
@@ -238,7 +243,10 @@ class PrecisionDebugger:
 
     def _grad_probe_step(self):
         """Before an optimizer step: every gradient to the capture, then the step ends."""
-        if self._closed or self._grad_params is None or not self._try_open():
+        if self._closed or self._grad_params is None:
+            return
+        if not self._try_open():
+            self._report_open_failure()  # grad_probe has no stop() or step(): said here
             return
         names, grads = [], []
         for name, param in self._grad_params:
@@ -265,10 +273,18 @@ class PrecisionDebugger:
         try:
             self._open()
         except RuntimeError as e:
+            # Said at the next stop(), step() or close(), where the user expects a synchronous
+            # dump's verdict; raised from start() or save() it would end a training loop that
+            # guards only those (the pipeline can die between construction and the first start()).
             self._unreachable = True
-            self._capture_failed(e)
+            self._open_failure = e
             return False
         return True
+
+    def _report_open_failure(self):
+        if self._open_failure is not None:
+            error, self._open_failure = self._open_failure, None
+            self._capture_failed(error)
 
     def _raises(self):
         return self._checked.get("on_pipeline_failure", "raise") == "raise"

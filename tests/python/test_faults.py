@@ -149,6 +149,33 @@ class DirectModeFaults(CaptureTest):
         return 1 if landed else 0
 
 
+class PipelineGoneBeforeTheFirstStart(CaptureTest):
+    """The pipeline can fail between construction and the first start() (CI once killed a stage
+    8 ms after launch): start() then raised and ended a loop that guards only stop() and step().
+    The failure is now said at the next stop() (once, raise mode) or warned (warn mode)."""
+
+    def test_said_at_stop_not_at_start(self):
+        pipelines = os.path.join(self.tmp, "pipelines")
+        os.makedirs(pipelines)
+        with open(os.path.join(PIPELINES, "statistics.json")) as f:
+            manifest = json.load(f)
+        manifest["stages"][0]["options"] = {"no-such-option": 1}  # the launcher refuses it: exit 100
+        with open(os.path.join(pipelines, "statistics.json"), "w") as f:
+            json.dump(manifest, f)
+        for mode in ("raise", "warn"):
+            with self.subTest(mode=mode):
+                config = default_config()
+                config["tprobe"] = {"on_pipeline_failure": mode}
+                run = self.run_script(FAULT_TRAIN.replace('print("started", flush=True)', ""), config=config,
+                                      env={"TPROBE_PIPELINES": pipelines}, steps=3, name=f"gone-{mode}",
+                                      timeout=120)
+                out, err = run.result.stdout, run.result.stderr
+                self.assertIn("done 3 steps", out, err)
+                self.assertIn("the pipeline did not start", err)
+                self.assertIn(f"caught {1 if mode == 'raise' else 0}", out, err)
+                self.assertEqual(err.count("the pipeline did not start"), 1, err)
+
+
 class BadInputFailsFirst(CaptureTest):
     """Each of these failed late, or with a message naming nothing, before."""
 
