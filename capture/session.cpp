@@ -429,7 +429,7 @@ struct tprobe_session {
               for (auto &s : senders) s->send(r);
             }
           } catch (const consumer_lost_error &e) {
-            detach(e.what(), batch.size() - i);
+            detach(e.what(), batch.size() - i + unsent_records());
             return;
           }
           r = record();  // our reference to the payload goes now, not at the end of the batch
@@ -438,12 +438,28 @@ struct tprobe_session {
           if (producer_waiting) has_space.notify_one();
         }
         batch.clear();
+        // Small records wait in a link's batch (record.h "Batches") only while more follow: the
+        // queue is empty now, so they go before this thread sleeps.
+        try {
+          for (auto &s : senders) s->flush();
+        } catch (const consumer_lost_error &e) {
+          detach(e.what(), unsent_records());
+          return;
+        }
       }
     } catch (...) {
       std::lock_guard lock(mutex);
       sender_error = std::current_exception();
       has_space.notify_all();
     }
+  }
+
+  // Records the senders took but did not hand on (batches): undelivered when they detach. With
+  // several senders, the largest: every sender was given every record.
+  uint64_t unsent_records() const {
+    size_t n = 0;
+    for (const auto &s : senders) n = std::max(n, s->unsent_records());
+    return n;
   }
 
   // `tprobe run` writes RUN_DIR/failed when a stage fails (launcher.h).
@@ -511,7 +527,10 @@ struct tprobe_session {
     session.header.meta["rank"] = options.rank;
     // Set by `tprobe run` for a manifest's runs: tells a stage that reads several runs which is which.
     if (const char *label = std::getenv("TPROBE_RUN_LABEL"); label && *label) session.header.meta["label"] = label;
-    for (auto &s : senders) s->send(session);
+    for (auto &s : senders) {
+      s->send(session);
+      s->flush();  // the stages learn of the session now, not with the first data
+    }
     sender = std::thread([this] { sender_loop(); });
   }
 

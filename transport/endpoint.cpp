@@ -216,7 +216,7 @@ class link_impl {
       file_->write(r);
       return;
     }
-    if (!send_by_reference(r)) send_frames(record_encode(r));
+    if (!send_by_reference(r)) send_frames(record_encode(r), record_batchable(r.header));
   }
 
   // A payload already in shared memory goes by reference (shm.h) to a consumer that maps it:
@@ -243,7 +243,40 @@ class link_impl {
   // host (record.h "shm").
   bool takes_shm() const { return !file_ && consumer_shm_ && consumer_host_ == host_name(); }
 
-  void send_frames(std::vector<zmq::message_t> frames) {
+  // A batchable record (record_batchable) joins the open batch when the consumer takes batches
+  // and it is small; anything else closes the batch first, so that order is kept.
+  void send_frames(std::vector<zmq::message_t> frames, bool batchable = false) {
+    if (batchable && batches()) {
+      size_t bytes = 0;
+      for (const auto &f : frames) bytes += f.size();
+      if (bytes <= RECORD_BATCH_RECORD_MAX) {
+        batch_.append(frames);
+        if (batch_.bytes() >= RECORD_BATCH_BYTES) flush();
+        return;
+      }
+    }
+    flush();
+    send_now(std::move(frames));
+  }
+
+  // Sends the open batch, if any (record.h, "Batches"). Blocks and throws as a send does.
+  void flush() {
+    if (batch_.empty()) return;
+    unsent_ = batch_.records();
+    std::vector<zmq::message_t> frames;
+    frames.push_back(batch_.take());
+    send_now(std::move(frames));
+    unsent_ = 0;
+  }
+
+  // Records this link took and has not handed to ZeroMQ: the open batch, or the one whose send
+  // failed (consumer_lost_error). What a detaching producer counts as undelivered.
+  size_t unsent_records() const { return batch_.records() + unsent_; }
+
+  // True when the consumer said in its ack that it takes batches (record.h "Batches").
+  bool batches() const { return !file_ && consumer_batches_; }
+
+  void send_now(std::vector<zmq::message_t> frames) {
     for (size_t i = 0; i < frames.size(); ++i) {
       const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
       try {
@@ -310,6 +343,7 @@ class link_impl {
       file_->close();
       return;
     }
+    batch_ = record_batch_builder();
     if (!socket_) return;
     socket_.set(zmq::sockopt::linger, 0);
     socket_.close();
@@ -363,6 +397,7 @@ class link_impl {
   // Waits for the consumer's answer: the ack of hello or eos, or `synced` for barrier `token`.
   // A `synced` for another token (a barrier given up on earlier) is skipped.
   bool wait_reply(reply what, uint64_t token = 0) {
+    flush();  // nothing waits in a batch while this side waits for an answer
     ensure_signal_pipe();
     const auto started = clock_type::now();
     const int timeout_ms = what == reply::hello_ack ? deadlines_.connect_timeout_ms : deadlines_.stall_timeout_ms;
@@ -414,6 +449,7 @@ class link_impl {
         consumer_pid_ = meta.value("pid", int64_t{0});
         consumer_syncs_ = meta.value("sync", false);
         consumer_shm_ = meta.value("shm", false) && shm_enabled();
+        consumer_batches_ = meta.value("batch", false) && batches_enabled();
       }
       return true;
     }
@@ -429,6 +465,9 @@ class link_impl {
   int64_t consumer_pid_ = 0;
   bool consumer_syncs_ = false;
   bool consumer_shm_ = false;
+  bool consumer_batches_ = false;
+  record_batch_builder batch_;
+  size_t unsent_ = 0;  // records of a batch being sent
 };
 
 
@@ -451,6 +490,11 @@ bool process_is_gone(int64_t pid) {
   return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
+bool batches_enabled() {
+  const char *env = std::getenv("TPROBE_BATCH");
+  return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0));
+}
+
 // ---- the pieces a consumer runtime builds on (link.h) ----
 
 struct output_link::impl : link_impl {
@@ -463,7 +507,10 @@ output_link::output_link(zmq::context_t &ctx, const std::string &spec, const std
 output_link::~output_link() = default;
 void output_link::send(const record &r) { impl_->send(r); }
 bool output_link::send_by_reference(const record &r) { return impl_->send_by_reference(r); }
-void output_link::send_frames(std::vector<zmq::message_t> frames) { impl_->send_frames(std::move(frames)); }
+void output_link::send_frames(std::vector<zmq::message_t> frames, bool batchable) {
+  impl_->send_frames(std::move(frames), batchable);
+}
+void output_link::flush() { impl_->flush(); }
 bool output_link::is_file() const { return impl_->is_file(); }
 bool output_link::syncs() const { return impl_->syncs(); }
 bool output_link::takes_shm() const { return impl_->takes_shm(); }
@@ -607,6 +654,8 @@ record_sender::record_sender(zmq::context_t &ctx, const std::string &endpoint, c
 record_sender::~record_sender() = default;
 void record_sender::send(const record &r) { impl_->link.send(r); }
 bool record_sender::shares_memory() const { return impl_->link.takes_shm(); }
+void record_sender::flush() { impl_->link.flush(); }
+size_t record_sender::unsent_records() const { return impl_->link.unsent_records(); }
 void record_sender::abandon() { impl_->link.abandon(); }
 
 bool record_sender::sync(record r) {

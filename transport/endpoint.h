@@ -118,6 +118,10 @@ class consumer_lost_error : public system_error {
 // (exited, not yet reaped by its parent). False for pid <= 0.
 bool process_is_gone(int64_t pid);
 
+// True unless TPROBE_BATCH is "0" or "off": a producer then sends small data records in batches
+// to consumers that take them (record.h "Batches"). A switch for comparisons and debugging.
+bool batches_enabled();
+
 // Interrupting waits. Every wait of this library on another process (a blocked send, an ack, a
 // barrier's answer, a tap's next record) ends early once the process is interrupted: a stage
 // asked to stop by SIGINT/SIGTERM (stages/common/stage_io.h installs the handlers) finishes
@@ -144,6 +148,13 @@ class record_sender {
   // True when the consumer takes payloads by reference (its ack said shm and it runs on this
   // host): a producer then puts large payloads in an shm_ring.
   bool shares_memory() const;
+  // Sends the open batch (record.h "Batches": small data records to a consumer whose ack said
+  // batch: true are held until RECORD_BATCH_BYTES, a record that travels alone, or a wait).
+  // A producer calls it when it runs out of records to send; blocks and throws as send.
+  void flush();
+  // Records sent but not yet handed to ZeroMQ (in a batch), or lost with a batch whose send
+  // failed: what a producer that detaches counts as not delivered.
+  size_t unsent_records() const;
   // eos with the given counts, then close (delivers everything first); consumer_lost_error as
   // send, when the eos is not acknowledged.
   void finish(uint64_t records, uint64_t dropped);

@@ -31,8 +31,11 @@ class output_link {
   // The record with its payload by reference when the consumer takes it and the payload lies in
   // shared memory: true when sent so; false, with nothing sent, otherwise.
   bool send_by_reference(const record &r);
-  // Frames already encoded (shared among several links); never by reference.
-  void send_frames(std::vector<zmq::message_t> frames);
+  // Frames already encoded (shared among several links); never by reference. A batchable record
+  // (record_batchable of its header) may join a batch when the consumer takes them.
+  void send_frames(std::vector<zmq::message_t> frames, bool batchable = false);
+  // Sends the open batch, if any: the runtime calls it before it waits for input.
+  void flush();
   bool is_file() const;
   bool syncs() const;      // the consumer answers barriers (its ack said sync)
   bool takes_shm() const;  // the consumer takes payloads by reference (its ack said shm, same host)

@@ -504,6 +504,98 @@ record record_decode(std::vector<zmq::message_t> &frames) {
   return r;
 }
 
+// ---- batches ----
+
+namespace {
+constexpr unsigned char BATCH_MAGIC[2] = {'T', 'B'};
+constexpr size_t BATCH_PREFIX_SIZE = 4;
+}  // namespace
+
+bool record_batchable(const record_header &h) {
+  if (record_kind_is_control(h.kind) || h.shm) return false;
+  return !(h.meta.is_object() && h.meta.contains("barrier"));
+}
+
+bool record_frame_is_batch(const zmq::message_t &frame) {
+  const auto *b = static_cast<const unsigned char *>(frame.data());
+  return frame.size() >= 2 && b[0] == BATCH_MAGIC[0] && b[1] == BATCH_MAGIC[1];
+}
+
+std::vector<record> record_batch_decode(const zmq::message_t &frame) {
+  const auto *bytes = static_cast<const std::byte *>(frame.data());
+  const size_t size = frame.size();
+  if (size < BATCH_PREFIX_SIZE || !record_frame_is_batch(frame))
+    throw framing_error(fmt::format("batch frame of {} bytes lacks the 4-byte \"TB\" prefix", size));
+  const auto major = static_cast<uint8_t>(bytes[2]);
+  if (major != RECORD_VERSION_MAJOR)
+    throw framing_error(fmt::format("batch format major version {} is not supported (this build reads {})", major,
+                                    RECORD_VERSION_MAJOR));
+  std::vector<record> out;
+  size_t at = BATCH_PREFIX_SIZE;
+  while (at < size) {
+    const size_t index = out.size();
+    if (size - at < 4)
+      throw framing_error(fmt::format("batch record {} at byte {}: {} bytes left, a length takes 4 (truncated?)",
+                                      index, at, size - at));
+    uint32_t header_length = 0;
+    std::memcpy(&header_length, bytes + at, 4);  // little-endian hosts only (x86-64, aarch64)
+    at += 4;
+    if (header_length > size - at)
+      throw framing_error(fmt::format("batch record {} at byte {}: header of {} bytes, {} left (truncated?)", index,
+                                      at - 4, header_length, size - at));
+    record r(record_header_decode({bytes + at, header_length}));
+    at += header_length;
+    if (!record_batchable(r.header))
+      throw framing_error(fmt::format("batch record {}: {} may not travel in a batch (control, barrier or shm)",
+                                      index, r.describe()));
+    if (r.header.stored) {
+      const uint64_t stored = *r.header.stored;
+      if (stored > size - at)
+        throw framing_error(fmt::format("batch record {}: {} announces {} payload bytes, {} left (truncated?)", index,
+                                        r.describe(), stored, size - at));
+      const uint64_t length = r.header.length;
+      r.set_payload_frame(zmq::message_t(bytes + at, static_cast<size_t>(stored)));
+      r.header.length = length;
+      at += static_cast<size_t>(stored);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+record_batch_builder::record_batch_builder() {
+  buffer_.reserve(RECORD_BATCH_BYTES + RECORD_BATCH_RECORD_MAX);
+  const unsigned char prefix[BATCH_PREFIX_SIZE] = {BATCH_MAGIC[0], BATCH_MAGIC[1], RECORD_VERSION_MAJOR,
+                                                   RECORD_VERSION_MINOR};
+  buffer_.insert(buffer_.end(), reinterpret_cast<const std::byte *>(prefix),
+                 reinterpret_cast<const std::byte *>(prefix) + BATCH_PREFIX_SIZE);
+}
+
+void record_batch_builder::append(const std::vector<zmq::message_t> &frames) {
+  if (frames.empty() || frames.size() > 2) throw std::logic_error("a record has 1 or 2 frames");
+  const auto &header = frames[0];
+  if (header.size() > UINT32_MAX) throw std::logic_error("a header frame over 4 GiB");
+  const auto length = static_cast<uint32_t>(header.size());
+  const auto *l = reinterpret_cast<const std::byte *>(&length);
+  buffer_.insert(buffer_.end(), l, l + 4);
+  const auto *h = static_cast<const std::byte *>(header.data());
+  buffer_.insert(buffer_.end(), h, h + header.size());
+  if (frames.size() == 2) {
+    const auto *p = static_cast<const std::byte *>(frames[1].data());
+    buffer_.insert(buffer_.end(), p, p + frames[1].size());
+  }
+  ++records_;
+}
+
+zmq::message_t record_batch_builder::take() {
+  // The frame owns the buffer (no copy); the builder starts over with a fresh one.
+  auto *owned = new std::vector<std::byte>(std::move(buffer_));
+  zmq::message_t frame(owned->data(), owned->size(),
+                       [](void *, void *hint) { delete static_cast<std::vector<std::byte> *>(hint); }, owned);
+  *this = record_batch_builder();
+  return frame;
+}
+
 std::optional<zmq::message_t> record_payload_lz4(std::span<const std::byte> bytes) {
   if (bytes.size() > static_cast<size_t>(LZ4_MAX_INPUT_SIZE)) return std::nullopt;
   const int bound = LZ4_compressBound(static_cast<int>(bytes.size()));

@@ -114,7 +114,32 @@
 //      raw   the bytes themselves; stored == length.
 //      lz4   one LZ4 block (LZ4_compress_default); decoding must yield exactly `length` bytes.
 //
-// 4. Record files ("offline = online")
+// 4. Batches (1.3)
+//
+//    Small data records may travel several to one ZeroMQ message: one frame, the batch frame,
+//    in place of their own frames (a message per record costs the sender, the I/O threads and the
+//    receiver more than the record itself when records are small):
+//
+//      offset  size  field
+//      0       2     magic "TB" (0x54 0x42)
+//      2       1     major version (RECORD_VERSION_MAJOR); a reader rejects any other major
+//      3       1     minor version (RECORD_VERSION_MINOR)
+//      4       ...   zero or more records, each:
+//                      u32 (little-endian) n, the length of its header frame
+//                      n bytes, its header frame exactly as in 1 ("TP", versions, msgpack map)
+//                      `stored` bytes of payload iff the header has key stored
+//                    the last record ends exactly at the end of the frame.
+//
+//    A batch holds data records only (session, tensor, value, entry, flush, step_end), none a
+//    barrier (meta key barrier) or a payload by reference (shm): connection control and
+//    barriers travel alone, so that what a peer waits for is never held back. Records keep their
+//    order, within a batch and with the messages around it. A producer sends batches only to a
+//    consumer whose ack said batch: true (any host: a batch is bytes); files and taps get records
+//    one by one. A sender closes a batch at RECORD_BATCH_BYTES, before any record that may not
+//    join one, and before it waits for anything (its consumer, its own input), so a batch never
+//    holds records back from a consumer that could take them.
+//
+// 5. Record files ("offline = online")
 //
 //    A recorded stream is a file of the same frames:
 //
@@ -147,7 +172,8 @@
 namespace tprobe {
 
 inline constexpr uint8_t RECORD_VERSION_MAJOR = 1;
-inline constexpr uint8_t RECORD_VERSION_MINOR = 2;  // 1.1: barriers and synced; 1.2: shm references
+// 1.1: barriers and synced; 1.2: shm references; 1.3: batches
+inline constexpr uint8_t RECORD_VERSION_MINOR = 3;
 inline constexpr size_t RECORD_PREFIX_SIZE = 4;
 inline constexpr size_t RECORD_HEADER_MAX_DEPTH = 1000;  // above msprobe's 400 levels of dump data
 
@@ -275,9 +301,37 @@ record record_decode(std::vector<zmq::message_t> &frames);
 // Compress `bytes` into an LZ4 payload frame; returns nullopt when LZ4 would not shrink it.
 std::optional<zmq::message_t> record_payload_lz4(std::span<const std::byte> bytes);
 
-// Record files (section 4).
+// Batches (section 4).
+inline constexpr size_t RECORD_BATCH_BYTES = 32 * 1024;  // a sender closes a batch at this size
+inline constexpr size_t RECORD_BATCH_RECORD_MAX = 8 * 1024;  // larger records travel alone
+
+// True for a record that may join a batch: a data record, not a barrier, no payload by reference.
+bool record_batchable(const record_header &h);
+// True when `frame` is a batch frame (starts with "TB"); record_batch_decode checks the rest.
+bool record_frame_is_batch(const zmq::message_t &frame);
+// The records of a batch frame, in order; payloads are copied out of the frame. Throws
+// framing_error (bad magic or major, a length past the end, a record that may not be batched).
+std::vector<record> record_batch_decode(const zmq::message_t &frame);
+
+// Builds one batch frame from a record's encoded frames (record_encode), appended in order.
+class record_batch_builder {
+ public:
+  record_batch_builder();
+  // Appends a record given as its frames: [header] or [header, payload].
+  void append(const std::vector<zmq::message_t> &frames);
+  size_t records() const { return records_; }
+  size_t bytes() const { return buffer_.size(); }
+  bool empty() const { return records_ == 0; }
+  zmq::message_t take();  // the batch frame; the builder starts a new, empty batch
+
+ private:
+  std::vector<std::byte> buffer_;
+  size_t records_ = 0;
+};
+
+// Record files (section 5).
 inline constexpr std::string_view RECORD_FILE_MAGIC{"TPROBE-RECORDS\n\0", 16};
-inline constexpr uint64_t RECORD_FILE_MAX_FRAME = uint64_t{1} << 36;  // section 4
+inline constexpr uint64_t RECORD_FILE_MAX_FRAME = uint64_t{1} << 36;  // section 5
 
 class record_file_writer {
  public:

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <deque>
 #include <map>
 
 #include <signal.h>
@@ -58,6 +59,8 @@ struct stage_io::impl {
   std::optional<barrier_from> barrier_received;
   std::vector<output_link *> barrier_outputs;
   uint64_t barrier_token = 0;  // of barriers sent downstream
+  // Records of a batch received and not yet returned, with their producer's id.
+  std::deque<std::pair<std::string, record>> batched;
 
   impl(zmq::context_t &c, const stage_io_options &o) : options(o), ctx(c) {}
 
@@ -91,6 +94,7 @@ struct stage_io::impl {
     // gets bytes.
     if (auto it = producers.find(id); it != producers.end() && it->second.host == endpoint_host_name() && shm_enabled())
       ack.meta["shm"] = true;
+    ack.meta["batch"] = true;  // small records several to a message (record.h "Batches")
     auto frame = record_header_encode(ack);
     try {
       router.send(zmq::buffer(id), zmq::send_flags::sndmore);
@@ -183,6 +187,12 @@ struct stage_io::impl {
         ended = interrupted = true;
         return std::nullopt;
       }
+      if (!batched.empty()) {
+        auto [id, r] = std::move(batched.front());
+        batched.pop_front();
+        if (auto out = accept(id, std::move(r))) return out;
+        continue;
+      }
       // A busy stream is drained without a poll per record (a poll is a system call or two);
       // only an empty socket makes us wait.
       std::vector<zmq::message_t> frames;
@@ -200,6 +210,8 @@ struct stage_io::impl {
         endpoint_rethrow(e, "receive from", input_endpoint);
       }
       if (frames.empty()) {
+        // Nothing to read: what this stage holds in batches goes downstream before it waits.
+        for (auto &o : outputs) o->flush();
         bool waiting_on_producer = false;
         for (const auto &[id, p] : producers) waiting_on_producer |= !p.done;
         zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, transport_interrupt_fd(), ZMQ_POLLIN, 0}};
@@ -214,6 +226,15 @@ struct stage_io::impl {
       }
       const std::string id = frames.front().to_string();
       frames.erase(frames.begin());
+      if (frames.size() == 1 && record_frame_is_batch(frames[0])) {
+        try {
+          for (auto &r : record_batch_decode(frames[0])) batched.emplace_back(id, std::move(r));
+        } catch (const framing_error &e) {
+          throw framing_error(fmt::format("malformed batch from {} on {}: {}", producer_label(id), input_endpoint,
+                                          e.what()));
+        }
+        continue;
+      }
       record r;
       try {
         r = record_decode(frames);
@@ -221,63 +242,70 @@ struct stage_io::impl {
         throw framing_error(fmt::format("malformed record from {} on {}: {}", producer_label(id), input_endpoint,
                                         e.what()));
       }
-      auto it = producers.find(id);
-      if (it != producers.end()) it->second.last_seen = clock_type::now();
-      switch (r.header.kind) {
-        case record_kind::hello:
-          register_producer(id, r);
-          send_ack(id);
-          continue;
-        case record_kind::final:
-          registration_closed = true;
-          send_ack(id);
-          continue;
-        case record_kind::eos:
-          if (it != producers.end()) it->second.done = true;
-          if (r.header.meta.is_object()) counts.upstream_dropped += r.header.meta.value("dropped", uint64_t{0});
-          send_ack(id);  // tells the producer that everything before eos arrived
-          continue;
-        case record_kind::ack:
-        case record_kind::synced:
-        case record_kind::control:
-          throw framing_error(fmt::format("{} sent {} to {}, which only consumers send", producer_label(id),
-                                          record_kind_name(r.header.kind), input_endpoint));
-        default:
-          if (it == producers.end())
-            throw framing_error(fmt::format("{} from a producer that did not say hello first on {}", r.describe(),
-                                            input_endpoint));
-          if (r.header.meta.is_object()) {
-            if (auto b = r.header.meta.find("barrier"); b != r.header.meta.end() && b->is_number_unsigned())
-              barrier_received = barrier_from{id, b->get<uint64_t>()};
+      if (auto out = accept(id, std::move(r))) return out;
+    }
+  }
+
+  // One record from producer `id`: connection control is answered here (nullopt), a data record
+  // is returned for the stage.
+  std::optional<record> accept(const std::string &id, record r) {
+    auto it = producers.find(id);
+    if (it != producers.end()) it->second.last_seen = clock_type::now();
+    switch (r.header.kind) {
+      case record_kind::hello:
+        register_producer(id, r);
+        send_ack(id);
+        return std::nullopt;
+      case record_kind::final:
+        registration_closed = true;
+        send_ack(id);
+        return std::nullopt;
+      case record_kind::eos:
+        if (it != producers.end()) it->second.done = true;
+        if (r.header.meta.is_object()) counts.upstream_dropped += r.header.meta.value("dropped", uint64_t{0});
+        send_ack(id);  // tells the producer that everything before eos arrived
+        return std::nullopt;
+      case record_kind::ack:
+      case record_kind::synced:
+      case record_kind::control:
+        throw framing_error(fmt::format("{} sent {} to {}, which only consumers send", producer_label(id),
+                                        record_kind_name(r.header.kind), input_endpoint));
+      default:
+        if (it == producers.end())
+          throw framing_error(fmt::format("{} from a producer that did not say hello first on {}", r.describe(),
+                                          input_endpoint));
+        if (r.header.meta.is_object()) {
+          if (auto b = r.header.meta.find("barrier"); b != r.header.meta.end() && b->is_number_unsigned())
+            barrier_received = barrier_from{id, b->get<uint64_t>()};
+        }
+        if (r.header.shm) {
+          try {
+            const uint64_t length = r.header.length;
+            r.set_payload_frame(shm_frame_from_ref(*r.header.shm, length));
+            r.header.shm.reset();
+          } catch (const framing_error &e) {
+            throw framing_error(fmt::format("malformed record from {} on {}: {}: {}", producer_label(id),
+                                            input_endpoint, r.describe(), e.what()));
+          } catch (const system_error &) {
+            // A producer that died with references in flight took its segment with it: what it
+            // sent is lost, as a crashed producer's stream is (truncated), not the stage's fault.
+            if (it == producers.end() || it->second.host != endpoint_host_name() || !process_is_gone(it->second.pid)) throw;
+            if (!it->second.lost_payloads++)
+              fmt::print(stderr, "{}: warning: producer {} (pid {}) exited with payloads in shared memory; they are lost\n",
+                         options.producer_name, it->second.name, it->second.pid);
+            return std::nullopt;
           }
-          if (r.header.shm) {
-            try {
-              const uint64_t length = r.header.length;
-              r.set_payload_frame(shm_frame_from_ref(*r.header.shm, length));
-              r.header.shm.reset();
-            } catch (const framing_error &e) {
-              throw framing_error(fmt::format("malformed record from {} on {}: {}: {}", producer_label(id),
-                                              input_endpoint, r.describe(), e.what()));
-            } catch (const system_error &) {
-              // A producer that died with references in flight took its segment with it: what it
-              // sent is lost, as a crashed producer's stream is (truncated), not the stage's fault.
-              if (it == producers.end() || it->second.host != endpoint_host_name() || !process_is_gone(it->second.pid)) throw;
-              if (!it->second.lost_payloads++)
-                fmt::print(stderr, "{}: warning: producer {} (pid {}) exited with payloads in shared memory; they are lost\n",
-                           options.producer_name, it->second.name, it->second.pid);
-              continue;
-            }
-          }
-          ++counts.received;
-          if (tap && outputs.empty()) publish_consumed(r);
-          return r;
-      }
+        }
+        ++counts.received;
+        if (tap && outputs.empty()) publish_consumed(r);
+        return r;
     }
   }
 
   void send(const record &r) {
     if (is_barrier(r)) return send_barrier(r);
     std::vector<zmq::message_t> frames = record_encode(r);
+    const bool batchable = record_batchable(r.header);
     for (size_t o = 0; o < outputs.size(); ++o) {
       if (outputs[o]->is_file()) {
         outputs[o]->send(r);
@@ -286,7 +314,7 @@ struct stage_io::impl {
       if (outputs[o]->send_by_reference(r)) continue;  // else the frames encoded once, above
       std::vector<zmq::message_t> copy(frames.size());
       for (size_t i = 0; i < frames.size(); ++i) copy[i].copy(frames[i]);  // shared, not duplicated
-      outputs[o]->send_frames(std::move(copy));
+      outputs[o]->send_frames(std::move(copy), batchable);
     }
     ++counts.sent;
     if (tap) publish_tap(r, frames);

@@ -154,6 +154,15 @@ void record_seeds(const std::string &dir) {
     std::snprintf(name, sizeof name, "/frames-%02zu-%s.bin", i, std::string(record_kind_name(records[i].header.kind)).c_str());
     write_bytes(dir + name, framed_seed(records[i]));
   }
+  // 1.3: a batch frame (one frame, mode 2) of every data record that may join one.
+  {
+    record_batch_builder batch;
+    for (const auto &r : records)
+      if (record_batchable(r.header)) batch.append(record_encode(r));
+    const auto frame = batch.take();
+    write_bytes(dir + "/frames-batch.bin",
+                std::string(1, '\x02') + std::string(static_cast<const char *>(frame.data()), frame.size()));
+  }
   // Record files: mode 3 (the fuzzer writes the magic), and mode 1 with the magic in the input.
   const std::string tmp = dir + "/.stream.tmp";
   {

@@ -1,5 +1,9 @@
 // Transport over real sockets, in-process: handshake, end-of-stream with several producers,
-// the launcher's final, backpressure without loss, the lossy tap and its drop count, files.
+// the launcher's final, backpressure without loss, batches of small records, the lossy tap and
+// its drop count, files.
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include <sys/wait.h>
@@ -7,9 +11,11 @@
 
 #include <gtest/gtest.h>
 
-#include "stage_io.h"
 #include "errors.h"
+#include "link.h"
+#include "stage_io.h"
 #include "test_support.h"
+#include "tprobe_capture.h"
 
 using namespace tprobe;
 
@@ -152,6 +158,165 @@ TEST(endpoint, stage_forwards_to_every_output_and_passes_eos_on) {
   tb.join();
   EXPECT_EQ(got_a.load(), 10u);
   EXPECT_EQ(got_b.load(), 10u);
+}
+
+namespace {
+
+// A consumer written against the wire format alone: acks hello (offering batches or not), takes
+// every message until eos, acks eos. Returns the records of each message, message by message.
+std::vector<std::vector<record>> raw_consumer(zmq::socket_t &router, bool offers_batches) {
+  std::vector<std::vector<record>> messages;
+  auto answer = [&](zmq::message_t &id, bool batch) {
+    record_header ack = record_header_of(record_kind::ack);
+    ack.meta = endpoint_peer_meta("raw consumer");
+    if (batch) ack.meta["batch"] = true;
+    router.send(id, zmq::send_flags::sndmore);
+    router.send(record_header_encode(ack), zmq::send_flags::none);
+  };
+  for (;;) {
+    zmq::message_t id, m;
+    (void)router.recv(id);
+    std::vector<zmq::message_t> frames;
+    do {
+      (void)router.recv(m);
+      frames.push_back(std::move(m));
+    } while (frames.back().more());
+    std::vector<record> records;
+    if (frames.size() == 1 && record_frame_is_batch(frames[0])) records = record_batch_decode(frames[0]);
+    else records.push_back(record_decode(frames));
+    const auto kind = records.front().header.kind;
+    if (kind == record_kind::hello) {
+      answer(id, offers_batches);
+      continue;
+    }
+    if (kind == record_kind::eos) {
+      answer(id, false);
+      return messages;
+    }
+    messages.push_back(std::move(records));
+  }
+}
+
+}  // namespace
+
+TEST(endpoint, small_records_travel_in_batches_to_a_consumer_that_offers_them) {
+  test::temp_dir dir;
+  for (bool offers : {true, false}) {
+    SCOPED_TRACE(offers ? "offers batches" : "protocol 1.2: no batches");
+    zmq::context_t ctx;
+    zmq::socket_t router(ctx, zmq::socket_type::router);
+    router.bind(ipc(dir, offers ? "batch.in" : "single.in"));
+    const std::string ep = router.get(zmq::sockopt::last_endpoint);
+    std::vector<std::vector<record>> messages;
+    std::thread consumer([&] { messages = raw_consumer(router, offers); });
+    constexpr uint64_t total = 500;
+    {
+      record_sender s(ctx, ep, "producer");
+      for (uint64_t i = 0; i < total; ++i) s.send(numbered(i, i % 50 == 0 ? 20000 : 1024));
+      s.finish(total, 0);
+    }
+    consumer.join();
+    uint64_t n = 0;
+    for (const auto &records : messages) {
+      for (const auto &r : records) {
+        EXPECT_EQ(r.header.seq, n + 1);  // in order, across batches and the large records between them
+        const size_t bytes = n % 50 == 0 ? 20000 : 1024;
+        ASSERT_EQ(r.payload_bytes().size(), bytes);
+        EXPECT_EQ(r.payload_bytes()[bytes - 1], static_cast<std::byte>(n & 0xff));
+        ++n;
+      }
+      if (records.size() > 1) EXPECT_LE(records.size(), RECORD_BATCH_BYTES / 1024 + 1);
+    }
+    EXPECT_EQ(n, total);
+    if (offers) EXPECT_LT(messages.size(), total / 10);  // ~30 records a message, large ones alone
+    else EXPECT_EQ(messages.size(), total);
+  }
+}
+
+TEST(endpoint, a_stage_sends_what_it_holds_in_a_batch_before_it_waits_for_input) {
+  // producer -> middle (stage_io, forwards) -> sink. The producer sends a few records and flushes,
+  // then waits, without ending its stream, until the sink has them all: the middle stage must not
+  // hold them in a batch while its own input is quiet.
+  zmq::context_t ctx;
+  stage_io_options sink_options, mid_options;
+  sink_options.input = "inproc://flush-sink";
+  stage_io sink(ctx, sink_options);
+  mid_options.input = "inproc://flush-mid";
+  mid_options.outputs = {"inproc://flush-sink"};
+  std::mutex mutex;
+  std::condition_variable arrived;
+  uint64_t got = 0;
+  std::thread sink_thread([&] {
+    while (sink.receive()) {
+      std::lock_guard lock(mutex);
+      ++got;
+      arrived.notify_all();
+    }
+  });
+  stage_io middle(ctx, mid_options);
+  std::thread middle_thread([&] {
+    while (auto r = middle.receive()) middle.send(*r);
+    middle.finish();
+  });
+  record_sender s(ctx, "inproc://flush-mid", "p");
+  for (uint64_t i = 0; i < 5; ++i) s.send(numbered(i));
+  s.flush();
+  {
+    std::unique_lock lock(mutex);
+    EXPECT_TRUE(arrived.wait_for(lock, std::chrono::seconds(10), [&] { return got == 5; })) << got << " arrived";
+  }
+  s.finish(5, 0);
+  middle_thread.join();
+  sink_thread.join();
+  EXPECT_EQ(got, 5u);
+}
+
+TEST(endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
+  // The training captures three small tensors and then computes for a while: the records must
+  // reach the stage now, not wait in a batch for the next capture, stop() or close().
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  stage_io_options sink_options;
+  sink_options.input = ipc(dir, "capture-sink.in");
+  stage_io sink(ctx, sink_options);
+  std::mutex mutex;
+  std::condition_variable arrived;
+  uint64_t tensors = 0;
+  std::thread sink_thread([&] {
+    while (auto r = sink.receive()) {
+      std::lock_guard lock(mutex);
+      tensors += r->header.kind == record_kind::tensor;
+      arrived.notify_all();
+    }
+  });
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
+  tprobe_open_options o = tprobe_open_options_default();
+  o.endpoint = sink_options.input.c_str();
+  tprobe_session *s = nullptr;
+  ASSERT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK);
+  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
+  float data[4] = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  DLTensor t{};
+  t.data = data;
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "Functional.relu." + std::to_string(i) + ".forward";
+    ASSERT_EQ(tprobe_capture_tensor(s, name.c_str(), "output.0", &t, 0), TPROBE_OK);
+  }
+  {
+    std::unique_lock lock(mutex);
+    EXPECT_TRUE(arrived.wait_for(lock, std::chrono::seconds(10), [&] { return tensors == 3; }))
+        << tensors << " tensors arrived before stop()";
+  }
+  EXPECT_EQ(tprobe_stop(s), TPROBE_OK);
+  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
+  sink_thread.join();
+  EXPECT_EQ(tensors, 3u);
 }
 
 TEST(endpoint, tap_without_reader_never_blocks_and_slow_reader_drops_are_counted) {

@@ -1,5 +1,5 @@
-// The wire-format ladder: empty, small, large, LZ4, truncated, wrong version, corrupt; then the
-// record file framing.
+// The wire-format ladder: empty, small, large, LZ4, truncated, wrong version, corrupt; the same
+// for batches; then the record file framing.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -277,6 +277,194 @@ TEST(record, unknown_kind_and_dtype_are_rejected) {
   std::vector<std::byte> bad(reinterpret_cast<const std::byte *>(s.data()),
                              reinterpret_cast<const std::byte *>(s.data()) + s.size());
   EXPECT_THROW(record_header_decode(bad), framing_error);
+}
+
+// ---- batches (record.h section 4): the same ladder ----
+
+namespace {
+
+zmq::message_t batch_of_all(const std::vector<record> &records) {
+  record_batch_builder b;
+  for (const auto &r : records) b.append(record_encode(r));
+  auto frame = b.take();
+  return zmq::message_t(frame.data(), frame.size());  // as a socket delivers it
+}
+
+// Records are move-only: a batch of temporaries.
+template <class... R>
+zmq::message_t batch_of(R &&...rs) {
+  std::vector<record> records;
+  (records.push_back(std::move(rs)), ...);
+  return batch_of_all(records);
+}
+
+std::vector<std::byte> bytes_of(const zmq::message_t &m) {
+  const auto *p = static_cast<const std::byte *>(m.data());
+  return {p, p + m.size()};
+}
+
+zmq::message_t message_of(const std::vector<std::byte> &bytes) { return zmq::message_t(bytes.data(), bytes.size()); }
+
+void expect_same(const record &a, const record &b) {
+  EXPECT_EQ(a.header.kind, b.header.kind);
+  EXPECT_EQ(a.header.seq, b.header.seq);
+  EXPECT_EQ(a.header.entry, b.header.entry);
+  EXPECT_EQ(a.header.slot, b.header.slot);
+  EXPECT_EQ(a.header.shape, b.header.shape);
+  EXPECT_EQ(a.header.codec, b.header.codec);
+  EXPECT_EQ(a.header.length, b.header.length);
+  EXPECT_EQ(a.header.meta, b.header.meta);
+  ASSERT_EQ(a.has_payload(), b.has_payload());
+  if (a.has_payload()) {
+    auto x = a.payload_bytes(), y = b.payload_bytes();
+    ASSERT_EQ(x.size(), y.size());
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0);
+  }
+}
+
+}  // namespace
+
+TEST(record_batch, empty_batch_holds_no_records) {
+  record_batch_builder b;
+  EXPECT_TRUE(b.empty());
+  auto frame = b.take();
+  EXPECT_EQ(frame.size(), 4u);  // the prefix alone
+  EXPECT_TRUE(record_frame_is_batch(frame));
+  EXPECT_TRUE(record_batch_decode(frame).empty());
+}
+
+TEST(record_batch, small_records_keep_every_field_and_their_order) {
+  record value(record_kind::value);
+  value.header.entry = "Functional.add.0.forward";
+  value.header.slot = "input.1";
+  value.header.seq = 2;
+  value.header.meta = {{"type", "int"}, {"value", 1}};
+  record empty = tensor_record({0});  // a payload of 0 bytes is still a payload
+  empty.header.seq = 3;
+  record entry(record_kind::entry);
+  entry.header.entry = "Functional.add.0.forward";
+  entry.header.seq = 4;
+  std::vector<record> records;
+  records.push_back(tensor_record({2, 3}));
+  records.push_back(std::move(value));
+  records.push_back(std::move(empty));
+  records.push_back(std::move(entry));
+  records.push_back(tensor_record({5}, dtype::int64));
+  auto frame = batch_of_all(records);
+  EXPECT_FALSE(record_frame_is_batch(record_header_encode(records[0].header)));  // a single record is not
+  auto back = record_batch_decode(frame);
+  ASSERT_EQ(back.size(), records.size());
+  for (size_t i = 0; i < records.size(); ++i) expect_same(records[i], back[i]);
+  EXPECT_TRUE(back[2].has_payload());
+  EXPECT_EQ(back[2].payload_bytes().size(), 0u);
+}
+
+TEST(record_batch, large_batch_round_trips) {
+  std::vector<record> records;
+  size_t bytes = 0;
+  for (uint64_t i = 0; bytes < 4 * RECORD_BATCH_BYTES; ++i) {
+    records.push_back(tensor_record({static_cast<int64_t>(1 + i % 700)}));
+    records.back().header.seq = i + 1;
+    bytes += records.back().header.length;
+  }
+  auto back = record_batch_decode(batch_of_all(records));
+  ASSERT_EQ(back.size(), records.size());
+  for (size_t i = 0; i < records.size(); ++i) expect_same(records[i], back[i]);
+}
+
+TEST(record_batch, lz4_payload_in_a_batch_decodes) {
+  record r = tensor_record({4096});
+  std::vector<std::byte> zeros(r.header.length, std::byte{0});
+  auto packed = record_payload_lz4(zeros);
+  ASSERT_TRUE(packed.has_value());
+  r.header.codec = record_codec::lz4;
+  r.set_payload_frame(std::move(*packed));
+  r.header.length = zeros.size();
+  auto back = record_batch_decode(batch_of(tensor_record({3}), std::move(r)));
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].header.codec, record_codec::lz4);
+  auto b = back[1].payload_bytes();
+  ASSERT_EQ(b.size(), zeros.size());
+  EXPECT_EQ(std::memcmp(b.data(), zeros.data(), b.size()), 0);
+}
+
+TEST(record_batch, truncated_batch_is_rejected_at_every_cut) {
+  const auto bytes = bytes_of(batch_of(tensor_record({4}), tensor_record({3})));
+  const size_t first_end = 4 + 4 + header_bytes(tensor_record({4}).header).size() + 16;
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    if (cut == 4 || cut == first_end) continue;  // a whole batch of 0 and of 1 record
+    std::vector<std::byte> part(bytes.begin(), bytes.begin() + static_cast<long>(cut));
+    EXPECT_THROW(record_batch_decode(message_of(part)), framing_error) << "cut at " << cut;
+  }
+  std::vector<std::byte> one(bytes.begin(), bytes.begin() + static_cast<long>(first_end));
+  EXPECT_EQ(record_batch_decode(message_of(one)).size(), 1u);
+}
+
+TEST(record_batch, wrong_major_version_is_rejected_naming_it) {
+  auto bytes = bytes_of(batch_of(tensor_record({2})));
+  bytes[2] = std::byte{RECORD_VERSION_MAJOR + 1};
+  try {
+    record_batch_decode(message_of(bytes));
+    FAIL() << "accepted";
+  } catch (const framing_error &e) {
+    EXPECT_NE(std::string(e.what()).find("major version 2"), std::string::npos) << e.what();
+  }
+  bytes = bytes_of(batch_of(tensor_record({2})));
+  bytes[3] = std::byte{RECORD_VERSION_MINOR + 5};  // a newer minor of the same major is read
+  EXPECT_EQ(record_batch_decode(message_of(bytes)).size(), 1u);
+}
+
+TEST(record_batch, corrupt_batch_is_rejected) {
+  const auto good = bytes_of(batch_of(tensor_record({2}), tensor_record({2})));
+  {  // a header length past the end
+    auto bytes = good;
+    const uint32_t huge = 0xfffffff0u;
+    std::memcpy(bytes.data() + 4, &huge, 4);
+    EXPECT_THROW(record_batch_decode(message_of(bytes)), framing_error);
+  }
+  {  // the header's bytes are not a header
+    auto bytes = good;
+    bytes[8] = std::byte{'X'};
+    EXPECT_THROW(record_batch_decode(message_of(bytes)), framing_error);
+  }
+  {  // trailing bytes that are no record
+    auto bytes = good;
+    bytes.push_back(std::byte{1});
+    EXPECT_THROW(record_batch_decode(message_of(bytes)), framing_error);
+  }
+  {  // not a batch at all
+    auto bytes = good;
+    bytes[1] = std::byte{'Q'};
+    EXPECT_THROW(record_batch_decode(message_of(bytes)), framing_error);
+  }
+  // Bytes mangled anywhere: an error or records, never a crash (the fuzzer goes further).
+  for (size_t i = 0; i < good.size(); i += 3) {
+    auto bytes = good;
+    bytes[i] = static_cast<std::byte>(static_cast<unsigned>(bytes[i]) ^ 0x5a);
+    try {
+      (void)record_batch_decode(message_of(bytes));
+    } catch (const framing_error &) {
+    }
+  }
+}
+
+TEST(record_batch, control_barriers_and_references_travel_alone) {
+  for (auto kind : {record_kind::hello, record_kind::ack, record_kind::eos, record_kind::final, record_kind::synced,
+                    record_kind::control}) {
+    EXPECT_FALSE(record_batchable(record_header_of(kind))) << record_kind_name(kind);
+    EXPECT_THROW(record_batch_decode(batch_of(record(kind))), framing_error) << record_kind_name(kind);
+  }
+  record barrier(record_kind::step_end);
+  barrier.header.meta = {{"barrier", 7}};
+  EXPECT_FALSE(record_batchable(barrier.header));
+  EXPECT_THROW(record_batch_decode(batch_of(std::move(barrier))), framing_error);
+  record_header by_reference = tensor_record({2}).header;
+  by_reference.stored.reset();
+  by_reference.shm = record_shm_ref{"/proc/1/fd/3", 1, 0};
+  EXPECT_FALSE(record_batchable(by_reference));
+  for (auto kind : {record_kind::session, record_kind::tensor, record_kind::value, record_kind::entry,
+                    record_kind::flush, record_kind::step_end})
+    EXPECT_TRUE(record_batchable(record_header_of(kind))) << record_kind_name(kind);
 }
 
 TEST(record_file, round_trips_a_stream) {

@@ -70,6 +70,10 @@ struct dump_doc {
   std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> stacks;  // names, lines
   std::unordered_map<std::string, size_t> stack_index;  // joined lines → index in stacks
   bool dirty = true;
+  // stack.json and construct.json change less often than dump.json (never, at level L1 without
+  // stacks): each rewrite is a new file, and file creation is what a step's write costs most.
+  bool stacks_dirty = true;
+  bool construct_dirty = true;
   bool tensor_dir_ready = false;
 };
 
@@ -227,6 +231,7 @@ class dump_writer {
   // Sets construct.json's parent of entry. The entry is almost always the last one added, which is
   // checked first so that a long construct.json is not searched key by key.
   static void construct_set(dump_doc &d, const std::string &entry, json parent) {
+    d.construct_dirty = true;
     auto &entries = static_cast<json::object_t::Container &>(d.construct.get_ref<json::object_t &>());
     if (!entries.empty() && entries.back().first == entry) entries.back().second = std::move(parent);
     else d.construct[entry] = std::move(parent);
@@ -246,6 +251,7 @@ class dump_writer {
       auto [it, inserted] = d.stack_index.emplace(key, d.stacks.size());
       if (inserted) d.stacks.emplace_back(std::vector<std::string>{}, std::move(lines));
       d.stacks[it->second].first.push_back(h.entry);
+      d.stacks_dirty = true;
     }
     if (has_structure(d) && h.meta.contains("parent")) construct_set(d, h.entry, h.meta["parent"]);
     d.dirty = true;
@@ -369,11 +375,17 @@ class dump_writer {
     }
     d.data = std::move(top["data"]);
     atomic_write_file(d.dir + "/" + data_file_name(d.session), text);
-    json stack = json::object();
-    for (size_t i = 0; i < d.stacks.size(); ++i)
-      stack[std::to_string(i)] = json::array({d.stacks[i].first, d.stacks[i].second});
-    atomic_write_file(d.dir + "/stack.json", pyjson_dump(stack, 1));
-    atomic_write_file(d.dir + "/construct.json", pyjson_dump(d.construct, 1));
+    if (d.stacks_dirty) {
+      json stack = json::object();
+      for (size_t i = 0; i < d.stacks.size(); ++i)
+        stack[std::to_string(i)] = json::array({d.stacks[i].first, d.stacks[i].second});
+      atomic_write_file(d.dir + "/stack.json", pyjson_dump(stack, 1));
+      d.stacks_dirty = false;
+    }
+    if (d.construct_dirty) {
+      atomic_write_file(d.dir + "/construct.json", pyjson_dump(d.construct, 1));
+      d.construct_dirty = false;
+    }
     d.dirty = false;
     ++result_.json_rewrites;
   }
