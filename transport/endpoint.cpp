@@ -250,8 +250,11 @@ class link_impl {
       size_t bytes = 0;
       for (const auto &f : frames) bytes += f.size();
       if (bytes <= RECORD_BATCH_RECORD_MAX) {
+        const auto now = clock_type::now();
+        if (batch_.empty()) batch_opened_ = now;
         batch_.append(frames);
-        if (batch_.bytes() >= RECORD_BATCH_BYTES) flush();
+        if (batch_.bytes() >= RECORD_BATCH_BYTES || now - batch_opened_ >= std::chrono::milliseconds(RECORD_BATCH_MAX_AGE_MS))
+          flush();
         return;
       }
     }
@@ -467,6 +470,7 @@ class link_impl {
   bool consumer_shm_ = false;
   bool consumer_batches_ = false;
   record_batch_builder batch_;
+  clock_type::time_point batch_opened_;  // when its first record joined
   size_t unsent_ = 0;  // records of a batch being sent
 };
 

@@ -135,9 +135,10 @@
 //    barriers travel alone, so that what a peer waits for is never held back. Records keep their
 //    order, within a batch and with the messages around it. A producer sends batches only to a
 //    consumer whose ack said batch: true (any host: a batch is bytes); files and taps get records
-//    one by one. A sender closes a batch at RECORD_BATCH_BYTES, before any record that may not
-//    join one, and before it waits for anything (its consumer, its own input), so a batch never
-//    holds records back from a consumer that could take them.
+//    one by one. A sender closes a batch at RECORD_BATCH_BYTES, when a record joins one that is
+//    RECORD_BATCH_MAX_AGE_MS old, before any record that may not join one, and before it waits
+//    for anything or pauses (its consumer, its own input, a sleep), so a batch never holds
+//    records back from a consumer that could take them.
 //
 // 5. Record files ("offline = online")
 //
@@ -304,6 +305,9 @@ std::optional<zmq::message_t> record_payload_lz4(std::span<const std::byte> byte
 // Batches (section 4).
 inline constexpr size_t RECORD_BATCH_BYTES = 32 * 1024;  // a sender closes a batch at this size
 inline constexpr size_t RECORD_BATCH_RECORD_MAX = 8 * 1024;  // larger records travel alone
+// A sender also closes a batch whose first record waited this long when it adds another: a slow
+// stage (seconds per record, input never empty) still hands on what it made, one by one.
+inline constexpr int RECORD_BATCH_MAX_AGE_MS = 5;
 
 // True for a record that may join a batch: a data record, not a barrier, no payload by reference.
 bool record_batchable(const record_header &h);

@@ -25,6 +25,8 @@ __attribute__((weak)) _frame *PyEval_GetFrame(void);
 __attribute__((weak)) _object *PyFrame_GetCode(_frame *);  // CPython >= 3.9: older ones get no stacks
 __attribute__((weak)) _frame *PyFrame_GetBack(_frame *);
 __attribute__((weak)) int PyFrame_GetLineNumber(_frame *);
+__attribute__((weak)) int PyFrame_GetLasti(_frame *);           // CPython >= 3.11
+__attribute__((weak)) int PyCode_Addr2Line(_object *, int);     // CPython >= 3.10
 __attribute__((weak)) _object *PyObject_GetAttrString(_object *, const char *);
 __attribute__((weak)) const char *PyUnicode_AsUTF8(_object *);
 __attribute__((weak)) void Py_IncRef(_object *);
@@ -116,15 +118,18 @@ std::string attr_text(_object *object, const char *name) {
 int walk_frames() {
   struct frame_ref {
     _object *code;
-    int line;
+    int line;  // or, by_offset, the instruction offset
   };
+  // The frames are keyed by instruction offset where CPython tells it: a line number costs a
+  // walk of the code's line table, per frame and operator, and is needed only for a new stack.
+  const bool by_offset = PyFrame_GetLasti && PyCode_Addr2Line;
   std::vector<frame_ref> frames;
   std::string key;
   _frame *f = PyEval_GetFrame();  // borrowed
   if (f) Py_IncRef(reinterpret_cast<_object *>(f));
   while (f && frames.size() < max_frames) {
     _object *code = PyFrame_GetCode(f);  // new reference
-    const int line = PyFrame_GetLineNumber(f);
+    const int line = by_offset ? PyFrame_GetLasti(f) : PyFrame_GetLineNumber(f);
     _frame *back = PyFrame_GetBack(f);  // new reference or null
     Py_DecRef(reinterpret_cast<_object *>(f));
     f = back;
@@ -146,7 +151,8 @@ int walk_frames() {
       const std::string file = attr_text(fr.code, "co_filename");
       if (t.is_excluded(file)) continue;
       const std::string func = attr_text(fr.code, "co_name");
-      lines.push_back(stack_line(file, fr.line, func, t.source_line(file, fr.line)));
+      const int line = by_offset ? PyCode_Addr2Line(fr.code, fr.line) : fr.line;
+      lines.push_back(stack_line(file, line, func, t.source_line(file, line)));
     }
     id = t.add(std::move(lines));
     // The key holds code object addresses: keep them alive so that no other code object can

@@ -230,9 +230,6 @@ bool state::capture_tensor(const std::string &entry, const std::string &slot, co
     if (allocated_here || (slot_io_of(slot) == slot_io::input && still_uninitialized(t)))
       return checked(capture_uninitialized(session, entry, slot, t, dl), "uninitialized") == TPROBE_OK;
   }
-  // Our own reductions and copies are not the model's operators.
-  at::DisableRecordFunctionGuard no_record;
-  at::NoGradGuard no_grad;
   DLDataType dtype{};
   if (!dl_dtype_of(t.scalar_type(), dtype) || t.is_sparse() || t.is_quantized() || t.is_mkldnn() ||
       (!t.is_meta() && !t.has_storage()))
@@ -241,6 +238,13 @@ bool state::capture_tensor(const std::string &entry, const std::string &slot, co
   if (t.is_meta()) return capture_summary_null(entry, slot, t, dtype, requires_grad);
   // A device tensor never syncs the stream here: its statistics or data are enqueued and read
   // once per step (device_stats.h).
+  // A plain CPU tensor is read through its memory (the C API), without an operator. The other
+  // paths run operators of ours (reductions, copies), which are not the model's: the guards, which
+  // cost more than the rest of a small tensor's capture, are paid only there.
+  const bool plain_cpu = t.device().is_cpu() && !t.is_conj() && !t.is_neg();
+  if (plain_cpu && !device_path_settings_get().on_cpu) return capture_host(entry, slot, t, dtype, requires_grad);
+  at::DisableRecordFunctionGuard no_record;
+  at::NoGradGuard no_grad;
   if (t.is_cuda() || (t.device().is_cpu() && device_path_settings_get().on_cpu)) {
     unsigned flags = 0;
     if (checked(tprobe_capture_query(session, entry.c_str(), slot.c_str(), &flags), "query") != TPROBE_OK)
@@ -249,8 +253,7 @@ bool state::capture_tensor(const std::string &entry, const std::string &slot, co
   }
   if (!t.device().is_cpu()) return capture_host(entry, slot, t.cpu().resolve_conj().resolve_neg(), dtype, requires_grad);
   // Conjugate and negative views keep their bit in the tensor, not in memory.
-  if (t.is_conj() || t.is_neg()) return capture_host(entry, slot, t.resolve_conj().resolve_neg(), dtype, requires_grad);
-  return capture_host(entry, slot, t, dtype, requires_grad);
+  return capture_host(entry, slot, t.resolve_conj().resolve_neg(), dtype, requires_grad);
 }
 
 bool state::capture_summary_null(const std::string &entry, const std::string &slot, const at::Tensor &t,

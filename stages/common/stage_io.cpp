@@ -302,10 +302,10 @@ struct stage_io::impl {
     }
   }
 
-  void send(const record &r) {
+  void send(const record &r, bool may_batch = true) {
     if (is_barrier(r)) return send_barrier(r);
     std::vector<zmq::message_t> frames = record_encode(r);
-    const bool batchable = record_batchable(r.header);
+    const bool batchable = may_batch && record_batchable(r.header);
     for (size_t o = 0; o < outputs.size(); ++o) {
       if (outputs[o]->is_file()) {
         outputs[o]->send(r);
@@ -460,6 +460,10 @@ stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
 stage_io::~stage_io() = default;
 std::optional<record> stage_io::receive() { return impl_->receive(); }
 void stage_io::send(const record &r) { impl_->send(r); }
+void stage_io::send_alone(const record &r) { impl_->send(r, false); }
+void stage_io::flush() {
+  for (auto &o : impl_->outputs) o->flush();
+}
 void stage_io::finish() { impl_->finish(); }
 std::string stage_io::input_endpoint() const { return impl_->input_endpoint; }
 std::string stage_io::tap_endpoint() const { return impl_->tap_endpoint; }

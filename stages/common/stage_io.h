@@ -64,6 +64,13 @@ class stage_io {
 
   // Send to every output (blocking) and publish on the tap (never blocking).
   void send(const record &r);
+  // As send, but in a message of its own, never in a batch (record.h "Batches"): for a record
+  // that may be malformed on purpose (tprobe-fault), so that the error downstream names it
+  // alone instead of failing the batch around it.
+  void send_alone(const record &r);
+  // Sends what the outputs hold in batches. receive() does it before it waits for input; a stage
+  // that pauses otherwise (sleeps, stalls, computes for long) calls it first.
+  void flush();
 
   // Send eos on every output (meta records/dropped) and close them, delivering everything.
   void finish();

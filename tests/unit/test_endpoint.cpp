@@ -233,6 +233,40 @@ TEST(endpoint, small_records_travel_in_batches_to_a_consumer_that_offers_them) {
   }
 }
 
+TEST(endpoint, a_batch_goes_when_a_record_joins_it_late) {
+  // A slow producer (a stage that takes long per record while its input is never empty): the
+  // second record, sent after the batch's age limit, sends the batch, without a flush().
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.bind(ipc(dir, "late.in"));
+  const std::string ep = router.get(zmq::sockopt::last_endpoint);
+  std::thread answer_hello([&] {
+    zmq::message_t id, hello;
+    (void)router.recv(id);
+    (void)router.recv(hello);
+    record_header ack = record_header_of(record_kind::ack);
+    ack.meta = endpoint_peer_meta("raw consumer");
+    ack.meta["batch"] = true;
+    router.send(id, zmq::send_flags::sndmore);
+    router.send(record_header_encode(ack), zmq::send_flags::none);
+  });
+  record_sender s(ctx, ep, "slow producer");
+  answer_hello.join();
+  s.send(numbered(0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * RECORD_BATCH_MAX_AGE_MS));  // the slow work
+  s.send(numbered(1));
+  router.set(zmq::sockopt::rcvtimeo, 10000);
+  zmq::message_t id, frame;
+  ASSERT_TRUE(router.recv(id));
+  ASSERT_TRUE(router.recv(frame));
+  ASSERT_TRUE(record_frame_is_batch(frame));
+  const auto records = record_batch_decode(frame);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[1].header.seq, 2u);
+  s.abandon();
+}
+
 TEST(endpoint, a_stage_sends_what_it_holds_in_a_batch_before_it_waits_for_input) {
   // producer -> middle (stage_io, forwards) -> sink. The producer sends a few records and flushes,
   // then waits, without ending its stream, until the sink has them all: the middle stage must not

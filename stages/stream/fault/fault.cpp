@@ -133,8 +133,9 @@ fault_stage_result fault_run(stage_io &io, const fault_stage_options &o) {
   fault_stage_result result;
   fault_stream delay_g(o.seed, 1), drop_g(o.seed, 2), duplicate_g(o.seed, 3), truncate_g(o.seed, 4),
       corrupt_g(o.seed, 5);
-  auto send = [&](const record &r) {
-    io.send(r);
+  auto send = [&](const record &r, bool spoiled = false) {
+    if (spoiled) io.send_alone(r);  // its error downstream must name it, not a batch around it
+    else io.send(r);
     ++result.sent;
   };
   for (;;) {
@@ -143,6 +144,7 @@ fault_stage_result fault_run(stage_io &io, const fault_stage_options &o) {
       return result;
     }
     if (o.stall_after && result.received == *o.stall_after) {
+      io.flush();  // what it passed on arrives; only what comes after is held
       wait_for_stop();
       result.end = fault_end::stalled;
       break;
@@ -165,14 +167,16 @@ fault_stage_result fault_run(stage_io &io, const fault_stage_options &o) {
     }
     if (delay) {
       // A deliberately slow stage: its input fills up meanwhile and upstream blocks.
+      io.flush();
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.delay_ms));
       ++result.delayed;
     }
-    if (spoil && corrupt(*r, o.corrupt_part, corrupt_g)) ++result.corrupted;
-    if (cut && truncate(*r, truncate_g)) ++result.truncated;
-    send(*r);
+    bool spoiled = false;
+    if (spoil && corrupt(*r, o.corrupt_part, corrupt_g)) ++result.corrupted, spoiled = true;
+    if (cut && truncate(*r, truncate_g)) ++result.truncated, spoiled = true;
+    send(*r, spoiled);
     if (duplicate) {
-      send(*r);
+      send(*r, spoiled);
       ++result.duplicated;
     }
   }
