@@ -8,6 +8,8 @@
 //      frame 0  header   (always)
 //      frame 1  payload  (present iff the header says `stored` is present, see below)
 //
+//    or, between peers that agreed on it, one of several records in a batch frame (section 4).
+//
 //    Header frame layout (all multi-byte integers little-endian):
 //
 //      offset  size  field
