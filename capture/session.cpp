@@ -632,7 +632,7 @@ struct tprobe_session {
   }
 
   static bool is_step_barrier(const record &r) {
-    return r.header.kind == record_kind::step_end && r.header.meta.is_object() && r.header.meta.contains("barrier");
+    return r.header.kind == record_kind::step_end && record_is_barrier(r.header);
   }
 
   // msprobe writes a step's files before step() returns unless async_dump: so the step_end of a

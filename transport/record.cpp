@@ -511,9 +511,10 @@ constexpr unsigned char BATCH_MAGIC[2] = {'T', 'B'};
 constexpr size_t BATCH_PREFIX_SIZE = 4;
 }  // namespace
 
+bool record_is_barrier(const record_header &h) { return h.meta.is_object() && h.meta.contains("barrier"); }
+
 bool record_batchable(const record_header &h) {
-  if (record_kind_is_control(h.kind) || h.shm) return false;
-  return !(h.meta.is_object() && h.meta.contains("barrier"));
+  return !record_kind_is_control(h.kind) && !h.shm && !record_is_barrier(h);
 }
 
 bool record_frame_is_batch(const zmq::message_t &frame) {

@@ -311,6 +311,8 @@ inline constexpr size_t RECORD_BATCH_RECORD_MAX = 8 * 1024;  // larger records t
 // stage (seconds per record, input never empty) still hands on what it made, one by one.
 inline constexpr int RECORD_BATCH_MAX_AGE_MS = 5;
 
+// True for a barrier (section 2): a data record whose meta has key barrier.
+bool record_is_barrier(const record_header &h);
 // True for a record that may join a batch: a data record, not a barrier, no payload by reference.
 bool record_batchable(const record_header &h);
 // True when `frame` is a batch frame (starts with "TB"); record_batch_decode checks the rest.

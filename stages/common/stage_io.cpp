@@ -320,7 +320,7 @@ struct stage_io::impl {
     if (tap) publish_tap(r, frames);
   }
 
-  static bool is_barrier(const record &r) { return r.header.meta.is_object() && r.header.meta.contains("barrier"); }
+  static bool is_barrier(const record &r) { return record_is_barrier(r.header); }
 
   // A barrier passed on: under this stage's own token (producers' tokens may collide), and
   // answered upstream only once every output that answers barriers has answered it.

@@ -89,7 +89,7 @@ std::vector<record> stage_harness::run_with(const std::function<void(stage_io &)
       deadlines.stall_timeout_ms = 10000;  // a stage that stopped reading fails the run, not hangs it
       record_sender sender(ctx_, in, "stage-harness", 1000, deadlines);
       for (const auto &r : *input) {
-        if (r.header.meta.is_object() && r.header.meta.contains("barrier")) {
+        if (record_is_barrier(r.header)) {
           record copy = record_copy(r);
           copy.header.meta.erase("barrier");
           barriers_.push_back(sender.sync(std::move(copy)));
