@@ -114,6 +114,16 @@ int tprobe_entry_begin(tprobe_session *session, const char *entry, const char *p
 int tprobe_capture_tensor(tprobe_session *session, const char *entry, const char *slot, const DLTensor *tensor,
                           int requires_grad);
 
+/* tprobe_capture_tensor for a caller that can tell when a tensor's bytes are ones it captured
+   before, unchanged: most of an operator's inputs are the outputs of the operator before it.
+   `content` is non-zero, and two calls may pass the same value only if nothing wrote the memory
+   between them (the PyTorch capture derives it from the storage and its version counter). When
+   the slot needs statistics only (or their CRC-32) and one of the last few tensors read in place
+   had the same content, address, dtype and shape, its statistics are reused instead of read
+   again (counted in stats_reused). content 0 promises nothing: tprobe_capture_tensor. */
+int tprobe_capture_tensor_content(tprobe_session *session, const char *entry, const char *slot,
+                                  const DLTensor *tensor, int requires_grad, uint64_t content);
+
 /* Captures a non-tensor argument as its msprobe JSON leaf, e.g. {"type":"int","value":1};
    "null" for None. */
 int tprobe_capture_value(tprobe_session *session, const char *entry, const char *slot, const char *json);
@@ -131,6 +141,8 @@ typedef struct tprobe_session_counts {
                               (a consumer on this host; payloads of 64 KiB and more) */
   uint64_t shared_gave_up; /* large payloads sent over the socket because the shared ring stayed
                               full (a consumer holding on to them) */
+  uint64_t stats_reused;   /* tensors whose statistics were those of the same content read just
+                              before (tprobe_capture_tensor_content), not read again */
 } tprobe_session_counts;
 int tprobe_session_counts_get(const tprobe_session *session, tprobe_session_counts *counts);
 

@@ -102,6 +102,25 @@ struct state {
   bool capture_unsupported(const std::string &entry, const std::string &slot, const at::Tensor &t);
   bool capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
                     bool requires_grad);
+  // The content name of a host tensor's bytes for tprobe_capture_tensor_content: the same for two
+  // captures only while its storage lives, its version counter has not moved and no observed
+  // operator wrote the storage (forget_content); 0 (no promise) for tensors without a version
+  // counter (inference tensors) or storage. Every write through an operator bumps the version
+  // counter, except through a second tensor with its own counter on the same storage
+  // (`x.data.add_()`): op_begin forgets the storages an operator writes, and start, stop and
+  // step forget everything (what runs while the capture is off is not observed).
+  uint64_t content_of(const at::Tensor &t);
+  void forget_content(const at::Tensor &t);
+  void forget_contents() { contents.clear(); }
+  struct known_content {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // weak: keeps the address from being reused
+    const c10::StorageImpl *impl;
+    int64_t version;
+    uint64_t name;
+  };
+  std::vector<known_content> contents;  // the last few, oldest first
+  uint64_t contents_named = 0;
+  bool reuse_stats = true;  // TPROBE_REUSE_STATS=off: every tensor is read (to measure, to rule it out)
   bool capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);
   bool capture_summary_null(const std::string &entry, const std::string &slot, const at::Tensor &t,
                             DLDataType dtype, bool requires_grad);
@@ -141,6 +160,9 @@ struct state {
 
   const op_info &info_of(const at::RecordFunction &fn);
   std::unique_ptr<at::ObserverContext> op_begin(const at::RecordFunction &fn, int depth);
+  // The contents an operator is about to write are forgotten (content_of), after its inputs were
+  // captured as they were before it ran.
+  void forget_written(const op_info &info, decltype(std::declval<const at::RecordFunction &>().inputs()) inputs);
   void op_end(const at::RecordFunction &fn, op_context &ctx);
 };
 

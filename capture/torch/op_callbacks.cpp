@@ -32,7 +32,10 @@ const op_info &state::info_of(const at::RecordFunction &fn) {
   info->outer = op_name_of(name, false);
   info->nested = op_name_of(name, true);
   info->has_schema = true;
-  for (const auto &a : schema->arguments()) info->arguments.push_back({a.name(), a.kwarg_only()});
+  for (const auto &a : schema->arguments()) {
+    if (a.alias_info() && a.alias_info()->isWrite()) info->written.push_back(info->arguments.size());
+    info->arguments.push_back({a.name(), a.kwarg_only()});
+  }
   auto &slot = infos[name];
   slot = std::move(info);
   return *slot;
@@ -61,8 +64,11 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
     ctx->capture_outputs = forward;
     ctx->link = allow_backward && at::GradMode::is_enabled();
     if (ctx->link) ctx->sequence_begin = at::sequence_number::peek();
-    if (!forward && !ctx->link) return nullptr;
     const auto inputs = fn.inputs();
+    if (!forward && !ctx->link) {
+      forget_written(info, inputs);
+      return nullptr;
+    }
     if (forward && n.prefix == "Distributed") {
       ctx->collective = true;
       ctx->arguments.assign(inputs.begin(), inputs.end());
@@ -74,6 +80,7 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
       const std::string slot = kw ? "kwargs." + arg : "input." + std::to_string(positional++);
       capture_ivalue(ctx->forward, slot, inputs[i], arg, forward, ctx->link ? &ctx->inputs : nullptr);
     }
+    forget_written(info, inputs);
     if (ctx->link && std::none_of(ctx->inputs.begin(), ctx->inputs.end(), [](const input_edge &e) {
           return e.receives();
         }))
@@ -83,6 +90,18 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
   } catch (const std::exception &e) {
     fail(e.what());
     return nullptr;
+  }
+}
+
+void state::forget_written(const op_info &info, decltype(std::declval<const at::RecordFunction &>().inputs()) inputs) {
+  if (contents.empty()) return;
+  for (size_t i : info.written) {
+    if (i >= inputs.size()) continue;
+    if (inputs[i].isTensor()) {
+      forget_content(inputs[i].toTensor());
+    } else if (inputs[i].isTensorList()) {
+      for (const at::Tensor &t : inputs[i].toTensorList().vec()) forget_content(t);
+    }
   }
 }
 

@@ -24,6 +24,10 @@ struct op_info {
     bool kwarg_only;
   };
   std::vector<argument> arguments;
+  // Arguments the schema marks as written (`Tensor(a!) self`, `out=`): their storages' contents
+  // change under the operator, even through a tensor whose version counter is not the one
+  // captured before (state::content_of).
+  std::vector<size_t> written;
   // Only dispatcher operators have one. Other FUNCTION-scope ranges (the autograd engine's
   // "autograd_engine::evaluate_function: …") are not operators: never dumped, but what runs
   // inside them is nested all the same.

@@ -4,7 +4,9 @@
 #include "torch_capture.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
+#include <string_view>
 
 #include <ATen/SequenceNumber.h>
 #include <nlohmann/json.hpp>
@@ -122,6 +124,9 @@ std::string open(const open_options &options) {
   s.level_modules = level == "L0" || level == "mix";
   s.mix = level == "mix";
   s.high_precision = cfg.value("precision", "low") == "high";
+  const char *reuse = std::getenv("TPROBE_REUSE_STATS");
+  s.reuse_stats = !(reuse && std::string_view(reuse) == "off");
+  s.forget_contents();
   s.ranks = int_list(cfg.value("rank", nlohmann::ordered_json::array()));
   s.steps = int_list(cfg.value("step", nlohmann::ordered_json::array()));
   // Whole directions data_mode turns off (core/dump_semantics.h); slots are filtered by the session.
@@ -159,6 +164,7 @@ std::string close() {
     s.node_inputs.clear();
     s.open_modules.clear();
     s.module_stack.clear();
+    s.forget_contents();
     if (!error.empty()) s.fail(error);
   }
   result = counters();
@@ -182,6 +188,7 @@ bool start() {
   require_open(s);
   s.check_failure();
   s.training_thread = at::RecordFunction::currentThreadId();
+  s.forget_contents();  // what ran while the capture was off was not watched
   checked(tprobe_start(s.session), "tprobe: start");
   s.started = true;
   s.update_callbacks();
@@ -194,6 +201,7 @@ void stop() {
   require_open(s);
   s.started = false;
   s.update_callbacks();
+  s.forget_contents();
   s.collect_collectives();
   s.collect_device(true);
   s.check_failure();
@@ -208,6 +216,7 @@ int64_t step() {
   s.collect_device(true);
   s.check_failure();
   const int rc = tprobe_step(s.session);  // the step advances even when it reports a detached session
+  s.forget_contents();
   s.call_counts.clear();
   s.node_inputs.clear();
   s.open_modules.clear();
@@ -313,6 +322,7 @@ std::string counters() {
          {"skipped", c.skipped},           {"waits", c.waits},
          {"undelivered", c.undelivered},   {"detached", c.detached != 0},
          {"shared_bytes", c.shared_bytes}, {"shared_gave_up", c.shared_gave_up},
+         {"stats_reused", c.stats_reused},
          {"operators", s.operators},       {"unsupported", s.unsupported},
          {"device_summaries", s.device_summaries}, {"device_tensors", s.device.tensors},
          {"device_reads", s.device.reads}, {"device_waits", s.device.waits},

@@ -147,6 +147,36 @@ bool state::capture_unsupported(const std::string &entry, const std::string &slo
   return checked(tprobe_capture_facts(session, entry.c_str(), slot.c_str(), &f), "facts") == TPROBE_OK;
 }
 
+namespace {
+bool trackable(const at::Tensor &t) { return !t.is_inference() && t.has_storage(); }
+constexpr size_t contents_known_max = 64;
+}  // namespace
+
+uint64_t state::content_of(const at::Tensor &t) {
+  if (!reuse_stats || !trackable(t)) return 0;
+  const c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
+  const int64_t version = t._version();
+  // Newest first: an input is most often the output captured last. A known impl is the same
+  // storage, alive: the weak reference keeps any other storage from taking its address.
+  for (auto it = contents.rbegin(); it != contents.rend(); ++it) {
+    if (it->impl != impl) continue;
+    if (it->version != version) {
+      it->version = version;
+      it->name = ++contents_named;
+    }
+    return it->name;
+  }
+  if (contents.size() >= contents_known_max) contents.erase(contents.begin());
+  contents.push_back({t.storage().getWeakStorageImpl(), impl, version, ++contents_named});
+  return contents.back().name;
+}
+
+void state::forget_content(const at::Tensor &t) {
+  if (!t.defined() || !t.has_storage()) return;
+  const c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
+  std::erase_if(contents, [&](const known_content &c) { return c.impl == impl; });
+}
+
 bool state::capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
                   bool requires_grad) {
   DLTensor dl{};
@@ -157,8 +187,9 @@ bool state::capture_host(const std::string &entry, const std::string &slot, cons
   dl.shape = const_cast<int64_t *>(t.sizes().data());
   dl.strides = const_cast<int64_t *>(t.strides().data());
   dl.byte_offset = 0;
-  return checked(tprobe_capture_tensor(session, entry.c_str(), slot.c_str(), &dl, requires_grad), "tensor") ==
-         TPROBE_OK;
+  return checked(tprobe_capture_tensor_content(session, entry.c_str(), slot.c_str(), &dl, requires_grad,
+                                              content_of(t)),
+                 "tensor") == TPROBE_OK;
 }
 
 namespace {
@@ -189,8 +220,6 @@ struct uninitialized_storage {
 };
 std::vector<uninitialized_storage> g_uninitialized;
 constexpr size_t uninitialized_tracked_max = 64;
-
-bool trackable(const at::Tensor &t) { return !t.is_inference() && t.has_storage(); }
 
 void remember_uninitialized(const at::Tensor &t) {
   if (!trackable(t)) return;

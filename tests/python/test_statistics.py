@@ -1,8 +1,10 @@
 """dump.json statistics (forward and backward) and task tensor's .npy files equal what torch
 computes independently, in this process, for the same model and data."""
 
+import json
 import math
 import os
+import textwrap
 import unittest
 
 import numpy as np
@@ -117,6 +119,80 @@ class StatisticsTest(tt.CaptureTest):
                         np.testing.assert_array_equal(saved, t.detach().numpy(), err_msg=leaf["data_name"])
                     files += 1
         self.assertGreater(files, 40)
+
+
+# A tensor read as one operator's output is not read again as the next one's input while its
+# storage's version counter has not moved (capture_state.h, content_of). Every way of writing
+# it in between must be seen: through the tensor, through a second tensor on the same storage
+# with its own version counter (`.data`), and while the capture is off.
+REUSE = textwrap.dedent("""
+    import json, torch
+    from tprobe import PrecisionDebugger
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    debugger = PrecisionDebugger(config_path="./config.json")
+    x = torch.randn(64, 32)
+    seen = {}
+    for step in range(STEPS):
+        debugger.start()
+        y = torch.relu(x)
+        seen["Torch.sigmoid.0.forward"] = y.clone()
+        torch.sigmoid(y)                  # y as read at relu's end: reused
+        y.data.mul_(2)                    # its own version counter; the operator is watched
+        seen["Torch.tanh.0.forward"] = y.clone()
+        torch.tanh(y)
+        y.detach().add_(1)                # shares y's counter
+        seen["Torch.neg.0.forward"] = y.clone()
+        torch.neg(y)
+        debugger.stop()
+        y.data.sub_(3)                    # while the capture is off
+        debugger.start()
+        seen["Torch.exp.0.forward"] = y.clone()
+        torch.exp(y)
+        debugger.stop()
+        debugger.step()
+    torch.save(seen, "seen.pt")
+    with open("counters.json", "w") as f:
+        json.dump(debugger.counters(), f)
+    debugger.close()
+""")
+
+
+class StatisticsReuse(tt.CaptureTest):
+    assert_stats = StatisticsTest.assert_stats
+
+    def run_reuse(self, name, env=None, config=None):
+        run = self.run_script(REUSE, name=name, env=env, config=config)
+        with open(os.path.join(run.dir, "counters.json")) as f:
+            counters = json.load(f)
+        return run, counters, torch.load(os.path.join(run.dir, "seen.pt"))
+
+    def test_inputs_written_in_every_way_are_read_again(self):
+        run, counters, seen = self.run_reuse("reuse")
+        data = run.data()
+        for entry, tensor in seen.items():
+            self.assert_stats(entry, data[entry]["input_args"][0], tensor)
+        # At least sigmoid's input (relu's output) came from the statistics read before.
+        self.assertGreaterEqual(counters["stats_reused"], 1, counters)
+        _, counters_off, _ = self.run_reuse("off", env={"TPROBE_REUSE_STATS": "off"})
+        self.assertEqual(counters_off["stats_reused"], 0, counters_off)
+        # The writing operators not dumped (list): their results never renew what is known of
+        # y's storage; only their schemas (Tensor(a!) self) tell that they write it.
+        listed = ["relu", "sigmoid", "tanh", "neg", "exp", "clone"]
+        run, _, seen = self.run_reuse("listed", config=tt.default_config(list=listed))
+        data = run.data()
+        self.assertNotIn("Tensor.mul_.0.forward", data)
+        for entry, tensor in seen.items():
+            self.assert_stats(entry + " (writers not dumped)", data[entry]["input_args"][0], tensor)
+
+    def test_a_model_dumps_the_same_with_and_without_reuse(self):
+        for config, name in ((tt.default_config(), "L1"), (tt.default_config(level="mix"), "mix"),
+                             (tt.default_config(summary_mode="md5"), "md5")):
+            on = self.run_script(tt.TRAIN, config=config, steps=2, name=name + "-on")
+            off = self.run_script(tt.TRAIN, config=config, steps=2, name=name + "-off",
+                                  env={"TPROBE_REUSE_STATS": "off"})
+            for step in (0, 1):
+                self.assertEqual(on.data(step), off.data(step), f"{name} step {step}")
 
 
 if __name__ == "__main__":

@@ -353,6 +353,58 @@ TEST(endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
   EXPECT_EQ(tensors, 3u);
 }
 
+TEST(endpoint, a_named_content_is_read_once) {
+  // tprobe_capture_tensor_content: the same content name at the same address, dtype and shape
+  // reuses the statistics read before; any other name, shape or no name at all reads the data.
+  // The data is changed behind a repeated name on purpose: the reused Max shows it was not read.
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  stage_io_options sink_options;
+  sink_options.input = ipc(dir, "content-sink.in");
+  stage_io sink(ctx, sink_options);
+  std::vector<double> maxima;
+  std::thread sink_thread([&] {
+    while (auto r = sink.receive())
+      if (r->header.kind == record_kind::tensor && r->header.stats) maxima.push_back(r->header.stats->max.real);
+  });
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
+  tprobe_open_options o = tprobe_open_options_default();
+  o.endpoint = sink_options.input.c_str();
+  tprobe_session *s = nullptr;
+  ASSERT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK);
+  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
+  float data[4] = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  DLTensor t{};
+  t.data = data;
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  int n = 0;
+  auto capture = [&](uint64_t content) {
+    const std::string name = "Functional.relu." + std::to_string(n++) + ".forward";
+    return tprobe_capture_tensor_content(s, name.c_str(), "output.0", &t, 0, content);
+  };
+  ASSERT_EQ(capture(7), TPROBE_OK);  // read: 4
+  data[3] = 9;
+  ASSERT_EQ(capture(7), TPROBE_OK);  // reused: 4
+  ASSERT_EQ(capture(8), TPROBE_OK);  // another name, read: 9
+  data[3] = 5;
+  ASSERT_EQ(capture(0), TPROBE_OK);  // no name, read: 5
+  ASSERT_EQ(capture(0), TPROBE_OK);  // read: 5
+  shape[0] = 3;
+  ASSERT_EQ(capture(8), TPROBE_OK);  // another shape, read: 3
+  tprobe_session_counts counts{};
+  ASSERT_EQ(tprobe_session_counts_get(s, &counts), TPROBE_OK);
+  EXPECT_EQ(counts.stats_reused, 1u);
+  EXPECT_EQ(tprobe_stop(s), TPROBE_OK);
+  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
+  sink_thread.join();
+  EXPECT_EQ(maxima, (std::vector<double>{4, 4, 9, 5, 5, 3}));
+}
+
 TEST(endpoint, tap_without_reader_never_blocks_and_slow_reader_drops_are_counted) {
   test::temp_dir dir;
   zmq::context_t ctx;
