@@ -1,7 +1,6 @@
 // The capture session behind tprobe_capture.h: filtering and the copy on the calling thread, a
 // bounded queue, and a sender thread that owns the sockets.
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -236,39 +235,44 @@ struct tprobe_session {
   tprobe_session_counts counts{};
   std::optional<grad_probe_settings> grad;  // task grad_probe
 
-  // The statistics of the last few contiguous tensors read in place, for callers that name a
+  // The statistics of the contiguous tensors read in place lately, for callers that name a
   // tensor's content (tprobe_capture_tensor_content): one operator's output is usually the next
-  // one's input, and reading it once instead of twice is most of what statistics cost. A hit
-  // needs the same content, address, dtype, shape and options, so a caller's promise about the
-  // bytes is the only thing trusted. A fixed ring: no allocation once its shapes are sized.
+  // one's input, and a parameter read in the forward pass is read again by the optimizer; reading
+  // each once is most of what statistics cost. A hit needs the same content, address, dtype,
+  // element count and options (a view with another shape over the same contiguous bytes reads
+  // them in the same order: the same statistics, bit for bit, unless one is 0-d), so the caller's
+  // promise about the bytes is the only thing trusted. Callers
+  // name contents with increasing numbers, so a table indexed by the name's low bits holds the
+  // last stats_seen_max names without collisions; it is allocated at the first named capture.
   struct stats_seen {
     uint64_t content = 0;
     const std::byte *data = nullptr;
     dtype type{};
-    std::vector<int64_t> shape;
-    bool high_precision = false, crc32 = false;
+    size_t count = 0;
+    bool zero_dim = false, high_precision = false, crc32 = false;
     tensor_stats stats;
   };
-  static constexpr size_t stats_seen_max = 32;
-  std::array<stats_seen, stats_seen_max> stats_seen_ring{};
-  size_t stats_seen_next = 0;
+  static constexpr size_t stats_seen_max = 8192;  // a power of two
+  std::vector<stats_seen> stats_seen_table;
 
   const tensor_stats *stats_seen_find(uint64_t content, const std::byte *data, const record_header &h,
                                       const stats_options &o) const {
-    for (const auto &e : stats_seen_ring)
-      if (e.content == content && e.data == data && e.type == h.type && e.high_precision == o.high_precision &&
-          e.crc32 == o.crc32 && e.shape == h.shape)
-        return &e.stats;
+    if (stats_seen_table.empty()) return nullptr;
+    const stats_seen &e = stats_seen_table[content & (stats_seen_max - 1)];
+    if (e.content == content && e.data == data && e.type == h.type && e.count == h.element_count() &&
+        e.zero_dim == h.shape.empty() && e.high_precision == o.high_precision && e.crc32 == o.crc32)
+      return &e.stats;
     return nullptr;
   }
 
   void stats_seen_add(uint64_t content, const std::byte *data, const record_header &h, const stats_options &o) {
-    stats_seen &e = stats_seen_ring[stats_seen_next];
-    stats_seen_next = (stats_seen_next + 1) % stats_seen_max;
+    if (stats_seen_table.empty()) stats_seen_table.resize(stats_seen_max);
+    stats_seen &e = stats_seen_table[content & (stats_seen_max - 1)];
     e.content = content;
     e.data = data;
     e.type = h.type;
-    e.shape = h.shape;
+    e.count = h.element_count();
+    e.zero_dim = h.shape.empty();
     e.high_precision = o.high_precision;
     e.crc32 = o.crc32;
     e.stats = *h.stats;

@@ -117,10 +117,12 @@ int tprobe_capture_tensor(tprobe_session *session, const char *entry, const char
 /* tprobe_capture_tensor for a caller that can tell when a tensor's bytes are ones it captured
    before, unchanged: most of an operator's inputs are the outputs of the operator before it.
    `content` is non-zero, and two calls may pass the same value only if nothing wrote the memory
-   between them (the PyTorch capture derives it from the storage and its version counter). When
-   the slot needs statistics only (or their CRC-32) and one of the last few tensors read in place
-   had the same content, address, dtype and shape, its statistics are reused instead of read
-   again (counted in stats_reused). content 0 promises nothing: tprobe_capture_tensor. */
+   between them (the PyTorch capture derives it from the storage and its version counter); a
+   caller names new contents with increasing numbers. When the slot needs statistics only (or
+   their CRC-32) and a tensor read in place under the same name, among the last 8192 names, had
+   the same address, dtype and element count (a view of other shape reads the same bytes in the
+   same order), its statistics are reused instead of read again (counted in stats_reused).
+   content 0 promises nothing: tprobe_capture_tensor. */
 int tprobe_capture_tensor_content(tprobe_session *session, const char *entry, const char *slot,
                                   const DLTensor *tensor, int requires_grad, uint64_t content);
 

@@ -256,8 +256,11 @@ void stats_real(const real_acc &a, size_t count, result_type r, tensor_stats &s)
 // Max/Min/Mean of |x| in the component type (numpy's path ignores "precision"); Norm stays null.
 using accumulate_fn = void (*)(const unsigned char *, size_t, real_acc &);
 
-// One pass over the tensor; with a CRC wanted, the CRC of each piece is taken right after its
-// statistics, while the piece is still in L2, instead of in a second pass over memory.
+// One pass over the tensor; with a CRC wanted, each piece is hashed first and its statistics
+// taken right after, while it is still in L2, instead of in a second pass over memory. In that
+// order because the CRC is bound by its arithmetic and hides the loads from memory (11.5 GB/s
+// from memory, 12.3 from L2 here) while the statistics are bound by the loads (11.8 GB/s from
+// memory, 21 from L2): 7.5 GB/s for both, against 6.0 the other way round.
 real_acc accumulate_all(accumulate_fn fn, const unsigned char *p, size_t count, size_t elem_size,
                         std::optional<uint32_t> *crc) {
   real_acc acc;
@@ -270,8 +273,8 @@ real_acc accumulate_all(accumulate_fn fn, const unsigned char *p, size_t count, 
   for (size_t start = 0; start < count; start += piece_elems) {
     const size_t n = std::min(piece_elems, count - start);
     const unsigned char *q = p + start * elem_size;
-    fn(q, n, acc);
     c = crc32_update(c, q, n * elem_size);
+    fn(q, n, acc);
   }
   *crc = c;
   return acc;

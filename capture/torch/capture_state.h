@@ -114,11 +114,12 @@ struct state {
   void forget_contents() { contents.clear(); }
   struct known_content {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // weak: keeps the address from being reused
-    const c10::StorageImpl *impl;
     int64_t version;
     uint64_t name;
   };
-  std::vector<known_content> contents;  // the last few, oldest first
+  // By storage, this step's (a step of resnet18 reads ~1,100 tensors, a transformer's ~2,800);
+  // all forgotten when it grows past contents_known_max.
+  std::unordered_map<const c10::StorageImpl *, known_content> contents;
   uint64_t contents_named = 0;
   bool reuse_stats = true;  // TPROBE_REUSE_STATS=off: every tensor is read (to measure, to rule it out)
   bool capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);

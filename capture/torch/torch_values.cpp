@@ -149,32 +149,30 @@ bool state::capture_unsupported(const std::string &entry, const std::string &slo
 
 namespace {
 bool trackable(const at::Tensor &t) { return !t.is_inference() && t.has_storage(); }
-constexpr size_t contents_known_max = 64;
+constexpr size_t contents_known_max = 16384;
 }  // namespace
 
 uint64_t state::content_of(const at::Tensor &t) {
   if (!reuse_stats || !trackable(t)) return 0;
   const c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
   const int64_t version = t._version();
-  // Newest first: an input is most often the output captured last. A known impl is the same
-  // storage, alive: the weak reference keeps any other storage from taking its address.
-  for (auto it = contents.rbegin(); it != contents.rend(); ++it) {
-    if (it->impl != impl) continue;
-    if (it->version != version) {
-      it->version = version;
-      it->name = ++contents_named;
+  // A known impl is the same storage, alive: the weak reference keeps any other storage from
+  // taking its address.
+  if (auto it = contents.find(impl); it != contents.end()) {
+    if (it->second.version != version) {
+      it->second.version = version;
+      it->second.name = ++contents_named;
     }
-    return it->name;
+    return it->second.name;
   }
-  if (contents.size() >= contents_known_max) contents.erase(contents.begin());
-  contents.push_back({t.storage().getWeakStorageImpl(), impl, version, ++contents_named});
-  return contents.back().name;
+  if (contents.size() >= contents_known_max) contents.clear();
+  contents.emplace(impl, known_content{t.storage().getWeakStorageImpl(), version, ++contents_named});
+  return contents_named;
 }
 
 void state::forget_content(const at::Tensor &t) {
   if (!t.defined() || !t.has_storage()) return;
-  const c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
-  std::erase_if(contents, [&](const known_content &c) { return c.impl == impl; });
+  contents.erase(t.storage().unsafeGetStorageImpl());
 }
 
 bool state::capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
