@@ -354,8 +354,9 @@ TEST(endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
 }
 
 TEST(endpoint, a_named_content_is_read_once) {
-  // tprobe_capture_tensor_content: the same content name at the same address, dtype and shape
-  // reuses the statistics read before; any other name, shape or no name at all reads the data.
+  // tprobe_capture_tensor_content: the same content name at the same address, dtype
+  // and element count reuses the statistics read before (a view of another shape too); any other
+  // name, count or no name at all reads the data.
   // The data is changed behind a repeated name on purpose: the reused Max shows it was not read.
   test::temp_dir dir;
   zmq::context_t ctx;
@@ -391,6 +392,12 @@ TEST(endpoint, a_named_content_is_read_once) {
   data[3] = 9;
   ASSERT_EQ(capture(7), TPROBE_OK);  // reused: 4
   ASSERT_EQ(capture(8), TPROBE_OK);  // another name, read: 9
+  int64_t square[2] = {2, 2};
+  t.shape = square;
+  t.ndim = 2;
+  ASSERT_EQ(capture(8), TPROBE_OK);  // a view of the same bytes, reused: 9
+  t.shape = shape;
+  t.ndim = 1;
   data[3] = 5;
   ASSERT_EQ(capture(0), TPROBE_OK);  // no name, read: 5
   ASSERT_EQ(capture(0), TPROBE_OK);  // read: 5
@@ -398,11 +405,11 @@ TEST(endpoint, a_named_content_is_read_once) {
   ASSERT_EQ(capture(8), TPROBE_OK);  // another shape, read: 3
   tprobe_session_counts counts{};
   ASSERT_EQ(tprobe_session_counts_get(s, &counts), TPROBE_OK);
-  EXPECT_EQ(counts.stats_reused, 1u);
+  EXPECT_EQ(counts.stats_reused, 2u);
   EXPECT_EQ(tprobe_stop(s), TPROBE_OK);
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
   sink_thread.join();
-  EXPECT_EQ(maxima, (std::vector<double>{4, 4, 9, 5, 5, 3}));
+  EXPECT_EQ(maxima, (std::vector<double>{4, 4, 9, 9, 5, 5, 3}));
 }
 
 TEST(endpoint, tap_without_reader_never_blocks_and_slow_reader_drops_are_counted) {
