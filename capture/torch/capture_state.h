@@ -107,10 +107,12 @@ struct state {
   // operator wrote the storage (forget_content); 0 (no promise) for tensors without a version
   // counter (inference tensors) or storage. Every write through an operator bumps the version
   // counter, except through a second tensor with its own counter on the same storage
-  // (`x.data.add_()`): op_begin forgets the storages an operator writes, and start, stop and
-  // step forget everything (what runs while the capture is off is not observed).
+  // (`x.data.add_()`): op_begin forgets the storages an operator writes, a collective's buffers
+  // are forgotten before its result is read (the communication writes them directly), and start,
+  // stop and step forget everything (what runs while the capture is off is not observed).
   uint64_t content_of(const at::Tensor &t);
   void forget_content(const at::Tensor &t);
+  void forget_contents_in(const c10::IValue &v);  // every tensor in it, lists and tuples included
   void forget_contents() { contents.clear(); }
   struct known_content {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // weak: keeps the address from being reused

@@ -95,14 +95,8 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
 
 void state::forget_written(const op_info &info, decltype(std::declval<const at::RecordFunction &>().inputs()) inputs) {
   if (contents.empty()) return;
-  for (size_t i : info.written) {
-    if (i >= inputs.size()) continue;
-    if (inputs[i].isTensor()) {
-      forget_content(inputs[i].toTensor());
-    } else if (inputs[i].isTensorList()) {
-      for (const at::Tensor &t : inputs[i].toTensorList().vec()) forget_content(t);
-    }
-  }
+  for (size_t i : info.written)
+    if (i < inputs.size()) forget_contents_in(inputs[i]);
 }
 
 void state::op_end(const at::RecordFunction &fn, op_context &ctx) {

@@ -175,6 +175,18 @@ void state::forget_content(const at::Tensor &t) {
   contents.erase(t.storage().unsafeGetStorageImpl());
 }
 
+void state::forget_contents_in(const c10::IValue &v) {
+  if (v.isTensor()) {
+    forget_content(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor &t : v.toTensorList().vec()) forget_content(t);
+  } else if (v.isList()) {
+    for (const c10::IValue &e : v.toListRef()) forget_contents_in(e);
+  } else if (v.isTuple()) {
+    for (const c10::IValue &e : v.toTupleRef().elements()) forget_contents_in(e);
+  }
+}
+
 bool state::capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
                   bool requires_grad) {
   DLTensor dl{};
@@ -306,6 +318,10 @@ void state::collect_collectives() {
   if (collectives.empty()) return;
   auto done = std::move(collectives);
   collectives.clear();
+  // The communication writes the buffers without an operator or a version bump (gloo, NCCL write
+  // their memory): what was read of them before is not their content now.
+  for (const auto &c : done)
+    for (const c10::IValue &a : c.arguments) forget_contents_in(a);
   for (const auto &c : done)
     for (size_t i = 0; i < c.arguments.size(); ++i)
       capture_ivalue(c.entry, "output." + std::to_string(i), c.arguments[i], {}, true, nullptr);
