@@ -13,6 +13,7 @@
 #include <span>
 #include <random>
 #include <thread>
+#include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -723,15 +724,43 @@ struct tprobe_session {
     record r(header(record_kind::entry));
     r.header.entry = entry;
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    if (stack_len) {
-      auto lines = nlohmann::ordered_json::array();
-      for (size_t i = 0; i < stack_len; ++i) lines.push_back(stack[i] ? stack[i] : "");
-      meta["stack"] = std::move(lines);
-    }
+    // By reference (record.h section 5): the links send the lines once per id where they can.
+    if (stack_len) meta["stack_id"] = stack_id_of(stack, stack_len);
     meta["parent"] = parent ? nlohmann::ordered_json(parent) : nlohmann::ordered_json(nullptr);
     if (is_recompute >= 0) meta["is_recompute"] = is_recompute != 0;
     r.header.meta = std::move(meta);
     return enqueue(std::move(r));
+  }
+
+  // Stacks by content: the id of `stack`, its lines put in the stack book the first time.
+  struct known_stack {
+    std::vector<std::string> lines;
+    uint64_t id;
+  };
+  std::unordered_multimap<size_t, known_stack> stacks_known;
+
+  uint64_t stack_id_of(const char *const *stack, size_t stack_len) {
+    size_t hash = stack_len;
+    for (size_t i = 0; i < stack_len; ++i)
+      hash = hash * 1000003u ^ std::hash<std::string_view>{}(stack[i] ? stack[i] : "");
+    auto same = [&](const std::vector<std::string> &lines) {
+      if (lines.size() != stack_len) return false;
+      for (size_t i = 0; i < stack_len; ++i)
+        if (lines[i] != (stack[i] ? stack[i] : "")) return false;
+      return true;
+    };
+    for (auto [it, end] = stacks_known.equal_range(hash); it != end; ++it)
+      if (same(it->second.lines)) return it->second.id;
+    known_stack k{{}, stacks_known.size() + 1};
+    auto lines = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < stack_len; ++i) {
+      k.lines.emplace_back(stack[i] ? stack[i] : "");
+      lines.push_back(k.lines.back());
+    }
+    stack_book_define(run_id, k.id, std::move(lines));
+    const uint64_t id = k.id;
+    stacks_known.emplace(hash, std::move(k));
+    return id;
   }
 
   bool slot_wanted(const char *entry, const char *slot) {

@@ -212,6 +212,20 @@ class link_impl {
   }
 
   void send(const record &r) {
+    if (auto adapted = adapt_stack(r.header)) {
+      record entry(std::move(*adapted));  // entry records have no payload
+      return send_adapted(entry);
+    }
+    send_adapted(r);
+  }
+
+  // Section 5 of record.h, for this link: a record file is read from its start, as a consumer
+  // that takes references reads its input.
+  std::optional<record_header> adapt_stack(const record_header &h) {
+    return stacks_.adapt(h, file_ || consumer_stack_refs_);
+  }
+
+  void send_adapted(const record &r) {
     if (file_) {
       file_->write(r);
       return;
@@ -453,6 +467,7 @@ class link_impl {
         consumer_syncs_ = meta.value("sync", false);
         consumer_shm_ = meta.value("shm", false) && shm_enabled();
         consumer_batches_ = meta.value("batch", false) && batches_enabled();
+        consumer_stack_refs_ = meta.value("stack_refs", false) && stack_refs_enabled();
       }
       return true;
     }
@@ -469,6 +484,8 @@ class link_impl {
   bool consumer_syncs_ = false;
   bool consumer_shm_ = false;
   bool consumer_batches_ = false;
+  bool consumer_stack_refs_ = false;
+  stack_link stacks_;
   record_batch_builder batch_;
   clock_type::time_point batch_opened_;  // when its first record joined
   size_t unsent_ = 0;  // records of a batch being sent
@@ -499,6 +516,11 @@ bool batches_enabled() {
   return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0));
 }
 
+bool stack_refs_enabled() {
+  const char *env = std::getenv("TPROBE_STACK_REFS");
+  return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0));
+}
+
 // ---- the pieces a consumer runtime builds on (link.h) ----
 
 struct output_link::impl : link_impl {
@@ -514,6 +536,7 @@ bool output_link::send_by_reference(const record &r) { return impl_->send_by_ref
 void output_link::send_frames(std::vector<zmq::message_t> frames, bool batchable) {
   impl_->send_frames(std::move(frames), batchable);
 }
+std::optional<record_header> output_link::adapt_stack(const record_header &h) { return impl_->adapt_stack(h); }
 void output_link::flush() { impl_->flush(); }
 bool output_link::is_file() const { return impl_->is_file(); }
 bool output_link::syncs() const { return impl_->syncs(); }

@@ -34,6 +34,10 @@ class output_link {
   // Frames already encoded (shared among several links); never by reference. A batchable record
   // (record_batchable of its header) may join a batch when the consumer takes them.
   void send_frames(std::vector<zmq::message_t> frames, bool batchable = false);
+  // The header this link must send in place of `h` by the stack rule (record.h section 5), or
+  // nullopt when the frames encoded from `h` will do. Call it for every record whose frames go
+  // out by send_frames: it counts the ids this link defined.
+  std::optional<record_header> adapt_stack(const record_header &h);
   // Sends the open batch, if any: the runtime calls it before it waits for input.
   void flush();
   bool is_file() const;

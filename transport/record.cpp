@@ -4,6 +4,9 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include <sys/stat.h>
 
@@ -510,6 +513,79 @@ namespace {
 constexpr unsigned char BATCH_MAGIC[2] = {'T', 'B'};
 constexpr size_t BATCH_PREFIX_SIZE = 4;
 }  // namespace
+
+// ---- call stacks by reference (record.h section 5) ----
+
+namespace {
+
+struct stack_book {
+  std::mutex mutex;
+  // Never erased: record_stack_lines hands out pointers into it. Distinct stacks are few.
+  std::map<std::pair<std::string, uint64_t>, std::unique_ptr<const nlohmann::ordered_json>> lines;
+};
+
+stack_book &the_stack_book() {
+  static auto *book = new stack_book;  // never destroyed: stages read it until they exit
+  return *book;
+}
+
+const nlohmann::ordered_json *stack_book_find(const std::string &run, uint64_t id) {
+  stack_book &b = the_stack_book();
+  std::lock_guard lock(b.mutex);
+  auto it = b.lines.find({run, id});
+  return it == b.lines.end() ? nullptr : it->second.get();
+}
+
+}  // namespace
+
+void stack_book_define(const std::string &run, uint64_t id, nlohmann::ordered_json lines) {
+  stack_book &b = the_stack_book();
+  std::lock_guard lock(b.mutex);
+  auto &slot = b.lines[{run, id}];
+  if (!slot) slot = std::make_unique<const nlohmann::ordered_json>(std::move(lines));
+}
+
+std::optional<uint64_t> record_stack_id(const record_header &h) {
+  if (h.kind != record_kind::entry || !h.meta.is_object()) return std::nullopt;
+  auto it = h.meta.find("stack_id");
+  if (it == h.meta.end() || !it->is_number_unsigned()) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
+const nlohmann::ordered_json *record_stack_lines(const record_header &h) {
+  if (!h.meta.is_object()) return nullptr;
+  if (auto it = h.meta.find("stack"); it != h.meta.end() && it->is_array()) return &*it;
+  const auto id = record_stack_id(h);
+  return id ? stack_book_find(h.run, *id) : nullptr;
+}
+
+std::optional<record_header> stack_link::adapt(const record_header &h, bool consumer_takes_refs) {
+  const auto id = record_stack_id(h);
+  if (!id) return std::nullopt;
+  const auto stack = h.meta.find("stack");
+  const bool has_lines = stack != h.meta.end() && stack->is_array();
+  bool defined = false;
+  if (consumer_takes_refs) {
+    auto key = std::make_pair(h.run, *id);
+    auto at = std::lower_bound(defined_.begin(), defined_.end(), key);
+    defined = at != defined_.end() && *at == key;
+    if (!defined) defined_.insert(at, std::move(key));
+  }
+  if (defined) {
+    if (!has_lines) return std::nullopt;
+    record_header out = h;
+    out.meta.erase("stack");
+    return out;
+  }
+  if (has_lines) return std::nullopt;
+  const nlohmann::ordered_json *lines = stack_book_find(h.run, *id);
+  if (!lines)
+    throw framing_error(fmt::format("entry record {}: stack_id {} of run \"{}\" was never defined on this stream",
+                                    h.entry, *id, h.run));
+  record_header out = h;
+  out.meta["stack"] = *lines;
+  return out;
+}
 
 bool record_is_barrier(const record_header &h) { return h.meta.is_object() && h.meta.contains("barrier"); }
 

@@ -142,7 +142,23 @@
 //    for anything or pauses (its consumer, its own input, a sleep), so a batch never holds
 //    records back from a consumer that could take them.
 //
-// 5. Record files ("offline = online")
+// 5. Call stacks by reference (1.4)
+//
+//    An entry record's meta carries its call stack as "stack": [lines] (every version). Since
+//    1.4 it may also carry "stack_id": uint, a number its producer gives each distinct stack of a
+//    run (within one "run", the same lines have the same id and one id has one list of lines).
+//    A stack is ~1.5 KB where an entry record is otherwise ~100 bytes: sent with every entry it
+//    was most of what a pipeline carried.
+//
+//    On a link whose consumer said stack_refs: true in its ack, the lines travel once per id: the
+//    first entry record with that id on the link carries "stack" and "stack_id", later ones
+//    "stack_id" alone. Every link keeps this rule by itself, so a consumer resolves every id from
+//    its own input, whatever a stage before it dropped (the first reference it passes on carries
+//    the lines). A consumer that did not offer stack_refs gets "stack" in every entry record, as
+//    before 1.4. A record file (section 6) follows the rule and is read from its start; a tap
+//    shows the records as they travel, references included.
+//
+// 6. Record files ("offline = online")
 //
 //    A recorded stream is a file of the same frames:
 //
@@ -175,8 +191,8 @@
 namespace tprobe {
 
 inline constexpr uint8_t RECORD_VERSION_MAJOR = 1;
-// 1.1: barriers and synced; 1.2: shm references; 1.3: batches
-inline constexpr uint8_t RECORD_VERSION_MINOR = 3;
+// 1.1: barriers and synced; 1.2: shm references; 1.3: batches; 1.4: stacks by reference
+inline constexpr uint8_t RECORD_VERSION_MINOR = 4;
 inline constexpr size_t RECORD_PREFIX_SIZE = 4;
 inline constexpr size_t RECORD_HEADER_MAX_DEPTH = 1000;  // above msprobe's 400 levels of dump data
 
@@ -311,6 +327,32 @@ inline constexpr size_t RECORD_BATCH_RECORD_MAX = 8 * 1024;  // larger records t
 // stage (seconds per record, input never empty) still hands on what it made, one by one.
 inline constexpr int RECORD_BATCH_MAX_AGE_MS = 5;
 
+// Call stacks by reference (section 5).
+//
+// The process's book of the lines behind stack ids, by run: filled by a producer for the ids it
+// gives (the capture) and by stage_io from the definitions it receives; read by links that must
+// send the lines, and by stages that need them (writer, nan_live). Thread-safe.
+void stack_book_define(const std::string &run, uint64_t id, nlohmann::ordered_json lines);
+// The lines an entry record stands for: its meta's "stack", or the book's lines for its
+// "stack_id"; nullptr when it has neither (or an id nobody defined). Valid while `h` and the
+// process live.
+const nlohmann::ordered_json *record_stack_lines(const record_header &h);
+// Its meta's "stack_id", if any.
+std::optional<uint64_t> record_stack_id(const record_header &h);
+
+// One link's side of the rule of section 5: which ids it has sent the lines of.
+class stack_link {
+ public:
+  // The header as this link must send `h`, or nullopt when `h` goes as it is: lines removed from
+  // a record whose id this link defined before, or added to one whose id it has not (from `h`
+  // itself or the book; a reference nobody defined is a broken stream: framing_error). A consumer
+  // without stack_refs gets the lines in every entry record.
+  std::optional<record_header> adapt(const record_header &h, bool consumer_takes_refs);
+
+ private:
+  std::vector<std::pair<std::string, uint64_t>> defined_;  // (run, id), sorted
+};
+
 // True for a barrier (section 2): a data record whose meta has key barrier.
 bool record_is_barrier(const record_header &h);
 // True for a record that may join a batch: a data record, not a barrier, no payload by reference.
@@ -337,9 +379,9 @@ class record_batch_builder {
   size_t records_ = 0;
 };
 
-// Record files (section 5).
+// Record files (section 6).
 inline constexpr std::string_view RECORD_FILE_MAGIC{"TPROBE-RECORDS\n\0", 16};
-inline constexpr uint64_t RECORD_FILE_MAX_FRAME = uint64_t{1} << 36;  // section 5
+inline constexpr uint64_t RECORD_FILE_MAX_FRAME = uint64_t{1} << 36;  // section 6
 
 class record_file_writer {
  public:

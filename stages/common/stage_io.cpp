@@ -95,6 +95,7 @@ struct stage_io::impl {
     if (auto it = producers.find(id); it != producers.end() && it->second.host == endpoint_host_name() && shm_enabled())
       ack.meta["shm"] = true;
     ack.meta["batch"] = true;  // small records several to a message (record.h "Batches")
+    ack.meta["stack_refs"] = true;  // call stacks once per id (record.h section 5): see receive()
     auto frame = record_header_encode(ack);
     try {
       router.send(zmq::buffer(id), zmq::send_flags::sndmore);
@@ -297,6 +298,11 @@ struct stage_io::impl {
           }
         }
         ++counts.received;
+        // The lines behind a stack id, for this stage's outputs and for record_stack_lines.
+        if (r.header.kind == record_kind::entry)
+          if (const auto id = record_stack_id(r.header))
+            if (auto it = r.header.meta.find("stack"); it != r.header.meta.end() && it->is_array())
+              stack_book_define(r.header.run, *id, *it);
         if (tap && outputs.empty()) publish_consumed(r);
         return r;
     }
@@ -312,6 +318,12 @@ struct stage_io::impl {
         continue;
       }
       if (outputs[o]->send_by_reference(r)) continue;  // else the frames encoded once, above
+      if (auto adapted = outputs[o]->adapt_stack(r.header)) {  // an entry record: no payload
+        std::vector<zmq::message_t> own;
+        own.push_back(record_header_encode(*adapted));
+        outputs[o]->send_frames(std::move(own), batchable);
+        continue;
+      }
       std::vector<zmq::message_t> copy(frames.size());
       for (size_t i = 0; i < frames.size(); ++i) copy[i].copy(frames[i]);  // shared, not duplicated
       outputs[o]->send_frames(std::move(copy), batchable);

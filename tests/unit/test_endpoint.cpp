@@ -164,12 +164,14 @@ namespace {
 
 // A consumer written against the wire format alone: acks hello (offering batches or not), takes
 // every message until eos, acks eos. Returns the records of each message, message by message.
-std::vector<std::vector<record>> raw_consumer(zmq::socket_t &router, bool offers_batches) {
+std::vector<std::vector<record>> raw_consumer(zmq::socket_t &router, bool offers_batches,
+                                              bool offers_stack_refs = false) {
   std::vector<std::vector<record>> messages;
   auto answer = [&](zmq::message_t &id, bool batch) {
     record_header ack = record_header_of(record_kind::ack);
     ack.meta = endpoint_peer_meta("raw consumer");
     if (batch) ack.meta["batch"] = true;
+    if (batch && offers_stack_refs) ack.meta["stack_refs"] = true;
     router.send(id, zmq::send_flags::sndmore);
     router.send(record_header_encode(ack), zmq::send_flags::none);
   };
@@ -231,6 +233,99 @@ TEST(endpoint, small_records_travel_in_batches_to_a_consumer_that_offers_them) {
     if (offers) EXPECT_LT(messages.size(), total / 10);  // ~30 records a message, large ones alone
     else EXPECT_EQ(messages.size(), total);
   }
+}
+
+namespace {
+
+record stack_entry(uint64_t n, uint64_t id, const nlohmann::ordered_json *lines) {
+  record e(record_kind::entry);
+  e.header.run = "stack-link-run";
+  e.header.seq = n;
+  e.header.entry = "Torch.add." + std::to_string(n) + ".forward";
+  e.header.meta = {{"stack_id", id}, {"parent", nullptr}};
+  if (lines) e.header.meta["stack"] = *lines;
+  return e;
+}
+
+}  // namespace
+
+TEST(endpoint, call_stacks_travel_once_per_id_to_a_consumer_that_takes_references) {
+  // The capture's way: ids only, the lines in the book (record.h section 5).
+  const nlohmann::ordered_json a = {"File a.py, line 1, in f"}, b = {"File b.py, line 2, in g"};
+  stack_book_define("stack-link-run", 1, a);
+  stack_book_define("stack-link-run", 2, b);
+  test::temp_dir dir;
+  for (bool offers : {true, false}) {
+    SCOPED_TRACE(offers ? "offers stack_refs" : "protocol 1.3: lines with every entry");
+    zmq::context_t ctx;
+    zmq::socket_t router(ctx, zmq::socket_type::router);
+    router.bind(ipc(dir, offers ? "refs.in" : "lines.in"));
+    const std::string ep = router.get(zmq::sockopt::last_endpoint);
+    std::vector<std::vector<record>> messages;
+    std::thread consumer([&] { messages = raw_consumer(router, true, offers); });
+    const uint64_t ids[] = {1, 1, 2, 1, 2};
+    {
+      record_sender s(ctx, ep, "producer");
+      for (uint64_t n = 0; n < 5; ++n) s.send(stack_entry(n, ids[n], nullptr));
+      s.finish(5, 0);
+    }
+    consumer.join();
+    std::vector<record> got;
+    for (auto &m : messages)
+      for (auto &r : m) got.push_back(std::move(r));
+    ASSERT_EQ(got.size(), 5u);
+    for (uint64_t n = 0; n < 5; ++n) {
+      const bool first_of_its_id = n == 0 || n == 2;
+      const bool has_lines = got[n].header.meta.contains("stack");
+      EXPECT_EQ(has_lines, !offers || first_of_its_id) << n;
+      if (has_lines) EXPECT_EQ(got[n].header.meta["stack"], ids[n] == 1 ? a : b) << n;
+      EXPECT_EQ(got[n].header.meta["stack_id"], ids[n]) << n;
+    }
+  }
+}
+
+TEST(endpoint, a_stage_that_drops_the_defining_entry_still_sends_the_lines_on) {
+  // The producer defines id 7 in its first record only (the lines come from the wire, not from
+  // this process's book); the middle stage drops that record. Its output must carry the lines
+  // with the first reference it passes on.
+  const nlohmann::ordered_json lines = {"File m.py, line 7, in step"};
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.bind(ipc(dir, "after-middle.in"));
+  const std::string sink = router.get(zmq::sockopt::last_endpoint);
+  std::vector<std::vector<record>> messages;
+  std::thread consumer([&] { messages = raw_consumer(router, true, true); });
+  stage_io_options mid;
+  mid.input = ipc(dir, "middle.in");
+  mid.outputs = {sink};
+  stage_io middle(ctx, mid);
+  std::thread producer([&] {
+    record_sender s(ctx, mid.input, "p");
+    record first = stack_entry(0, 7, &lines);
+    first.header.run = "stack-drop-run";
+    s.send(first);
+    for (uint64_t n = 1; n < 4; ++n) {
+      record e = stack_entry(n, 7, nullptr);
+      e.header.run = "stack-drop-run";
+      s.send(e);
+    }
+    s.finish(4, 0);
+  });
+  while (auto r = middle.receive()) {
+    EXPECT_EQ(r->header.meta.contains("stack"), r->header.seq == 0) << "the producer's link defines it once";
+    if (r->header.seq != 0) middle.send(*r);
+  }
+  middle.finish();
+  producer.join();
+  consumer.join();
+  std::vector<record> got;
+  for (auto &m : messages)
+    for (auto &r : m) got.push_back(std::move(r));
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].header.meta["stack"], lines);
+  EXPECT_FALSE(got[1].header.meta.contains("stack"));
+  EXPECT_FALSE(got[2].header.meta.contains("stack"));
 }
 
 TEST(endpoint, a_batch_goes_when_a_record_joins_it_late) {

@@ -48,7 +48,7 @@ class live_nan {
       const auto &h = r->header;
       switch (h.kind) {
         case record_kind::session: session(*r); break;
-        case record_kind::entry: entry_of(h.step, rank_of(h.rank), h.entry, &h.meta); break;
+        case record_kind::entry: entry_of(h.step, rank_of(h.rank), h.entry, &h); break;
         case record_kind::tensor: tensor(*r); break;
         case record_kind::value: place(h, h.meta); break;
         case record_kind::step_end: step_end(h.step, rank_of(h.rank)); break;
@@ -86,7 +86,9 @@ class live_nan {
     return s;
   }
 
-  nan_entry &entry_of(int64_t step, int32_t rank, const std::string &name, const json *meta) {
+  // `announced`: the entry record, whose meta has its stack (record_stack_lines) and parent.
+  nan_entry &entry_of(int64_t step, int32_t rank, const std::string &name, const record_header *announced) {
+    const json *meta = announced ? &announced->meta : nullptr;
     rank_step &s = slot_of(step, rank);
     auto it = s.index.find(name);
     if (it == s.index.end()) {
@@ -96,7 +98,7 @@ class live_nan {
     }
     nan_entry &e = s.data.entries[it->second];
     if (meta && meta->is_object()) {
-      if (auto st = meta->find("stack"); st != meta->end() && st->is_array()) {
+      if (const json *st = record_stack_lines(*announced)) {
         e.stack.clear();
         for (const auto &l : *st)
           if (l.is_string()) e.stack.push_back(l.get<std::string>());

@@ -69,6 +69,7 @@ struct dump_doc {
   json construct = json::object();
   std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> stacks;  // names, lines
   std::unordered_map<std::string, size_t> stack_index;  // joined lines → index in stacks
+  std::unordered_map<uint64_t, size_t> stack_id_index;  // the run's stack id → index in stacks
   bool dirty = true;
   // stack.json and construct.json change less often than dump.json (never, at level L1 without
   // stacks): each rewrite is a new file, and file creation is what a step's write costs most.
@@ -244,14 +245,22 @@ class dump_writer {
     if (!h.meta.is_object()) return;
     if (h.meta.contains("is_recompute") && entry_parse(h.entry).is_module() && entry_parse(h.entry).is_forward())
       e["is_recompute"] = h.meta["is_recompute"];
-    if (h.meta.contains("stack") && h.meta["stack"].is_array()) {
+    // A stack by id (record.h section 5) is looked up by its id; its lines are read once.
+    const auto id = record_stack_id(h);
+    if (auto known = id ? d.stack_id_index.find(*id) : d.stack_id_index.end(); known != d.stack_id_index.end()) {
+      d.stacks[known->second].first.push_back(h.entry);
+      d.stacks_dirty = true;
+    } else if (const json *stack = record_stack_lines(h)) {
       std::vector<std::string> lines;
-      for (const auto &l : h.meta["stack"]) lines.push_back(l.is_string() ? l.get<std::string>() : l.dump());
+      for (const auto &l : *stack) lines.push_back(l.is_string() ? l.get<std::string>() : l.dump());
       const std::string key = fmt::format("{}", fmt::join(lines, "\n"));
       auto [it, inserted] = d.stack_index.emplace(key, d.stacks.size());
       if (inserted) d.stacks.emplace_back(std::vector<std::string>{}, std::move(lines));
+      if (id) d.stack_id_index.emplace(*id, it->second);
       d.stacks[it->second].first.push_back(h.entry);
       d.stacks_dirty = true;
+    } else if (id) {
+      throw framing_error(fmt::format("{}: stack_id {} was never defined on this stream", r_describe(h), *id));
     }
     if (has_structure(d) && h.meta.contains("parent")) construct_set(d, h.entry, h.meta["parent"]);
     d.dirty = true;
