@@ -139,6 +139,13 @@ void use_record(const record &r) {
                                     " bytes for a shape of " + (overflow ? "more than 2^64" : std::to_string(bytes)) +
                                     " bytes");
   }
+  // The stack rule (record.h section 5) on whatever meta the decoder accepted: a reference
+  // nobody defined is the only refusal.
+  accepted_or_rejected([&] {
+    stack_link link;
+    for (bool takes_refs : {true, false, true}) (void)link.adapt(r.header, takes_refs);
+    (void)record_stack_lines(r.header);
+  });
   // What the decoder accepts, the encoder writes back in a form the decoder accepts again, with
   // the same header: a stage forwards every record it reads.
   auto frames = record_encode(r);

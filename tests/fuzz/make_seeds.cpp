@@ -111,6 +111,17 @@ std::vector<record> sample_records() {
   entry.header.entry = "Module.fc.Linear.forward.0";
   entry.header.meta = {{"stack", {"File a.py, line 1, in f", "x = fc(y)"}}, {"parent", nullptr}, {"is_recompute", false}};
   out.push_back(std::move(entry));
+  // 1.4: a stack by reference, defined (lines and id) and then used (id alone).
+  record defined(record_kind::entry);
+  defined.header.run = "seed-run";
+  defined.header.entry = "Torch.add.0.forward";
+  defined.header.meta = {{"stack", {"File b.py, line 2, in g"}}, {"stack_id", 1}, {"parent", nullptr}};
+  out.push_back(std::move(defined));
+  record referenced(record_kind::entry);
+  referenced.header.run = "seed-run";
+  referenced.header.entry = "Torch.add.1.forward";
+  referenced.header.meta = {{"stack_id", 1}, {"parent", nullptr}};
+  out.push_back(std::move(referenced));
 
   out.emplace_back(record_kind::flush);
   record step_end(record_kind::step_end);
