@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -65,28 +66,40 @@ std::vector<std::string> run_argv(const std::string &manifest, const std::string
           "--keep-going"};
 }
 
+// The whole of a /proc file, or nullopt when its process is gone: a process that exits while it
+// is read makes the read fail with ESRCH, which libstdc++'s filebuf throws as an ios failure.
+std::optional<std::string> proc_file(const fs::path &path) {
+  try {
+    std::ifstream f(path);
+    if (!f) return std::nullopt;
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  } catch (const std::ios_base::failure &) {
+    return std::nullopt;
+  }
+}
+
 // The pid of the launcher's child running `program`, once it exists (stages start within a
-// second or two; the deadline only bounds a broken run).
+// second or two; the deadline only bounds a broken run). Processes come and go while /proc is
+// walked (the launcher runs each binary with --describe first): one that vanishes is skipped.
 pid_t child_named(pid_t parent, const std::string &program) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
-    for (const auto &e : fs::directory_iterator("/proc")) {
-      const std::string name = e.path().filename();
+    std::error_code ec;
+    for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename();
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream stat(e.path() / "stat");
-      std::string line;
-      if (!std::getline(stat, line)) continue;
-      const auto open = line.find('('), close = line.rfind(')');
+      const auto line = proc_file(it->path() / "stat");
+      if (!line) continue;
+      const auto open = line->find('('), close = line->rfind(')');
       if (open == std::string::npos || close == std::string::npos) continue;
-      const std::string comm = line.substr(open + 1, close - open - 1);
+      const std::string comm = line->substr(open + 1, close - open - 1);
       int ppid = 0;
       char state = 0;
-      if (std::sscanf(line.c_str() + close + 2, "%c %d", &state, &ppid) != 2) continue;
+      if (std::sscanf(line->c_str() + close + 2, "%c %d", &state, &ppid) != 2) continue;
       if (ppid != parent || program.compare(0, comm.size(), comm) != 0) continue;
       // The launcher also runs each binary with --describe before the run: not the stage.
-      std::ifstream cmdline_file(e.path() / "cmdline");
-      const std::string cmdline((std::istreambuf_iterator<char>(cmdline_file)), std::istreambuf_iterator<char>());
-      if (cmdline.find("--ready-fd") != std::string::npos) return std::stoi(name);
+      const auto cmdline = proc_file(it->path() / "cmdline");
+      if (cmdline && cmdline->find("--ready-fd") != std::string::npos) return std::stoi(name);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
