@@ -242,9 +242,9 @@ struct tprobe_session {
   // each once is most of what statistics cost. A hit needs the same content, address, dtype,
   // element count and options (a view with another shape over the same contiguous bytes reads
   // them in the same order: the same statistics, bit for bit, unless one is 0-d), so the caller's
-  // promise about the bytes is the only thing trusted. Callers
-  // name contents with increasing numbers, so a table indexed by the name's low bits holds the
-  // last stats_seen_max names without collisions; it is allocated at the first named capture.
+  // promise about the bytes is the only thing trusted. Callers name contents with increasing
+  // numbers, so a table indexed by the name's low bits holds the last stats_seen_max names
+  // without collisions; it is allocated at the first named capture.
   struct stats_seen {
     uint64_t content = 0;
     const std::byte *data = nullptr;
