@@ -299,10 +299,9 @@ struct stage_io::impl {
         }
         ++counts.received;
         // The lines behind a stack id, for this stage's outputs and for record_stack_lines.
-        if (r.header.kind == record_kind::entry)
-          if (const auto id = record_stack_id(r.header))
-            if (auto it = r.header.meta.find("stack"); it != r.header.meta.end() && it->is_array())
-              stack_book_define(r.header.run, *id, *it);
+        if (const auto id = record_stack_id(r.header))  // entry records only
+          if (auto it = r.header.meta.find("stack"); it != r.header.meta.end() && it->is_array())
+            stack_book_define(r.header.run, *id, *it);
         if (tap && outputs.empty()) publish_consumed(r);
         return r;
     }

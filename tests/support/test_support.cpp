@@ -200,6 +200,16 @@ record numbered_record(uint64_t i, size_t bytes) {
   return r;
 }
 
+record stack_entry_record(const std::string &run, uint64_t seq, uint64_t stack_id, const nlohmann::ordered_json *lines) {
+  record e(record_kind::entry);
+  e.header.run = run;
+  e.header.seq = seq;
+  e.header.entry = "Torch.add." + std::to_string(seq) + ".forward";
+  e.header.meta = {{"stack_id", stack_id}, {"parent", nullptr}};
+  if (lines) e.header.meta["stack"] = *lines;
+  return e;
+}
+
 std::string ipc_endpoint(const temp_dir &dir, const std::string &name) { return "ipc://" + dir.path() + "/" + name; }
 
 pid_t stalling_consumer(const std::string &endpoint, int take, const std::string &name) {

@@ -66,6 +66,11 @@ class child_process {
 // "Functional.relu.{i}.forward", slot output.0, seq i + 1: easy to check on arrival.
 record numbered_record(uint64_t i, size_t bytes = 16);
 
+// An entry record of `run` (entry "Torch.add.{seq}.forward", seq `seq`) whose meta names call
+// stack `stack_id` (record.h section 5), with its lines when `lines` is given.
+record stack_entry_record(const std::string &run, uint64_t seq, uint64_t stack_id,
+                          const nlohmann::ordered_json *lines = nullptr);
+
 // "ipc://DIR/name".
 std::string ipc_endpoint(const temp_dir &dir, const std::string &name);
 

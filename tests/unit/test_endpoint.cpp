@@ -237,14 +237,31 @@ TEST(endpoint, small_records_travel_in_batches_to_a_consumer_that_offers_them) {
 
 namespace {
 
-record stack_entry(uint64_t n, uint64_t id, const nlohmann::ordered_json *lines) {
-  record e(record_kind::entry);
-  e.header.run = "stack-link-run";
-  e.header.seq = n;
-  e.header.entry = "Torch.add." + std::to_string(n) + ".forward";
-  e.header.meta = {{"stack_id", id}, {"parent", nullptr}};
-  if (lines) e.header.meta["stack"] = *lines;
-  return e;
+record stack_entry(uint64_t n, uint64_t id, const nlohmann::ordered_json *lines,
+                   const std::string &run = "stack-link-run") {
+  return test::stack_entry_record(run, n, id, lines);
+}
+
+// A capture session of task statistics sending to `endpoint`, started.
+tprobe_session *started_statistics_session(const test::temp_dir &dir, const std::string &endpoint) {
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
+  tprobe_open_options o = tprobe_open_options_default();
+  o.endpoint = endpoint.c_str();
+  tprobe_session *s = nullptr;
+  if (tprobe_session_open(config.c_str(), &o, &s) != TPROBE_OK || tprobe_start(s) != TPROBE_OK) return nullptr;
+  return s;
+}
+
+// A 1-d float32 host tensor over `data`, `shape[0]` elements.
+DLTensor float_tensor(float *data, int64_t *shape) {
+  DLTensor t{};
+  t.data = data;
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  return t;
 }
 
 }  // namespace
@@ -302,14 +319,8 @@ TEST(endpoint, a_stage_that_drops_the_defining_entry_still_sends_the_lines_on) {
   stage_io middle(ctx, mid);
   std::thread producer([&] {
     record_sender s(ctx, mid.input, "p");
-    record first = stack_entry(0, 7, &lines);
-    first.header.run = "stack-drop-run";
-    s.send(first);
-    for (uint64_t n = 1; n < 4; ++n) {
-      record e = stack_entry(n, 7, nullptr);
-      e.header.run = "stack-drop-run";
-      s.send(e);
-    }
+    s.send(stack_entry(0, 7, &lines, "stack-drop-run"));
+    for (uint64_t n = 1; n < 4; ++n) s.send(stack_entry(n, 7, nullptr, "stack-drop-run"));
     s.finish(4, 0);
   });
   while (auto r = middle.receive()) {
@@ -418,21 +429,11 @@ TEST(endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
       arrived.notify_all();
     }
   });
-  const std::string config = dir / "config.json";
-  test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
-  tprobe_open_options o = tprobe_open_options_default();
-  o.endpoint = sink_options.input.c_str();
-  tprobe_session *s = nullptr;
-  ASSERT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK);
-  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
+  tprobe_session *s = started_statistics_session(dir, sink_options.input);
+  ASSERT_NE(s, nullptr) << tprobe_last_error();
   float data[4] = {1, 2, 3, 4};
   int64_t shape[1] = {4};
-  DLTensor t{};
-  t.data = data;
-  t.device = {kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = {kDLFloat, 32, 1};
-  t.shape = shape;
+  DLTensor t = float_tensor(data, shape);
   for (int i = 0; i < 3; ++i) {
     const std::string name = "Functional.relu." + std::to_string(i) + ".forward";
     ASSERT_EQ(tprobe_capture_tensor(s, name.c_str(), "output.0", &t, 0), TPROBE_OK);
@@ -463,21 +464,11 @@ TEST(endpoint, a_named_content_is_read_once) {
     while (auto r = sink.receive())
       if (r->header.kind == record_kind::tensor && r->header.stats) maxima.push_back(r->header.stats->max.real);
   });
-  const std::string config = dir / "config.json";
-  test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
-  tprobe_open_options o = tprobe_open_options_default();
-  o.endpoint = sink_options.input.c_str();
-  tprobe_session *s = nullptr;
-  ASSERT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK);
-  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
+  tprobe_session *s = started_statistics_session(dir, sink_options.input);
+  ASSERT_NE(s, nullptr) << tprobe_last_error();
   float data[4] = {1, 2, 3, 4};
   int64_t shape[1] = {4};
-  DLTensor t{};
-  t.data = data;
-  t.device = {kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = {kDLFloat, 32, 1};
-  t.shape = shape;
+  DLTensor t = float_tensor(data, shape);
   int n = 0;
   auto capture = [&](uint64_t content) {
     const std::string name = "Functional.relu." + std::to_string(n++) + ".forward";

@@ -470,12 +470,7 @@ TEST(record_batch, control_barriers_and_references_travel_alone) {
 namespace {
 
 record entry_with_stack(const std::string &run, uint64_t id, const nlohmann::ordered_json *lines) {
-  record e(record_kind::entry);
-  e.header.run = run;
-  e.header.entry = "Torch.add." + std::to_string(id) + ".forward";
-  e.header.meta = {{"stack_id", id}, {"parent", nullptr}};
-  if (lines) e.header.meta["stack"] = *lines;
-  return e;
+  return test::stack_entry_record(run, id, id, lines);
 }
 
 }  // namespace
