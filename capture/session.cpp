@@ -663,6 +663,10 @@ struct tprobe_session {
       detach(e.what(), 0);
       throw_detached();
     }
+    // Every stage has handled the stream now (the eos acks), so a command one of them sent on
+    // the way (tprobe-overflow's stop after the last steps' calls) has had its time to arrive:
+    // say it, rather than close with it unread.
+    poll_control();
   }
 
   void start() {
