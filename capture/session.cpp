@@ -69,15 +69,31 @@ dtype dtype_from_dlpack(DLDataType t) {
   throw usage_error(fmt::format("DLTensor dtype code {} with {} bits is not supported", t.code, t.bits));
 }
 
+// The innermost dimension of a strided copy, element by element with a fixed-size load that the
+// compiler inlines, rather than a memcpy call of a run-time size per element.
+template <size_t Size>
+void copy_run(std::byte *dst, const std::byte *src, int64_t n, int64_t stride_bytes) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * static_cast<int64_t>(Size), src + i * stride_bytes, Size);
+}
+
 // Copies a strided tensor into contiguous C order, innermost dimension by memcpy when contiguous.
 void copy_strided(std::byte *dst, const std::byte *src, const DLTensor &t, size_t elem, int dim) {
   const int64_t n = t.shape[dim];
   const int64_t stride = t.strides[dim];
   if (dim == t.ndim - 1) {
+    const int64_t stride_bytes = stride * static_cast<int64_t>(elem);
     if (stride == 1) {
       std::memcpy(dst, src, static_cast<size_t>(n) * elem);
     } else {
-      for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * elem, src + i * stride * static_cast<int64_t>(elem), elem);
+      switch (elem) {
+        case 1: copy_run<1>(dst, src, n, stride_bytes); break;
+        case 2: copy_run<2>(dst, src, n, stride_bytes); break;
+        case 4: copy_run<4>(dst, src, n, stride_bytes); break;
+        case 8: copy_run<8>(dst, src, n, stride_bytes); break;
+        case 16: copy_run<16>(dst, src, n, stride_bytes); break;
+        default:
+          for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * static_cast<int64_t>(elem), src + i * stride_bytes, elem);
+      }
     }
     return;
   }
@@ -235,6 +251,12 @@ struct tprobe_session {
   std::unordered_map<std::string, bool> entries;  // this step's entries → captured
   tprobe_session_counts counts{};
   std::optional<grad_probe_settings> grad;  // task grad_probe
+
+  // Strided tensors up to this size get their statistics in place, through this buffer (kept, so
+  // its pages fault once); larger ones travel to the statistics stage rather than hold that much
+  // memory in the training process.
+  static constexpr size_t STRIDED_SCRATCH_MAX = size_t{64} << 20;
+  std::vector<std::byte> strided_scratch;
 
   // The statistics of the contiguous tensors read in place lately, for callers that name a
   // tensor's content (tprobe_capture_tensor_content): one operator's output is usually the next
@@ -800,11 +822,18 @@ struct tprobe_session {
     const bool contiguous = is_contiguous(*t);
     if (bytes && !t->data) throw usage_error(fmt::format("{} {}: tensor data is NULL", entry, slot));
 
-    if (!(h.flags & RECORD_FLAG_SAVE) && options.stats_mode == TPROBE_STATS_AUTO && contiguous) {
+    if (!(h.flags & RECORD_FLAG_SAVE) && options.stats_mode == TPROBE_STATS_AUTO &&
+        (contiguous || bytes <= STRIDED_SCRATCH_MAX)) {
       // Nothing of the data must leave: one read pass here is cheaper than a copy plus a pass
       // in another process, and no pass at all when these very bytes were read just before.
       const stats_options o{.high_precision = config.precision == "high", .crc32 = filter->want_crc32()};
-      if (const tensor_stats *seen = content ? stats_seen_find(content, src, h, o) : nullptr) {
+      if (!contiguous) {
+        // A view (a transpose, a slice): gathered in C order, as the copy a stage would read, so
+        // the sums run in the same order; into memory kept for the next one, not shipped away.
+        if (strided_scratch.size() < bytes) strided_scratch.resize(bytes);
+        copy_strided(strided_scratch.data(), src, *t, elem, 0);
+        h.stats = tensor_stats_compute(strided_scratch.data(), h.type, h.element_count(), h.shape.empty(), o);
+      } else if (const tensor_stats *seen = content ? stats_seen_find(content, src, h, o) : nullptr) {
         h.stats = *seen;
         ++counts.stats_reused;
       } else {

@@ -195,5 +195,56 @@ class StatisticsReuse(tt.CaptureTest):
                 self.assertEqual(on.data(step), off.data(step), f"{name} step {step}")
 
 
+# Views whose bytes are not in C order: the capture gathers them in C order and reads them in
+# place, as the stats stage reads the copy it is sent (TPROBE_STATS_MODE=copy); the sums run in
+# the same order, so the two dumps are equal bit for bit, and nothing is shipped.
+STRIDED = textwrap.dedent("""
+    import json, torch
+    from tprobe import PrecisionDebugger
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    debugger = PrecisionDebugger(config_path="./config.json")
+    a = torch.randn(70, 130) * 3
+    b = torch.randn(4, 5, 6, 7)
+    for step in range(STEPS):
+        debugger.start()
+        torch.neg(a.t())                            # a transpose
+        torch.neg(a[::3, 1::2])                     # slices with steps
+        torch.neg(b.permute(3, 1, 0, 2))            # a 4-d permutation
+        torch.neg(a[:1].expand(40, 130))            # stride 0
+        torch.neg(a.t().half())                     # float16, then its transpose below
+        torch.neg(a.half().t())
+        torch.neg(a.double().t())
+        torch.neg(torch.arange(60).reshape(6, 10).t())  # int64
+        torch.logical_not(a.t() > 0)                # bool
+        torch.neg(a[:, 5])                          # one column
+        debugger.stop()
+        debugger.step()
+    with open("counters.json", "w") as f:
+        json.dump(debugger.counters(), f)
+    debugger.close()
+""")
+
+
+class StridedStatistics(tt.CaptureTest):
+    def test_views_read_in_place_equal_the_stats_stage(self):
+        for config, name in ((tt.default_config(), "L1"), (tt.default_config(summary_mode="md5"), "md5")):
+            runs = {}
+            for mode in ("auto", "copy"):
+                run = self.run_script(STRIDED, config=config, steps=2, name=f"{name}-{mode}",
+                                      env={"TPROBE_STATS_MODE": mode})
+                with open(os.path.join(run.dir, "counters.json")) as f:
+                    runs[mode] = (run, json.load(f))
+            (auto, auto_counters), (copy, copy_counters) = runs["auto"], runs["copy"]
+            self.assertEqual(auto_counters["bytes"], 0, f"{name}: the views' data stayed in the process")
+            self.assertGreater(copy_counters["bytes"], 0, name)
+            for step in (0, 1):
+                self.assertEqual(auto.data(step), copy.data(step), f"{name} step {step}")
+            data = auto.data(0)
+            self.assertEqual(data["Torch.neg.0.forward"]["input_args"][0]["shape"], [130, 70])
+            if name == "md5":
+                self.assertIn("md5", data["Torch.neg.0.forward"]["input_args"][0])
+
+
 if __name__ == "__main__":
     unittest.main()
