@@ -302,7 +302,13 @@ record_header record_header_decode(std::span<const std::byte> frame) {
 
   const char *body = reinterpret_cast<const char *>(frame.data()) + RECORD_PREFIX_SIZE;
   const size_t body_size = frame.size() - RECORD_PREFIX_SIZE;
-  msgpack::object_handle handle;
+  // The unpacked objects live in this thread's zone until the header is built: a zone of its own
+  // per header was an 8 KiB malloc and free per record, in every stage.
+  thread_local msgpack::zone zone;
+  struct zone_clear {
+    ~zone_clear() { zone.clear(); }
+  } clear_at_return;
+  msgpack::object map;
   size_t offset = 0;
   try {
     // msgpack-c allocates an array or map for the count its header announces before reading the
@@ -310,13 +316,12 @@ record_header record_header_decode(std::span<const std::byte> frame) {
     // 5 bytes could ask for 100 GB. The depth bound keeps object_to_json's recursion short.
     const msgpack::unpack_limit limit(body_size, body_size / 2, body_size, body_size, body_size,
                                       RECORD_HEADER_MAX_DEPTH);
-    handle = msgpack::unpack(body, body_size, offset, nullptr, nullptr, limit);
+    map = msgpack::unpack(zone, body, body_size, offset, nullptr, nullptr, limit);
   } catch (const std::exception &e) {
     throw framing_error(fmt::format("header is not valid msgpack ({})", e.what()));
   }
   if (offset != body_size)
     throw framing_error(fmt::format("header has {} trailing bytes after its msgpack map", body_size - offset));
-  const msgpack::object &map = handle.get();
   if (map.type != msgpack::type::MAP) throw framing_error("header is not a msgpack map");
 
   record_header h;
