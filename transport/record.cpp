@@ -200,7 +200,15 @@ nlohmann::ordered_json tensor_stats_to_json(const tensor_stats &s) {
 }
 
 zmq::message_t record_header_encode(const record_header &h) {
-  msgpack::sbuffer buf(256);
+  // Kept per thread: a buffer of its own per header was a malloc, and a realloc or two for the
+  // larger ones, per record at every hop. One that grew for a huge header is not kept.
+  thread_local msgpack::sbuffer buf(1024);
+  struct buffer_reset {
+    ~buffer_reset() {
+      if (buf.size() > 64 * 1024) buf = msgpack::sbuffer(1024);
+      else buf.clear();
+    }
+  } reset_at_return;
   const char prefix[RECORD_PREFIX_SIZE] = {'T', 'P', static_cast<char>(RECORD_VERSION_MAJOR),
                                            static_cast<char>(RECORD_VERSION_MINOR)};
   buf.write(prefix, sizeof prefix);
