@@ -287,8 +287,11 @@ std::vector<double> memcpy_latencies(size_t bytes, long n, size_t destinations) 
 int main(int argc, char **argv) try {
   tprobe::stage_tune_allocator();  // the stage threads here stand for stage processes
   const args a = parse(argc, argv);
-  char tmpl[] = "/tmp/tprobe-bench-XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  // $TMPDIR, as mkdtemp(1) reads it: a tmpfs there keeps the file system's metadata costs (see
+  // docs/performance.md, "A deleted dump slows the next file creations") out of the figures.
+  const char *tmpdir = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/tprobe-bench-XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed in " + tmpl);
   const std::string dir = tmpl;
   auto total0 = clock_type::now();
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 #include <unordered_map>
 
@@ -85,6 +86,7 @@ class dump_writer {
   }
 
   void handle(record &r) {
+    finished_.reset();  // the last step's document, freed once its barrier has been answered
     ++result_.records;
     const auto &h = r.header;
     switch (h.kind) {
@@ -102,6 +104,9 @@ class dump_writer {
         auto it = docs_.find({h.step, h.rank, h.run});
         if (it != docs_.end()) {
           write_doc(it->second);
+          // Freeing a step's JSON tree takes a millisecond or more: not while the training
+          // thread waits on this step's barrier, which stage_io answers at the next receive.
+          finished_ = std::make_unique<dump_doc>(std::move(it->second));
           docs_.erase(it);
         }
         return;
@@ -403,6 +408,7 @@ class dump_writer {
   writer_stage_result result_;
   std::map<std::string, session_info> sessions_;
   std::map<doc_key, dump_doc> docs_;
+  std::unique_ptr<dump_doc> finished_;
   std::set<std::string> reopened_;
   clock_type::time_point next_flush_ = clock_type::now();
 };
