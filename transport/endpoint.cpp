@@ -838,26 +838,31 @@ struct control_sender::impl {
 control_sender::control_sender(zmq::context_t &ctx) : impl_(std::make_unique<impl>(ctx)) {}
 control_sender::~control_sender() = default;
 
+void control_sender::connect(const std::string &endpoint) {
+  if (impl_->sockets.count(endpoint)) return;
+  if (endpoint_is_file(endpoint)) throw usage_error(fmt::format("control endpoint \"{}\" is a file", endpoint));
+  endpoint_check(endpoint);
+  const curve_plan curve = curve_plan_for(endpoint, curve_role::client);
+  zmq::socket_t push(impl_->ctx, zmq::socket_type::push);
+  curve_apply(push, curve);
+  // A command sent just before this stage exits still goes out; a capture that is gone holds the
+  // stage's exit this long at most.
+  push.set(zmq::sockopt::linger, CONTROL_LINGER_MS);
+  push.set(zmq::sockopt::sndhwm, 1000);
+  push.set(zmq::sockopt::immediate, 0);  // queue until connected: the capture may be starting
+  try {
+    push.connect(endpoint);
+  } catch (const zmq::error_t &e) {
+    rethrow_zmq(e, "connect to", endpoint);
+  }
+  impl_->sockets.emplace(endpoint, std::move(push));
+}
+
 bool control_sender::send(const std::string &endpoint, const record &command) {
   if (command.header.kind != record_kind::control)
     throw usage_error(fmt::format("control_sender: a {} record is not a command", record_kind_name(command.header.kind)));
+  connect(endpoint);
   auto it = impl_->sockets.find(endpoint);
-  if (it == impl_->sockets.end()) {
-    if (endpoint_is_file(endpoint)) throw usage_error(fmt::format("control endpoint \"{}\" is a file", endpoint));
-    endpoint_check(endpoint);
-    const curve_plan curve = curve_plan_for(endpoint, curve_role::client);
-    zmq::socket_t push(impl_->ctx, zmq::socket_type::push);
-    curve_apply(push, curve);
-    push.set(zmq::sockopt::linger, 0);  // a capture that is gone must not hold the stage open
-    push.set(zmq::sockopt::sndhwm, 1000);
-    push.set(zmq::sockopt::immediate, 0);  // queue until connected: the capture may be starting
-    try {
-      push.connect(endpoint);
-    } catch (const zmq::error_t &e) {
-      rethrow_zmq(e, "connect to", endpoint);
-    }
-    it = impl_->sockets.emplace(endpoint, std::move(push)).first;
-  }
   auto frames = record_encode(command);
   for (size_t i = 0; i < frames.size(); ++i) {
     const auto flags =

@@ -211,6 +211,9 @@ class control_listener {
   std::unique_ptr<impl> impl_;
 };
 
+// How long a stage's exit waits for a command it queued to go out (control_sender).
+inline constexpr int CONTROL_LINGER_MS = 1000;
+
 // A stage's side: one socket per capture endpoint, connected on first use.
 class control_sender {
  public:
@@ -223,6 +226,10 @@ class control_sender {
   // queue is full or unreachable). Throws usage_error for a bad endpoint or a record that is not
   // a control record.
   bool send(const std::string &endpoint, const record &command);
+  // Connects to the capture at `endpoint` ahead of its first command (send() does it otherwise),
+  // so that a command later does not wait for ZeroMQ's connection and handshake while the capture
+  // trains on, or closes. A stage calls it when a session record names the endpoint.
+  void connect(const std::string &endpoint);
 
  private:
   struct impl;

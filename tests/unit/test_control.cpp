@@ -95,6 +95,30 @@ TEST(control, sending_to_a_capture_that_is_gone_never_blocks) {
   EXPECT_LT(queued, 5000);  // the queue of an unconnected socket fills; then sends are refused, not waited on
 }
 
+// A stage that sends a command and exits at once (its context ends right after the send, before
+// ZeroMQ has even connected) still delivers it: the capture would otherwise never hear of a stop
+// sent near the end of a run. Also with the connection made ahead (connect()).
+TEST(control, a_command_sent_just_before_the_stage_exits_arrives) {
+  zmq::context_t capture_ctx;
+  control_listener listener(capture_ctx, "");
+  for (const bool ahead : {false, true}) {
+    SCOPED_TRACE(ahead ? "connected ahead" : "connected by send");
+    {
+      zmq::context_t stage_ctx;
+      control_sender sender(stage_ctx);
+      if (ahead) sender.connect(listener.endpoint());
+      ASSERT_TRUE(sender.send(listener.endpoint(), command("stop", {{"reason", ahead ? "ahead" : "at send"}})));
+    }  // the stage's context ends here
+    ASSERT_TRUE(wait_pending(listener));
+    const auto got = listener.take();
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].header.meta["reason"], ahead ? "ahead" : "at send");
+  }
+  zmq::context_t ctx;
+  control_sender sender(ctx);
+  EXPECT_THROW(sender.connect("not an endpoint://x"), usage_error);
+}
+
 namespace {
 
 // A sink that reads the capture's session record, then sends it `cmd` (once) and keeps reading.

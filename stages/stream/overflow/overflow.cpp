@@ -64,6 +64,9 @@ class overflow_filter {
         if (h.meta.is_object()) {
           p.control = h.meta.value("control", std::string{});
           p.limit = options_.overflow_nums != 0 ? options_.overflow_nums : h.meta.value("overflow_nums", int64_t{1});
+          // Connected now, so that the stop, when it comes, reaches the capture before it closes
+          // (python_test_overflow missed the capture's "stopped" line once under load).
+          if (p.limit > 0 && !p.control.empty() && !endpoint_is_file(p.control)) control_.connect(p.control);
         }
         io_.send(r);
         return;
