@@ -37,6 +37,7 @@ CONTROL_KINDS = {"hello", "ack", "eos", "final", "synced", "control"}
 DATA_KINDS = {"session", "tensor", "value", "entry", "flush", "step_end"}
 # How often a wait looks at signals and at the process it waits on (no wait is a sleep).
 WATCH_S = 0.25
+CONTROL_LINGER_MS = 1000  # as the C++ stages' (transport/endpoint.h)
 HELLO_TIMEOUT_S = 30.0
 
 
@@ -297,7 +298,9 @@ class Stage:
         sock = self._control.get(endpoint)
         if sock is None:
             sock = self.ctx.socket(zmq.PUSH)
-            sock.setsockopt(zmq.LINGER, 0)
+            # Bounded, not 0: a command sent just before this stage exits must still go out
+            # (docs/stage-protocol.md, section 7); a capture that is gone holds the exit 1 s at most.
+            sock.setsockopt(zmq.LINGER, CONTROL_LINGER_MS)
             sock.setsockopt(zmq.SNDHWM, 100)
             sock.connect(endpoint)
             self._control[endpoint] = sock
@@ -426,6 +429,8 @@ class Stage:
                   f"{', interrupted' if self.stopping else ''}", file=sys.stderr, flush=True)
             return self.exit_code
         finally:
+            for sock in (self._control or {}).values():
+                sock.close(linger=CONTROL_LINGER_MS)  # before destroy(), which would make it 0
             self.ctx.destroy(linger=0)
 
     def _bind(self, sock, endpoint):
