@@ -210,6 +210,16 @@ record stack_entry_record(const std::string &run, uint64_t seq, uint64_t stack_i
   return e;
 }
 
+DLTensor float_tensor(float *data, int64_t *shape) {
+  DLTensor t{};
+  t.data = data;
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  return t;
+}
+
 std::string ipc_endpoint(const temp_dir &dir, const std::string &name) { return "ipc://" + dir.path() + "/" + name; }
 
 pid_t stalling_consumer(const std::string &endpoint, int take, const std::string &name) {

@@ -8,6 +8,8 @@
 
 #include <sys/types.h>
 
+#include <dlpack/dlpack.h>
+
 #include "record.h"
 
 namespace tprobe::test {
@@ -70,6 +72,9 @@ record numbered_record(uint64_t i, size_t bytes = 16);
 // stack `stack_id` (record.h section 5), with its lines when `lines` is given.
 record stack_entry_record(const std::string &run, uint64_t seq, uint64_t stack_id,
                           const nlohmann::ordered_json *lines = nullptr);
+
+// A 1-d float32 host tensor over `data`, `*shape` elements (both outlive the tensor).
+DLTensor float_tensor(float *data, int64_t *shape);
 
 // "ipc://DIR/name".
 std::string ipc_endpoint(const temp_dir &dir, const std::string &name);

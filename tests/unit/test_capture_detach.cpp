@@ -44,12 +44,7 @@ capture_run capture_many(tprobe_session *s, int records) {
   capture_run out;
   std::vector<float> data(16384, 1.0f);
   int64_t shape[] = {16384};
-  DLTensor t{};
-  t.data = data.data();
-  t.device = {kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = {kDLFloat, 32, 1};
-  t.shape = shape;
+  DLTensor t = test::float_tensor(data.data(), shape);
   EXPECT_EQ(tprobe_start(s), TPROBE_OK) << tprobe_last_error();
   for (int i = 0; i < records; ++i) {
     const std::string entry = "Torch.add." + std::to_string(i) + ".forward";

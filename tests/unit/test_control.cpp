@@ -168,14 +168,7 @@ struct commanding_sink {
 struct small_tensor {
   float data[4] = {1, 2, 3, 4};
   int64_t shape[1] = {4};
-  DLTensor t{};
-  small_tensor() {
-    t.data = data;
-    t.device = {kDLCPU, 0};
-    t.ndim = 1;
-    t.dtype = {kDLFloat, 32, 1};
-    t.shape = shape;
-  }
+  DLTensor t = test::float_tensor(data, shape);
 };
 
 std::string config_in(const test::temp_dir &dir) {

@@ -253,17 +253,6 @@ tprobe_session *started_statistics_session(const test::temp_dir &dir, const std:
   return s;
 }
 
-// A 1-d float32 host tensor over `data`, `shape[0]` elements.
-DLTensor float_tensor(float *data, int64_t *shape) {
-  DLTensor t{};
-  t.data = data;
-  t.device = {kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = {kDLFloat, 32, 1};
-  t.shape = shape;
-  return t;
-}
-
 }  // namespace
 
 TEST(endpoint, call_stacks_travel_once_per_id_to_a_consumer_that_takes_references) {
@@ -433,7 +422,7 @@ TEST(endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
   ASSERT_NE(s, nullptr) << tprobe_last_error();
   float data[4] = {1, 2, 3, 4};
   int64_t shape[1] = {4};
-  DLTensor t = float_tensor(data, shape);
+  DLTensor t = test::float_tensor(data, shape);
   for (int i = 0; i < 3; ++i) {
     const std::string name = "Functional.relu." + std::to_string(i) + ".forward";
     ASSERT_EQ(tprobe_capture_tensor(s, name.c_str(), "output.0", &t, 0), TPROBE_OK);
@@ -468,7 +457,7 @@ TEST(endpoint, a_named_content_is_read_once) {
   ASSERT_NE(s, nullptr) << tprobe_last_error();
   float data[4] = {1, 2, 3, 4};
   int64_t shape[1] = {4};
-  DLTensor t = float_tensor(data, shape);
+  DLTensor t = test::float_tensor(data, shape);
   int n = 0;
   auto capture = [&](uint64_t content) {
     const std::string name = "Functional.relu." + std::to_string(n++) + ".forward";

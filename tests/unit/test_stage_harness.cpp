@@ -227,12 +227,7 @@ TEST(stage_harness, capture_api_record_file_through_stats_in_process) {
   ASSERT_EQ(tprobe_start(session), TPROBE_OK) << tprobe_last_error();
   float values[3] = {1, -2, 2};
   int64_t shape[1] = {3};
-  DLTensor t{};
-  t.data = values;
-  t.device = {kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = {kDLFloat, 32, 1};
-  t.shape = shape;
+  DLTensor t = test::float_tensor(values, shape);
   ASSERT_EQ(tprobe_entry_begin(session, "Functional.relu.0.forward", nullptr, nullptr, 0, 0), TPROBE_OK)
       << tprobe_last_error();
   ASSERT_EQ(tprobe_capture_tensor(session, "Functional.relu.0.forward", "output.0", &t, 0), TPROBE_OK)
