@@ -72,6 +72,7 @@ const device_path_settings &device_path_settings_get() {
     if (const long long n = env_number("TPROBE_DEVICE_SLOTS"); n > 0) s.slots = n;
     if (const long long n = env_number("TPROBE_DEVICE_STAGING_MIB"); n > 0) s.staging_bytes = size_t(n) << 20;
     s.on_cpu = env_number("TPROBE_DEVICE_PATH_ON_CPU") == 1;
+    s.off = env_number("TPROBE_DEVICE_PATH_OFF") == 1;
     return s;
   }();
   return settings;

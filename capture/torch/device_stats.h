@@ -17,6 +17,10 @@
 // TPROBE_DEVICE_PATH_ON_CPU=1 (tests and diagnostics: the batches, rows, staging, order and read
 // counts are the device's; copies and reductions are synchronous, there is no event).
 // TPROBE_DEVICE_SLOTS and TPROBE_DEVICE_STAGING_MIB override the sizes (read once per process).
+// TPROBE_DEVICE_PATH_OFF=1 takes CUDA tensors off this path: each is read with a blocking .cpu(),
+// one stream synchronisation per tensor, and captured as a host tensor. That is the reference the
+// GPU tests compare this path against (tests/python/test_device_path.py), and a way to rule this
+// path out when a device dump looks wrong.
 //
 // Thread-safety: everything here runs under the capture state's mutex (capture_state.h).
 #pragma once
@@ -50,6 +54,7 @@ struct device_path_settings {
   size_t staging_bytes = size_t{128} << 20;  // pinned data a batch may hold before it closes
   size_t batches_in_flight = 2;          // closed batches not yet read before the host waits
   bool on_cpu = false;                   // TPROBE_DEVICE_PATH_ON_CPU=1: CPU tensors take this path
+  bool off = false;                      // TPROBE_DEVICE_PATH_OFF=1: CUDA tensors do not
 };
 // The process's settings, from the environment on first use.
 const device_path_settings &device_path_settings_get();

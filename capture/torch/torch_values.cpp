@@ -284,7 +284,8 @@ bool state::capture_tensor(const std::string &entry, const std::string &slot, co
   if (plain_cpu && !device_path_settings_get().on_cpu) return capture_host(entry, slot, t, dtype, requires_grad);
   at::DisableRecordFunctionGuard no_record;
   at::NoGradGuard no_grad;
-  if (t.is_cuda() || (t.device().is_cpu() && device_path_settings_get().on_cpu)) {
+  const device_path_settings &device_path = device_path_settings_get();
+  if ((t.is_cuda() && !device_path.off) || (t.device().is_cpu() && device_path.on_cpu)) {
     unsigned flags = 0;
     if (checked(tprobe_capture_query(session, entry.c_str(), slot.c_str(), &flags), "query") != TPROBE_OK)
       return false;

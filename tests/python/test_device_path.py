@@ -1,8 +1,16 @@
-"""The device path (capture/torch/device_stats.h) run on CPU tensors (TPROBE_DEVICE_PATH_ON_CPU=1):
-statistics reduced into a slot buffer, data copied into staging, one host read per step, records
-handed over in capture order. Its dump must equal the host path's (same entries, slots and order;
-statistics to float rounding, md5 exactly), and the capture's counters must show one read per step
-for many tensors, or one per full slot buffer when the buffer is smaller than a step."""
+"""The device path (capture/torch/device_stats.h): statistics reduced into a slot buffer, data copied
+into staging, one host read per step, records handed over in capture order. Its dump must equal the
+host path's (same entries, slots and order; statistics to float rounding, md5 and .npy exactly), and
+the capture's counters must show one read per step for many tensors, or one per full slot buffer
+when the buffer is smaller than a step.
+
+DevicePathTest runs it on CPU tensors (TPROBE_DEVICE_PATH_ON_CPU=1) against the host path, on every
+machine. CudaDevicePathTest runs the same tests on a GPU, where torch sees one (skipped elsewhere;
+scripts/cuda-check.sh runs them there): the model trains on the device, the reference run reads each
+device tensor with a blocking .cpu() (TPROBE_DEVICE_PATH_OFF=1), and the device path's run goes
+from start() to stop() under torch.cuda.set_sync_debug_mode("error"), so any synchronising call the
+capture makes on the training thread (.item(), a blocking copy to the host, a stream synchronize)
+raises and fails the run."""
 
 import json
 import math
@@ -12,19 +20,33 @@ import tprobe_testing as tt
 
 # The test model plus tensors of every statistics kind: bool, integer, 0-d, complex (a conjugate
 # view), bfloat16, float64, and NaN and Inf counts.
+# TEST_DEVICE (default cpu) is where the model trains; TEST_SYNC_GUARD=1 turns every synchronising
+# CUDA call between start() and stop() into an error. Every input is on the device before the loop.
 SCRIPT = tt.TRAIN.replace("    debugger.stop()\n    debugger.step()\n", """\
     flags = x > 0
-    count = torch.arange(6).sum()
-    z = torch.view_as_complex(torch.randn(3, 2, generator=torch.Generator().manual_seed(step))).conj() * 2
+    count = torch.arange(6, device=DEVICE).sum()
+    z = torch.view_as_complex(complex_parts[step]).conj() * 2
     h = x.bfloat16() * 2
     d = x.double().exp()
     nans = torch.log(x)
     infs = x / 0
     debugger.stop()
+    if GUARD:
+        torch.cuda.set_sync_debug_mode(0)
     debugger.step()
     print("COUNTERS " + json.dumps(debugger.counters()), flush=True)
-""").replace("import torch\n", "import torch, json\n", 1)
-assert "COUNTERS" in SCRIPT
+""").replace("    debugger.start(model)\n", """\
+    debugger.start(model)
+    if GUARD:
+        torch.cuda.set_sync_debug_mode("error")
+""").replace("model, x, y = make()\n", """\
+model, x, y = make()
+DEVICE = os.environ.get("TEST_DEVICE", "cpu")
+GUARD = os.environ.get("TEST_SYNC_GUARD") == "1"
+model, x, y = model.to(DEVICE), x.to(DEVICE), y.to(DEVICE)
+complex_parts = [torch.randn(3, 2, generator=torch.Generator().manual_seed(s)).to(DEVICE) for s in range(STEPS)]
+""").replace("import torch\n", "import torch, json, os\n", 1)
+assert "COUNTERS" in SCRIPT and "GUARD = " in SCRIPT and "set_sync_debug_mode(\"error\")" in SCRIPT
 
 STEPS = 3
 
@@ -42,10 +64,14 @@ def per_step(samples, key):
 
 
 class DevicePathTest(tt.CaptureTest):
+    # The environment of the reference run (host path) and of the device path's run.
+    HOST_ENV = {}
+    DEVICE_ENV = {"TPROBE_DEVICE_PATH_ON_CPU": "1"}
+
     def run_pair(self, config, env, name):
-        host = self.run_script(SCRIPT, config=config, steps=STEPS, name=name + "-host")
+        host = self.run_script(SCRIPT, config=config, steps=STEPS, name=name + "-host", env=self.HOST_ENV)
         device = self.run_script(SCRIPT, config=config, steps=STEPS, name=name + "-device",
-                                 env={"TPROBE_DEVICE_PATH_ON_CPU": "1", **env})
+                                 env={**self.DEVICE_ENV, **env})
         return host, device
 
     def assert_same_dump(self, host, device, exact_md5=False):
@@ -119,6 +145,19 @@ class DevicePathTest(tt.CaptureTest):
             a, b = numpy.load(os.path.join(folder_a, f)), numpy.load(os.path.join(folder_b, f))
             self.assertEqual(a.dtype, b.dtype, f)
             self.assertEqual((a.shape, a.tobytes()), (b.shape, b.tobytes()), f)  # bit for bit
+
+
+@unittest.skipUnless(tt.torch.cuda.is_available(), "no CUDA device: scripts/cuda-check.sh runs these on a GPU")
+class CudaDevicePathTest(DevicePathTest):
+    HOST_ENV = {"TEST_DEVICE": "cuda", "TPROBE_DEVICE_PATH_OFF": "1"}
+    DEVICE_ENV = {"TEST_DEVICE": "cuda", "TEST_SYNC_GUARD": "1"}
+
+    def test_the_guard_catches_a_sync(self):
+        """The guard is live: the host path's blocking .cpu() under it fails the run."""
+        run = self.run_script(SCRIPT, config=tt.default_config(level="L1"), steps=1, expect_ok=False,
+                              env={**self.HOST_ENV, "TEST_SYNC_GUARD": "1"})
+        self.assertIn("synchronizing CUDA operation", run.result.stderr)  # torch's words, through the capture
+        self.assertIn("tprobe: capture failed", run.result.stderr)
 
 
 if __name__ == "__main__":

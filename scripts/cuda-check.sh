@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The checks that need a GPU (issue 16 item 4; docs/performance.md "CUDA path"). On a machine with
+# a CUDA GPU and a Python whose torch has CUDA (a pip torch 2.x), it
+#   1. builds tprobe against that torch into build-cuda/ (the capture is compiled against torch 2.x
+#      here, against Debian's 1.13 everywhere else);
+#   2. runs the device-path tests on the GPU (tests/python/test_device_path.py: CudaDevicePathTest
+#      compares the device path's dump with blocking per-tensor reads, under torch's sync guard);
+#   3. runs bench/bench_torch.py --device cuda (CUDA_BENCH_ARGS, resnet18's statistics, md5 and
+#      tensor rows by default), which prints the step ratios and the device path's own account;
+#   4. runs the other Python tests against this torch on the CPU (CUDA_SUITE=0 skips them).
+# Each phase has a time limit (CUDA_*_SECONDS) so that one stuck phase cannot take the others'
+# time on a lent machine. Needs what scripts/setup.sh installs except libtorch and the browser.
+# Usage: scripts/cuda-check.sh [LOG_DIR]   (default build-cuda/logs; PYTHON, default python3)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+logs=$(mkdir -p "${1:-build-cuda/logs}" && cd "${1:-build-cuda/logs}" && pwd)
+python=${PYTHON:-python3}
+build=$root/build-cuda
+say() { echo "cuda-check: $*"; }
+fatal() { say "fatal: $*"; exit 111; }
+
+say "environment (env.log)"
+{
+  date -u; uname -a; nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv
+  "$python" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+    "available", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
+  cmake --version | head -1; c++ --version | head -1; nproc; df -h "$root" | tail -1
+} > "$logs/env.log" 2>&1
+cat "$logs/env.log"
+
+# torch's CMake package looks for the CUDA toolkit; its usual home may be off the PATH.
+if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=$PATH:/usr/local/cuda/bin; fi
+torch_dir=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch || fatal "$python cannot import torch"
+generator=() keep_going=(-k)
+if command -v ninja > /dev/null; then generator=(-G Ninja) keep_going=(-k 0); fi
+say "configuring build-cuda against $torch_dir (configure.log)"
+timeout "${CUDA_CONFIGURE_SECONDS:-180}" cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DTorch_DIR="$torch_dir" -DTPROBE_BUILD_TESTS=OFF -DTPROBE_BUILD_BENCH=OFF > "$logs/configure.log" 2>&1 \
+  || { tail -30 "$logs/configure.log"; fatal "unable to configure build-cuda: see configure.log"; }
+say "building (build.log)"
+# Keep going past an error: one run on a lent machine should show every error there is.
+timeout "${CUDA_BUILD_SECONDS:-420}" cmake --build "$build" -j"$(nproc)" -- "${keep_going[@]}" > "$logs/build.log" 2>&1
+status=$?
+grep -E "error|Error" "$logs/build.log" | head -40
+[ $status -eq 0 ] || fatal "unable to build build-cuda (status $status): see build.log"
+[ -f "$build/lib/libtprobe_torch.so" ] || fatal "build-cuda has no libtprobe_torch.so: CMake did not find torch (configure.log)"
+
+export PYTHONPATH=$root/python:$root/tests/python${PYTHONPATH:+:$PYTHONPATH}
+export TPROBE_TORCH_LIBRARY=$build/lib/libtprobe_torch.so TPROBE_BIN_DIR=$build/bin TPROBE_PIPELINES=$root/pipelines
+export TPROBE_TEST_TMP=$build/test-tmp PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+failed=0
+
+say "device-path tests on the GPU (test.log)"
+(cd tests/python && timeout "${CUDA_TEST_SECONDS:-240}" "$python" -m unittest -v test_device_path) > "$logs/test.log" 2>&1 \
+  || failed=1
+tail -25 "$logs/test.log"
+
+say "benchmark (bench.log)"
+read -r -a bench_args <<< "${CUDA_BENCH_ARGS:---model resnet18 --configs control,statistics_L1,md5,tensor --rounds 4}"
+timeout "${CUDA_BENCH_SECONDS:-300}" "$python" bench/bench_torch.py --device cuda "${bench_args[@]}" > "$logs/bench.log" 2>&1 \
+  || failed=1
+cat "$logs/bench.log"
+
+if [ "${CUDA_SUITE:-1}" = 1 ]; then
+  say "the Python tests against this torch, CPU (suite.log)"
+  # The browser test needs chromium and the stage kit pyzmq: run where those are.
+  tests=$(cd tests/python && ls test_*.py | sed 's/\.py$//' | grep -v -e test_report_browser -e test_stage_kit -e test_device_path)
+  (cd tests/python && printf '%s\n' $tests | timeout "${CUDA_SUITE_SECONDS:-300}" xargs -P "$(nproc)" -I{} \
+     sh -c '"$0" -m unittest {} > "$1/suite-{}.txt" 2>&1 && echo "PASS {}" || echo "FAIL {}"' "$python" "$build") \
+     > "$logs/suite.log" 2>&1 || failed=1
+  for f in "$build"/suite-*.txt; do echo "=== $f"; tail -40 "$f"; done >> "$logs/suite.log"
+  grep -E "^(PASS|FAIL) " "$logs/suite.log"
+fi
+say "done (status $failed)"
+exit $failed
