@@ -3,8 +3,9 @@
 # a CUDA GPU and a Python whose torch has CUDA (a pip torch 2.x), it
 #   1. builds tprobe against that torch into build-cuda/ (the capture is compiled against torch 2.x
 #      here, against Debian's 1.13 everywhere else);
-#   2. runs the device-path tests on the GPU (tests/python/test_device_path.py: CudaDevicePathTest
-#      compares the device path's dump with blocking per-tensor reads, under torch's sync guard);
+#   2. runs the device-path tests on the GPU (tests/python/test_device_path.py CudaDevicePathTest:
+#      the device path's dump against blocking per-tensor reads, under torch's sync guard; the
+#      same file's CPU tests run in ctest everywhere);
 #   3. runs bench/bench_torch.py --device cuda (CUDA_BENCH_ARGS, resnet18's statistics, md5 and
 #      tensor rows by default), which prints the step ratios and the device path's own account;
 #   4. runs the other Python tests against this torch on the CPU (CUDA_SUITE=0 skips them).
@@ -52,7 +53,7 @@ export TPROBE_TEST_TMP=$build/test-tmp PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERE
 failed=0
 
 say "device-path tests on the GPU (test.log)"
-(cd tests/python && timeout "${CUDA_TEST_SECONDS:-240}" "$python" -m unittest -v test_device_path) > "$logs/test.log" 2>&1 \
+(cd tests/python && timeout "${CUDA_TEST_SECONDS:-240}" "$python" -m unittest -v test_device_path.CudaDevicePathTest) > "$logs/test.log" 2>&1 \
   || failed=1
 tail -25 "$logs/test.log"
 
