@@ -133,9 +133,13 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
     device_statistics(t, high_precision, zero_dim, b.slots.select(0, r.row));
     ++device_summaries;
   } else {
-    // copy_ writes the logical values, so conjugate and negative views arrive resolved.
+    // Conjugate and negative views are resolved on the device first (a kernel only when the bit
+    // is set). copy_ would resolve them on the host after the copy, which for a non_blocking copy
+    // from a GPU runs before the data has arrived: the data then arrives unresolved (seen on an
+    // H100 with torch 2.11: a conj view's .npy and md5 had the imaginary parts' signs flipped).
+    const at::Tensor logical = t.resolve_conj().resolve_neg();
     r.staged = at::empty(t.sizes(), host_options(dev, t.scalar_type()));
-    r.staged.copy_(t, /*non_blocking=*/true);
+    r.staged.copy_(logical, /*non_blocking=*/true);
     b.staged_bytes += r.staged.nbytes();
   }
   b.records.push_back(std::move(r));
