@@ -496,6 +496,10 @@ def report(model_name, results, block, opts):
             per = {k: c.get(k, 0) / m.tool_steps for k in ("device_tensors", "device_reads", "device_waits", "device_bytes")}
             print(f"  {'':<15} device path per step: {per['device_tensors']:.0f} tensors, {per['device_reads']:.2f} host reads, "
                   f"{per['device_waits']:.2f} of them waited on their event, {fmt_bytes(per['device_bytes'])} device to host")
+        if c.get("stats_parts_helped") and m.tool_steps:
+            # Parts of large tensors read by the capture's helper thread (capture/part_runner.h).
+            print(f"  {'':<15} capture helper thread: {c['stats_parts_helped'] / m.tool_steps:.0f} parts of 1 MiB a step "
+                  f"(TPROBE_CAPTURE_THREADS={os.environ.get('TPROBE_CAPTURE_THREADS', 'default')})")
 
 
 def read_pass_bandwidth(size, repeats=3):

@@ -23,6 +23,7 @@
 #include "endpoint.h"
 #include "errors.h"
 #include "grad_record.h"
+#include "part_runner.h"
 #include "shm.h"
 #include "tprobe_capture.h"
 
@@ -257,6 +258,9 @@ struct tprobe_session {
   // memory in the training process.
   static constexpr size_t STRIDED_SCRATCH_MAX = size_t{64} << 20;
   std::vector<std::byte> strided_scratch;
+  // Reads large tensors' parts on a second core while the training thread, blocked in the capture
+  // anyway, reads the others (part_runner.h).
+  tprobe::part_runner runner{tprobe::part_runner_threads_from_env()};
 
   // The statistics of the contiguous tensors read in place lately, for callers that name a
   // tensor's content (tprobe_capture_tensor_content): one operator's output is usually the next
@@ -826,7 +830,8 @@ struct tprobe_session {
         (contiguous || bytes <= STRIDED_SCRATCH_MAX)) {
       // Nothing of the data must leave: one read pass here is cheaper than a copy plus a pass
       // in another process, and no pass at all when these very bytes were read just before.
-      const stats_options o{.high_precision = config.precision == "high", .crc32 = filter->want_crc32()};
+      const stats_options o{.high_precision = config.precision == "high", .crc32 = filter->want_crc32(),
+                            .runner = &runner};
       if (!contiguous) {
         // A view (a transpose, a slice): gathered in C order, as the copy a stage would read, so
         // the sums run in the same order; into memory kept for the next one, not shipped away.
@@ -984,6 +989,7 @@ int tprobe_session_counts_get(const tprobe_session *s, tprobe_session_counts *co
   std::lock_guard lock(s->mutex);  // undelivered is also counted by the sender thread
   *counts = s->counts;
   counts->detached = s->detached.load() ? 1 : 0;
+  counts->stats_parts_helped = s->runner.parts_by_helpers();
   return TPROBE_OK;
 }
 

@@ -145,6 +145,9 @@ typedef struct tprobe_session_counts {
                               full (a consumer holding on to them) */
   uint64_t stats_reused;   /* tensors whose statistics were those of the same content read just
                               before (tprobe_capture_tensor_content), not read again */
+  uint64_t stats_parts_helped; /* parts (1 MiB) of large tensors read in place by the capture's
+                              helper thread rather than the caller's (TPROBE_CAPTURE_THREADS: the
+                              readers in all, 2 by default on 2 or more cores, 1 for none) */
 } tprobe_session_counts;
 int tprobe_session_counts_get(const tprobe_session *session, tprobe_session_counts *counts);
 

@@ -280,6 +280,58 @@ real_acc accumulate_all(accumulate_fn fn, const unsigned char *p, size_t count, 
   return acc;
 }
 
+// A large tensor in parts of stats_part_bytes (whole blocks), each accumulated on its own, perhaps
+// on another thread, then combined in part order: a result that does not depend on the threads.
+struct parts_job {
+  accumulate_fn fn;
+  const unsigned char *p;
+  size_t count, elem_size, part_elems;
+  bool crc;
+  real_acc *accs;
+  uint32_t *crcs;
+};
+
+void run_part(void *context, size_t i) {
+  const auto &job = *static_cast<const parts_job *>(context);
+  const size_t start = i * job.part_elems, n = std::min(job.part_elems, job.count - start);
+  std::optional<uint32_t> crc;
+  job.accs[i] = accumulate_all(job.fn, job.p + start * job.elem_size, n, job.elem_size, job.crc ? &crc : nullptr);
+  if (crc) job.crcs[i] = *crc;
+}
+
+// At most max_parts parts: a tensor of over 64 MiB gets larger parts, so that nothing allocates.
+constexpr size_t max_parts = 64;
+
+real_acc accumulate_parts(accumulate_fn fn, const unsigned char *p, size_t count, size_t elem_size,
+                          std::optional<uint32_t> *crc, parallel_runner *runner) {
+  size_t part_elems = std::max(block_elems, stats_part_bytes / elem_size / block_elems * block_elems);
+  if (count <= part_elems) return accumulate_all(fn, p, count, elem_size, crc);
+  if (count > part_elems * max_parts) {
+    const size_t blocks = (count + block_elems - 1) / block_elems;
+    part_elems = (blocks + max_parts - 1) / max_parts * block_elems;
+  }
+  const size_t parts = (count + part_elems - 1) / part_elems;
+  real_acc accs[max_parts];
+  uint32_t crcs[max_parts];
+  parts_job job{fn, p, count, elem_size, part_elems, crc != nullptr, accs, crcs};
+  if (runner) {
+    runner->run(parts, run_part, &job);
+  } else {
+    for (size_t i = 0; i < parts; ++i) run_part(&job, i);
+  }
+  real_acc total;
+  uint32_t c = 0;
+  for (size_t i = 0; i < parts; ++i) {
+    const real_acc &a = accs[i];
+    total.max = std::max(total.max, a.max), total.min = std::min(total.min, a.min);
+    total.sum += a.sum, total.sumsq += a.sumsq;
+    total.nan += a.nan, total.inf += a.inf, total.value_nan += a.value_nan;
+    if (crc) c = i == 0 ? crcs[0] : crc32_combine_bytes(c, crcs[i], std::min(part_elems, count - i * part_elems) * elem_size);
+  }
+  if (crc) *crc = c;
+  return total;
+}
+
 void stats_complex64(const unsigned char *p, size_t count, tensor_stats &s) {
   real_acc a;
   accumulate_c64(p, count, a);
@@ -354,7 +406,7 @@ tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool 
     fused_crc = nullptr;
   }
   const size_t es = dtype_size(t);
-  auto acc = [&](accumulate_fn fn) { return accumulate_all(fn, p, count, es, fused_crc); };
+  auto acc = [&](accumulate_fn fn) { return accumulate_parts(fn, p, count, es, fused_crc, options.runner); };
 
   // float64 and integers are converted to float32 by msprobe; "high" precision converts all.
   const result_type f32 = result_type::f32;
@@ -417,6 +469,10 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t size) {
 }
 
 uint32_t crc32_bytes(const void *data, size_t size) { return crc32_update(0, data, size); }
+
+uint32_t crc32_combine_bytes(uint32_t crc_a, uint32_t crc_b, size_t size_b) {
+  return static_cast<uint32_t>(crc32_combine(crc_a, crc_b, static_cast<z_off_t>(size_b)));
+}
 
 float bfloat16_to_float(uint16_t bits) { return bf16_bits_to_float(bits); }
 

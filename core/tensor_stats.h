@@ -40,9 +40,24 @@ struct tensor_stats {
   bool operator==(const tensor_stats &) const = default;
 };
 
+// Runs part(0) … part(parts - 1), each exactly once, possibly several at a time on other threads,
+// and returns once all have returned. part() never throws.
+class parallel_runner {
+ public:
+  virtual ~parallel_runner() = default;
+  virtual void run(size_t parts, void (*part)(void *context, size_t index), void *context) = 0;
+};
+
+// A real-typed tensor of more than stats_part_bytes is read in parts of that size (the last one
+// shorter; larger parts past 64 of them), each part's sums and CRC taken on their own and combined in part order. The result is
+// therefore the same whichever threads read the parts, with or without a runner: the capture
+// (which reads parts on two threads) and the stages (which read them in order) agree bit for bit.
+inline constexpr size_t stats_part_bytes = size_t{1} << 20;
+
 struct stats_options {
   bool high_precision = false;  // config "precision": "high": results rounded to float32, not the dtype
   bool crc32 = false;           // also compute the CRC-32 of the raw bytes
+  parallel_runner *runner = nullptr;  // reads a large tensor's parts; none: in order, on this thread
 };
 
 // Statistics of a contiguous, little-endian tensor of `count` elements of type t.
@@ -65,6 +80,8 @@ tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool 
 uint32_t crc32_bytes(const void *data, size_t size);
 // Continues a CRC-32 over more bytes: crc32_update(crc32_bytes(a), b) == crc32_bytes(a ++ b).
 uint32_t crc32_update(uint32_t crc, const void *data, size_t size);
+// The CRC-32 of a ++ b from crc32_bytes(a), crc32_bytes(b) and b's length (zlib's crc32_combine).
+uint32_t crc32_combine_bytes(uint32_t crc_a, uint32_t crc_b, size_t size_b);
 // zlib's crc32, the reference the above must equal (tests, bench/bench_crc.cpp).
 uint32_t crc32_bytes_zlib(const void *data, size_t size);
 

@@ -323,6 +323,7 @@ std::string counters() {
          {"undelivered", c.undelivered},   {"detached", c.detached != 0},
          {"shared_bytes", c.shared_bytes}, {"shared_gave_up", c.shared_gave_up},
          {"stats_reused", c.stats_reused},
+         {"stats_parts_helped", c.stats_parts_helped},
          {"operators", s.operators},       {"unsupported", s.unsupported},
          {"device_summaries", s.device_summaries}, {"device_tensors", s.device.tensors},
          {"device_reads", s.device.reads}, {"device_waits", s.device.waits},

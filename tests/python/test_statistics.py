@@ -197,7 +197,9 @@ class StatisticsReuse(tt.CaptureTest):
 
 # Views whose bytes are not in C order: the capture gathers them in C order and reads them in
 # place, as the stats stage reads the copy it is sent (TPROBE_STATS_MODE=copy); the sums run in
-# the same order, so the two dumps are equal bit for bit, and nothing is shipped.
+# the same order, so the two dumps are equal bit for bit, and nothing is shipped. Tensors over
+# 1 MiB are read in parts by the training thread and the capture's helper thread; their parts'
+# sums combine in part order, so they too equal the stage's, which reads the parts in order.
 STRIDED = textwrap.dedent("""
     import json, torch
     from tprobe import PrecisionDebugger
@@ -206,6 +208,7 @@ STRIDED = textwrap.dedent("""
     debugger = PrecisionDebugger(config_path="./config.json")
     a = torch.randn(70, 130) * 3
     b = torch.randn(4, 5, 6, 7)
+    c = torch.randn(700, 1100) * 2                  # 3 MiB: read in parts
     for step in range(STEPS):
         debugger.start()
         torch.neg(a.t())                            # a transpose
@@ -218,6 +221,9 @@ STRIDED = textwrap.dedent("""
         torch.neg(torch.arange(60).reshape(6, 10).t())  # int64
         torch.logical_not(a.t() > 0)                # bool
         torch.neg(a[:, 5])                          # one column
+        torch.neg(c)                                # large, contiguous
+        torch.neg(c.t())                            # large, a transpose
+        torch.neg(c.double())                       # large, float64
         debugger.stop()
         debugger.step()
     with open("counters.json", "w") as f:

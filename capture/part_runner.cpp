@@ -1,0 +1,77 @@
+// part_runner.cpp: see part_runner.h for the contract.
+#include "part_runner.h"
+
+#include <cstdlib>
+
+namespace tprobe {
+
+part_runner::part_runner(unsigned threads) {
+  for (unsigned i = 1; i < threads; ++i) helpers_.emplace_back([this] { helper_loop(); });
+}
+
+part_runner::~part_runner() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto &t : helpers_) t.join();
+}
+
+void part_runner::claim_parts(bool helper) {
+  for (size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < parts_;) {
+    part_(context_, i);
+    if (helper) by_helpers_.fetch_add(1, std::memory_order_relaxed);
+    done_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void part_runner::helper_loop() {
+  uint64_t seen = 0;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+    if (stopping_) return;
+    seen = generation_;
+    if (!part_) continue;  // that run() has already finished
+    joined_.fetch_add(1, std::memory_order_acq_rel);
+    lock.unlock();
+    claim_parts(true);
+    joined_.fetch_sub(1, std::memory_order_acq_rel);
+    lock.lock();
+  }
+}
+
+void part_runner::run(size_t parts, void (*part)(void *, size_t), void *context) {
+  if (helpers_.empty() || parts < 2) {
+    for (size_t i = 0; i < parts; ++i) part(context, i);
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    part_ = part, context_ = context, parts_ = parts;
+    next_.store(0, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    ++generation_;
+  }
+  wake_.notify_all();
+  claim_parts(false);
+  // Only parts a helper claimed are left: each is one part's reading, already under way.
+  while (done_.load(std::memory_order_acquire) < parts) std::this_thread::yield();
+  {
+    std::lock_guard lock(mutex_);
+    part_ = nullptr, context_ = nullptr;
+  }
+  // A helper that joined before the job was cleared finds no part left (next_ >= parts) and leaves.
+  while (joined_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
+
+unsigned part_runner_threads_from_env() {
+  if (const char *v = std::getenv("TPROBE_CAPTURE_THREADS"); v && *v) {
+    const long n = std::strtol(v, nullptr, 10);
+    return n >= 1 && n <= 64 ? static_cast<unsigned>(n) : 1;
+  }
+  return std::thread::hardware_concurrency() >= 2 ? 2 : 1;
+}
+
+}  // namespace tprobe

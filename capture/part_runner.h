@@ -1,0 +1,62 @@
+// part_runner.h: the capture's helper threads for reading a large tensor's parts
+// (tensor_stats.h, parallel_runner). The training thread is blocked in the capture while a tensor
+// is read, so its cores are idle then; the helpers use one of them to halve that wait.
+//
+// Contract:
+// - run() returns once every part has run exactly once. The calling thread claims parts too, so
+//   run() never waits for a helper to start: with no helper awake (or none at all) it reads every
+//   part itself. It waits only for parts a helper has already claimed (each stats_part_bytes).
+// - A helper never touches a job after run() has returned.
+// - One run() at a time (the session's mutex); helpers sleep on a condition variable between runs.
+// - The destructor stops and joins the helpers. A forked child has no helpers, but run() never
+//   needs them (see the first point).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tensor_stats.h"
+
+namespace tprobe {
+
+class part_runner final : public parallel_runner {
+ public:
+  // `threads` readers in all, this one included: threads - 1 helpers (none for 0 or 1).
+  explicit part_runner(unsigned threads);
+  ~part_runner() override;
+  part_runner(const part_runner &) = delete;
+  part_runner &operator=(const part_runner &) = delete;
+
+  void run(size_t parts, void (*part)(void *, size_t), void *context) override;
+  unsigned helpers() const { return static_cast<unsigned>(helpers_.size()); }
+  // Parts read by helpers so far (the rest were read by run()'s caller).
+  uint64_t parts_by_helpers() const { return by_helpers_.load(std::memory_order_relaxed); }
+
+ private:
+  void helper_loop();
+  void claim_parts(bool helper);
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  uint64_t generation_ = 0;  // one per run() with helpers
+  // The job of the current run(): set and cleared under mutex_, read by a helper that joined it.
+  void (*part_)(void *, size_t) = nullptr;
+  void *context_ = nullptr;
+  size_t parts_ = 0;
+  std::atomic<size_t> next_{0};     // the next unclaimed part
+  std::atomic<size_t> done_{0};     // parts finished
+  std::atomic<unsigned> joined_{0};  // helpers inside the current job
+  std::atomic<uint64_t> by_helpers_{0};
+  std::vector<std::thread> helpers_;
+};
+
+// TPROBE_CAPTURE_THREADS (1 turns the helpers off), else 2 where the machine has two cores.
+unsigned part_runner_threads_from_env();
+
+}  // namespace tprobe
