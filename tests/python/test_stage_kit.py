@@ -26,6 +26,21 @@ from tprobe.stage import Stage
 Stage("legacy", "a 1.0 stage that answers no barrier", barriers=False).main(lambda record, stage: record)
 """
 
+# A stage that stops the capture through Stage.control at the first tensor it sees, and says
+# whether the command was queued; it passes every record on.
+STOPPING_STAGE = """#!/usr/bin/python3
+import sys
+sys.path.insert(0, PYTHON_DIR)
+from tprobe.stage import Stage
+sent = []
+def handle(record, stage):
+    if record.kind == "tensor" and not sent:
+        sent.append(stage.control(record.run, "stop", reason="a test stage stops at its first tensor"))
+        print(f"stopping-stage: control returned {sent[0]} at step {record.step}", file=sys.stderr, flush=True)
+    return record
+Stage("stopping", "stops the capture at the first tensor").main(handle)
+"""
+
 
 def tensor_leaves(node, out):
     """Every tensor leaf (a dict with Max) of a dump's data, in order."""
@@ -134,13 +149,29 @@ class StageKitTest(tt.CaptureTest):
         self.assertTrue(os.path.exists(os.path.join(run.folder(0), "dump.json")))
         self.assertFalse(os.path.exists(os.path.join(run.dump, "step2")), "the capture went on after stop")
 
-    def legacy_stage(self):
-        path = os.path.join(self.tmp, "legacy.py")
+    def python_stage(self, name, source):
+        path = os.path.join(self.tmp, name + ".py")
         python_dir = os.path.dirname(os.path.dirname(os.path.abspath(__import__("tprobe").__file__)))
         with open(path, "w") as f:
-            f.write(LEGACY_STAGE.replace("PYTHON_DIR", repr(python_dir)))
+            f.write(source.replace("PYTHON_DIR", repr(python_dir)))
         os.chmod(path, 0o755)
         return path
+
+    def legacy_stage(self):
+        return self.python_stage("legacy", LEGACY_STAGE)
+
+    def test_python_stage_stops_the_capture(self):
+        # Stage.control in the Python kit: the command reaches the capture through the control
+        # endpoint its session record named; training runs on and succeeds, later steps are not
+        # captured.
+        manifest = self.manifest("stopping", [
+            {"name": "stopping", "exec": self.python_stage("stopping", STOPPING_STAGE), "inputs": ["capture"]},
+            {"name": "writer", "stage": "writer", "inputs": ["stopping"]},
+        ])
+        run = self.run_script(tt.TRAIN, manifest=manifest, steps=3)
+        self.assertIn("stopping-stage: control returned True at step 0", run.result.stderr)
+        self.assertTrue(os.path.exists(os.path.join(run.folder(0), "dump.json")))
+        self.assertFalse(os.path.exists(os.path.join(run.dump, "step2")), "the capture went on after stop")
 
     def test_stage_without_barriers_is_never_waited_for(self):
         # After the capture and after tprobe-stats: neither waits for a stage whose ack does not
