@@ -49,9 +49,10 @@ class parallel_runner {
 };
 
 // A real-typed tensor of more than stats_part_bytes is read in parts of that size (the last one
-// shorter; larger parts past 64 of them), each part's sums and CRC taken on their own and combined in part order. The result is
-// therefore the same whichever threads read the parts, with or without a runner: the capture
-// (which reads parts on two threads) and the stages (which read them in order) agree bit for bit.
+// shorter; larger parts past 64 of them), each part's sums and CRC taken on their own and
+// combined in part order. The result is therefore the same whichever threads read the parts, with
+// or without a runner: the capture (which reads parts on two threads) and the stages (which read
+// them in order) agree bit for bit.
 inline constexpr size_t stats_part_bytes = size_t{1} << 20;
 
 struct stats_options {
