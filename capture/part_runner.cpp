@@ -1,6 +1,7 @@
 // part_runner.cpp: see part_runner.h for the contract.
 #include "part_runner.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 namespace tprobe {
@@ -68,8 +69,12 @@ void part_runner::run(size_t parts, void (*part)(void *, size_t), void *context)
 
 unsigned part_runner_threads_from_env() {
   if (const char *v = std::getenv("TPROBE_CAPTURE_THREADS"); v && *v) {
-    const long n = std::strtol(v, nullptr, 10);
-    return n >= 1 && n <= 64 ? static_cast<unsigned>(n) : 1;
+    char *end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end == '\0' && n >= 1 && n <= 64) return static_cast<unsigned>(n);
+    // Training goes on either way; the safe reading is the training thread alone.
+    std::fprintf(stderr, "tprobe: TPROBE_CAPTURE_THREADS=\"%s\" is not a number from 1 to 64; reading with 1 thread\n", v);
+    return 1;
   }
   return std::thread::hardware_concurrency() >= 2 ? 2 : 1;
 }

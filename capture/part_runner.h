@@ -56,7 +56,8 @@ class part_runner final : public parallel_runner {
   std::vector<std::thread> helpers_;
 };
 
-// TPROBE_CAPTURE_THREADS (1 turns the helpers off), else 2 where the machine has two cores.
+// TPROBE_CAPTURE_THREADS (1 turns the helpers off), else 2 where the machine has two cores. A
+// value that is not a number from 1 to 64 is named on stderr and read as 1.
 unsigned part_runner_threads_from_env();
 
 }  // namespace tprobe

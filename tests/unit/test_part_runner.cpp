@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,11 @@ TEST(PartRunner, ThreadsFromTheEnvironment) {
   ::setenv("TPROBE_CAPTURE_THREADS", "3", 1);
   EXPECT_EQ(part_runner_threads_from_env(), 3u);
   ::setenv("TPROBE_CAPTURE_THREADS", "nonsense", 1);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(part_runner_threads_from_env(), 1u);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("TPROBE_CAPTURE_THREADS=\"nonsense\" is not a number"),
+            std::string::npos);
+  ::setenv("TPROBE_CAPTURE_THREADS", "2x", 1);
   EXPECT_EQ(part_runner_threads_from_env(), 1u);
   ::unsetenv("TPROBE_CAPTURE_THREADS");
   EXPECT_GE(part_runner_threads_from_env(), 1u);
