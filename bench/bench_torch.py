@@ -68,6 +68,9 @@ CONFIGS = [
     ("control", None, None, "no tprobe on either side: the noise floor"),
     ("outside", "statistics_L1", 1.02, "tool loaded, steps not configured"),
     ("statistics_L1", "statistics_L1", {"resnet18": 1.25, "*": 1.3}, "statistics, L1 (operators)"),
+    # The device path's statistics one tensor at a time (no arena): what the arena saves, on a GPU.
+    ("statistics_L1_direct", "statistics_L1", {"resnet18": 1.25, "*": 1.3},
+     "statistics, L1, device statistics reduced per tensor (TPROBE_DEVICE_STATS=direct)"),
     ("statistics_L0", "statistics_L0", 1.05, "statistics, L0 (modules)"),
     ("statistics_mix", "statistics_mix", 1.3, "statistics, mix"),
     # What the step barrier costs (step() waits until the writer wrote the step's files): the
@@ -258,8 +261,8 @@ def default_sigint():
 
 
 class child:
-    def __init__(self, model_name, config, dump, log):
-        env = dict(os.environ)
+    def __init__(self, model_name, config, dump, log, extra_env=None):
+        env = {**os.environ, **(extra_env or {})}
         env.pop("TPROBE_ENDPOINT", None)
         env.pop("TPROBE_CONFIG", None)
         env["OMP_NUM_THREADS"] = "1"
@@ -317,9 +320,9 @@ class measurement:
         self.counters = {}  # the tool child's capture counters at its end
 
 
-def start_child(model_name, config, dump, log, m):
+def start_child(model_name, config, dump, log, m, extra_env=None):
     try:
-        return child(model_name, config, dump, log)
+        return child(model_name, config, dump, log, extra_env)
     except (RuntimeError, BrokenPipeError) as e:
         m.error = m.error or str(e)
         return None
@@ -353,7 +356,8 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
         base = start_child(model_name, "-", dump, log, measurement("baseline"))
         if base is None:
             raise SystemExit(f"bench_torch: the baseline child failed; see {log_path}")
-        tool = None if m.error else start_child(model_name, config, dump, log, m)
+        extra_env = {"TPROBE_DEVICE_STATS": "direct"} if name.endswith("_direct") else None
+        tool = None if m.error else start_child(model_name, config, dump, log, m, extra_env)
         base.run(opts.warmup)
         if tool:
             try:
@@ -493,8 +497,10 @@ def report(model_name, results, block, opts):
         c = m.counters
         if c.get("device_tensors") and m.tool_steps:
             # The device path's own account (capture/torch/device_stats.h), per tool step.
-            per = {k: c.get(k, 0) / m.tool_steps for k in ("device_tensors", "device_reads", "device_waits", "device_bytes")}
-            print(f"  {'':<15} device path per step: {per['device_tensors']:.0f} tensors, {per['device_reads']:.2f} host reads, "
+            per = {k: c.get(k, 0) / m.tool_steps
+                   for k in ("device_tensors", "device_segments", "device_reads", "device_waits", "device_bytes")}
+            print(f"  {'':<15} device path per step: {per['device_tensors']:.0f} tensors "
+                  f"({per['device_segments']:.0f} reduced in arenas), {per['device_reads']:.2f} host reads, "
                   f"{per['device_waits']:.2f} of them waited on their event, {fmt_bytes(per['device_bytes'])} device to host")
         if c.get("stats_parts_helped") and m.tool_steps:
             # Parts of large tensors read by the capture's helper thread (capture/part_runner.h).

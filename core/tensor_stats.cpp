@@ -27,21 +27,6 @@ inline T load(const unsigned char *p, size_t i) {
   return v;
 }
 
-// Branch-free fp16 → fp32. The conditions are all-ones masks rather than `?:`, which g++ turns
-// into control flow that blocks vectorisation. Subnormals are rebuilt by subtracting two normal
-// floats, so the result stays right when the FPU flushes denormals.
-inline float half_bits_to_float(uint16_t h) {
-  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  const uint32_t exp = em & 0x0f800000u;
-  const uint32_t inf_nan = 0u - static_cast<uint32_t>(exp == 0x0f800000u);
-  const uint32_t subnormal = 0u - static_cast<uint32_t>(exp == 0);
-  // Rebias 15 → 127 (Inf/NaN: 31 → 255); zero/subnormal: 2^-14 · (1 + m), then minus 2^-14.
-  const uint32_t bits = em + (112u << 23) + (inf_nan & (112u << 23)) + (subnormal & (1u << 23));
-  const float f = std::bit_cast<float>(bits) - std::bit_cast<float>(subnormal & 0x38800000u);
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | (static_cast<uint32_t>(h & 0x8000u) << 16));
-}
-
-inline float bf16_bits_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 // How an element type is read into the float32 domain msprobe computes in (it calls .float() on
 // float64 and integer tensors, so large float64 values become ±Inf in the statistics). `value` is
@@ -60,13 +45,13 @@ struct src_f64 {
 };
 struct src_f16 {
   using raw = uint16_t;
-  static float value(uint16_t x) { return half_bits_to_float(x); }
+  static float value(uint16_t x) { return float16_to_float(x); }
   static bool is_nan(uint16_t x) { return (x & 0x7fffu) > 0x7c00u; }
   static bool is_inf(uint16_t x) { return (x & 0x7fffu) == 0x7c00u; }
 };
 struct src_bf16 {
   using raw = uint16_t;
-  static float value(uint16_t x) { return bf16_bits_to_float(x); }
+  static float value(uint16_t x) { return bfloat16_to_float(x); }
   static bool is_nan(uint16_t x) { return (x & 0x7fffu) > 0x7f80u; }
   static bool is_inf(uint16_t x) { return (x & 0x7fffu) == 0x7f80u; }
 };
@@ -472,34 +457,6 @@ uint32_t crc32_bytes(const void *data, size_t size) { return crc32_update(0, dat
 
 uint32_t crc32_combine_bytes(uint32_t crc_a, uint32_t crc_b, size_t size_b) {
   return static_cast<uint32_t>(crc32_combine(crc_a, crc_b, static_cast<z_off_t>(size_b)));
-}
-
-float bfloat16_to_float(uint16_t bits) { return bf16_bits_to_float(bits); }
-
-uint16_t float_to_bfloat16(float value) {
-  const uint32_t x = std::bit_cast<uint32_t>(value);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet
-  // Round to nearest even; a carry out of the mantissa correctly bumps the exponent (to Inf).
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-float float16_to_float(uint16_t bits) { return half_bits_to_float(bits); }
-
-uint16_t float_to_float16(float value) {
-  uint32_t x = std::bit_cast<uint32_t>(value);
-  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  x &= 0x7fffffffu;
-  if (x > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((x >> 13) & 0x3ffu));  // NaN
-  // 65520 is halfway between 65504 (odd mantissa) and 65536: ties to even go to Inf.
-  if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (x >= 0x38800000u) {  // normal half: rebias the exponent, round to nearest even at bit 13
-    const uint32_t r = x - (112u << 23);
-    return static_cast<uint16_t>(sign | ((r + 0x0fffu + ((r >> 13) & 1u)) >> 13));
-  }
-  // Subnormal half (or zero): adding 0.5 makes the FPU round |value| to a multiple of 2^-24
-  // (nearest even); the low mantissa bits of the sum are then the half's mantissa.
-  const float sum = std::bit_cast<float>(x) + 0.5f;
-  return static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(sum) - 0x3f000000u));
 }
 
 }  // namespace tprobe

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "dtype.h"
+#include "half_float.h"
 
 namespace tprobe {
 
@@ -77,6 +78,18 @@ struct stats_options {
 tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool zero_dim,
                                   const stats_options &options);
 
+// A real tensor's float statistic v (Max, Min, Mean or Norm, however it was accumulated) rounded
+// to the dtype msprobe reports it in, by the rules above: float16/bfloat16 to their own dtype
+// unless `high_precision`, every other real dtype to float32. For statistics computed elsewhere
+// (the capture's device path reduces on the GPU) that must equal tensor_stats_compute's.
+// Inline: the PyTorch capture uses it without linking core.
+inline double tensor_stat_round(dtype t, bool high_precision, double v) {
+  // Through float, as torch's kernels do: they accumulate in float and cast at the end.
+  if (!high_precision && t == dtype::float16) return float16_to_float(float_to_float16(static_cast<float>(v)));
+  if (!high_precision && t == dtype::bfloat16) return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
+  return static_cast<float>(v);
+}
+
 // zlib CRC-32 (polynomial 0xEDB88320) of a byte range; msprobe formats it as "%08x".
 uint32_t crc32_bytes(const void *data, size_t size);
 // Continues a CRC-32 over more bytes: crc32_update(crc32_bytes(a), b) == crc32_bytes(a ++ b).
@@ -85,11 +98,5 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t size);
 uint32_t crc32_combine_bytes(uint32_t crc_a, uint32_t crc_b, size_t size_b);
 // zlib's crc32, the reference the above must equal (tests, bench/bench_crc.cpp).
 uint32_t crc32_bytes_zlib(const void *data, size_t size);
-
-// Round-trip helpers used by the statistics code and by tests.
-float bfloat16_to_float(uint16_t bits);
-uint16_t float_to_bfloat16(float value);  // round to nearest even, NaN stays NaN
-float float16_to_float(uint16_t bits);
-uint16_t float_to_float16(float value);  // round to nearest even, overflow → ±Inf
 
 }  // namespace tprobe

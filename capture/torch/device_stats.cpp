@@ -2,14 +2,19 @@
 // (device_stats.h has the contract, docs/performance.md "CUDA path" the cost model).
 #include "device_stats.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <thread>
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "capture_state.h"
+#include "tensor_stats.h"
 
 namespace tprobe::torch_capture {
 
@@ -35,14 +40,46 @@ at::TensorOptions host_options(const at::Device &d, at::ScalarType type) {
   return at::TensorOptions().dtype(type).pinned_memory(d.is_cuda());
 }
 
-// Enqueues, behind every reduction and staging copy of the batch (same stream), the one copy of
-// its used rows into pinned memory, and the event the host will look at.
+// The statistics of every segment of the arena, [6, segments] float64 on the device: max, min,
+// sum, sum of squares, NaN count, Inf count. Max and min propagate NaN (msprobe: any NaN makes the
+// four NaN; the sums do the same); the sums are taken in float64, as the host path takes them.
+at::Tensor segment_statistics(const device_batch &b) {
+  const auto count = static_cast<int64_t>(b.segments.size());
+  at::Tensor lengths = at::empty({count}, host_options(b.device, at::kLong));
+  std::memcpy(lengths.data_ptr<int64_t>(), b.segments.data(), sizeof(int64_t) * b.segments.size());
+  // From pinned memory, so asynchronous; torch's caching host allocator keeps the block until
+  // the copy has run.
+  if (!b.device.is_cpu()) lengths = lengths.to(b.device, /*non_blocking=*/true);
+  const at::Tensor used = b.arena.narrow(0, 0, b.arena_used);
+  const at::Tensor wide = used.to(at::kDouble);
+  // unsafe: the lengths are ours and sum to the data's size; the check would read them back (a sync).
+  const auto reduce = [&](const at::Tensor &x, const char *how) {
+    return at::segment_reduce(x, how, lengths, {}, {}, /*axis=*/0, /*unsafe=*/true);
+  };
+  at::Tensor out = at::empty({6, count}, at::TensorOptions().dtype(at::kDouble).device(b.device));
+  // stack_out casts the float32 extremes and the counts into the float64 rows, as one copy.
+  at::stack_out(out, {reduce(used, "max"), reduce(used, "min"), reduce(wide, "sum"), reduce(wide.square(), "sum"),
+                      reduce(used.isnan().to(at::kFloat), "sum"), reduce(used.isinf().to(at::kFloat), "sum")});
+  return out;
+}
+
+// Enqueues, behind every reduction and staging copy of the batch (same stream), the arena's
+// reductions, the copies of their results and of the used rows into pinned memory, and the event
+// the host will look at.
 void close_batch(device_batch &b) {
   if (b.closed) return;
   b.closed = true;
   // The batch's work went to its stream; step() may run under another current stream.
   std::optional<c10::StreamGuard> on_stream;
   if (b.stream) on_stream.emplace(*b.stream);
+  if (!b.segments.empty()) {
+    const at::Tensor stats = segment_statistics(b);
+    b.segment_host = at::empty(stats.sizes(), host_options(b.device, at::kDouble));
+    b.segment_host.copy_(stats, /*non_blocking=*/true);
+  }
+  // Freed into the caching allocator, which gives the block out again only on this stream, after
+  // the reductions just enqueued.
+  b.arena = at::Tensor();
   if (b.used > 0) b.host.narrow(0, 0, b.used).copy_(b.slots.narrow(0, 0, b.used), /*non_blocking=*/true);
   if (b.stream) {
     b.ready = std::make_unique<c10::Event>(b.device.type());
@@ -71,6 +108,10 @@ const device_path_settings &device_path_settings_get() {
     device_path_settings s;
     if (const long long n = env_number("TPROBE_DEVICE_SLOTS"); n > 0) s.slots = n;
     if (const long long n = env_number("TPROBE_DEVICE_STAGING_MIB"); n > 0) s.staging_bytes = size_t(n) << 20;
+    if (const long long n = env_number("TPROBE_DEVICE_ARENA_KIB"); n > 0) s.arena_elements = (int64_t(n) << 10) / 4;
+    s.segment_elements = std::min(s.segment_elements, s.arena_elements);
+    const char *stats = std::getenv("TPROBE_DEVICE_STATS");
+    s.direct_stats = stats && std::string(stats) == "direct";
     s.on_cpu = env_number("TPROBE_DEVICE_PATH_ON_CPU") == 1;
     s.off = env_number("TPROBE_DEVICE_PATH_OFF") == 1;
     return s;
@@ -105,7 +146,17 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
   const device_path_settings &set = device_path_settings_get();
   const at::Device dev = t.device();
   const std::optional<c10::Stream> stream = current_stream(dev);
+  const bool zero_dim = t.dim() == 0;
+  // A segment of the arena, or the direct reductions (device_stats.h).
+  const bool segment = flags == 0 && !set.direct_stats && !zero_dim && !t.is_complex() &&
+                       t.numel() <= set.segment_elements;
   auto &batches = device.batches;
+  if (segment && !batches.empty() && !batches.back().closed &&
+      batches.back().arena_used + t.numel() > set.arena_elements) {
+    close_batch(batches.back());
+    ++device.full;
+    collect_device(false);
+  }
   if (batches.empty() || batches.back().closed || batches.back().device != dev || batches.back().stream != stream) {
     // One event covers one stream's work: a change of stream or device starts a batch.
     if (!batches.empty()) close_batch(batches.back());
@@ -124,11 +175,21 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
   r.shape = t.sizes().vec();
   r.device = dev.str();
   r.requires_grad = requires_grad;
-  const bool zero_dim = t.dim() == 0;
+  r.numel = t.numel();
+  r.scalar_type = t.scalar_type();
   r.complex = t.is_complex();
   if (t.scalar_type() == at::kBool) r.kind = TPROBE_STAT_BOOL;
   else if (zero_dim && at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) r.kind = TPROBE_STAT_INT;
-  if (flags == 0) {
+  if (segment) {
+    if (!b.arena.defined()) b.arena = at::empty({set.arena_elements}, at::TensorOptions().dtype(at::kFloat).device(dev));
+    // copy_ converts to float32 and resolves a negative view; bool becomes 0/1 (max = any, min = all).
+    b.arena.narrow(0, b.arena_used, r.numel).view(t.sizes()).copy_(t);
+    b.arena_used += r.numel;
+    r.segment = static_cast<int64_t>(b.segments.size());
+    b.segments.push_back(r.numel);
+    ++device_summaries;
+    ++device.segments;
+  } else if (flags == 0) {
     r.row = b.used++;
     device_statistics(t, high_precision, zero_dim, b.slots.select(0, r.row));
     ++device_summaries;
@@ -170,14 +231,33 @@ void state::collect_device(bool wait) {
     batches.pop_front();
     --closed;
     ++device.reads;
-    device.bytes += static_cast<uint64_t>(b.used * stats_per_row) * sizeof(double) + b.staged_bytes;
+    const auto segment_count = static_cast<int64_t>(b.segments.size());
+    device.bytes += static_cast<uint64_t>((b.used + segment_count) * stats_per_row) * sizeof(double) + b.staged_bytes;
     const double *rows = b.used > 0 ? b.host.data_ptr<double>() : nullptr;
+    const double *segments = segment_count > 0 ? b.segment_host.data_ptr<double>() : nullptr;
     for (device_record &r : b.records) {
-      if (r.row < 0) {
+      if (r.row < 0 && r.segment < 0) {
         capture_host(r.entry, r.slot, r.staged, r.dtype, r.requires_grad);
         continue;
       }
-      const double *v = rows + stats_per_row * r.row;
+      double from_segment[stats_per_row];
+      if (r.segment >= 0) {
+        // [max, min, sum, sum of squares, NaN, Inf] by columns → the row's [max, min, mean, norm, NaN, Inf].
+        const auto column = [&](int k) { return segments[k * segment_count + r.segment]; };
+        const tprobe::dtype rounding = r.scalar_type == at::kHalf       ? tprobe::dtype::float16
+                                       : r.scalar_type == at::kBFloat16 ? tprobe::dtype::bfloat16
+                                                                        : tprobe::dtype::float32;
+        const auto round = [&](double v) { return tensor_stat_round(rounding, high_precision, v); };
+        // Any NaN makes all four NaN (msprobe), whatever the reductions made of it.
+        const double nan = column(4) > 0 ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+        from_segment[0] = nan + round(column(0));
+        from_segment[1] = nan + round(column(1));
+        from_segment[2] = nan + round(column(2) / static_cast<double>(r.numel));
+        from_segment[3] = nan + round(std::sqrt(column(3)));
+        from_segment[4] = column(4);
+        from_segment[5] = column(5);
+      }
+      const double *v = r.segment >= 0 ? from_segment : rows + stats_per_row * r.row;
       tprobe_tensor_summary s{};
       s.dtype = r.dtype;
       s.ndim = static_cast<int>(r.shape.size());

@@ -2,12 +2,23 @@
 //
 // Contract (docs/performance.md, "CUDA path"). For a CUDA tensor the training thread only
 // enqueues work on the tensor's current stream and returns:
-//   - statistics: ATen reductions write the tensor's 6 float64 statistics into the next row of the
-//     open batch's slot buffer (device memory, `device_path_settings::slots` rows);
+//   - statistics of a real tensor of up to `segment_elements` elements (not 0-d): one copy_ of it,
+//     converted to float32, into the next segment of the open batch's arena (device memory,
+//     `arena_bytes`). Launches, not bytes, are the cost of a small tensor (each ATen call is
+//     microseconds of the training thread); the copy is one, and it keeps the values as they were
+//     before the stream's next operator can change the tensor in place;
+//   - statistics of any other tensor (larger, 0-d, complex, or all of them under
+//     TPROBE_DEVICE_STATS=direct): ATen reductions write its 6 float64 statistics into the next
+//     row of the open batch's slot buffer (device memory, `device_path_settings::slots` rows);
 //   - data (task tensor, summary_mode md5): one non_blocking copy into pinned host staging.
-// A batch closes when its slot buffer is full, its staging holds `staging_bytes`, the stream or
-// device changes, or at stop/step/close. Closing enqueues one non_blocking copy of the used rows
-// into a pinned host buffer and records an event after it. The host reads a batch (one read: its
+// A batch closes when its slot buffer or arena is full, its staging holds `staging_bytes`, the
+// stream or device changes, or at stop/step/close. Closing enqueues the arena's segmented
+// reductions (max, min, and in float64 the sum, the sum of squares and the NaN and Inf counts of
+// every segment: about 15 launches for the whole batch), one non_blocking copy of their results and
+// of the used rows into pinned host buffers, and an event after them; the arena then goes back to
+// torch's caching allocator, which hands it out again on the same stream, behind those reductions.
+// Mean and Norm come from the sums on the host, rounded as msprobe reports them
+// (tensor_stat_round). The host reads a batch (one read: its
 // records handed to the session in capture order, statistics from the pinned rows, data from the
 // staging) at stop/step/close, waiting on the event then, or when more than `batches_in_flight`
 // closed batches are waiting (the slot buffers are full: the one wait outside a step's end). No
@@ -16,7 +27,8 @@
 // On a machine without a device the same path runs for CPU tensors when the process starts with
 // TPROBE_DEVICE_PATH_ON_CPU=1 (tests and diagnostics: the batches, rows, staging, order and read
 // counts are the device's; copies and reductions are synchronous, there is no event).
-// TPROBE_DEVICE_SLOTS and TPROBE_DEVICE_STAGING_MIB override the sizes (read once per process).
+// TPROBE_DEVICE_SLOTS, TPROBE_DEVICE_ARENA_KIB and TPROBE_DEVICE_STAGING_MIB override the sizes
+// (read once per process).
 // TPROBE_DEVICE_PATH_OFF=1 takes CUDA tensors off this path: each is read with a blocking .cpu(),
 // one stream synchronisation per tensor, and captured as a host tensor. That is the reference the
 // GPU tests compare this path against (tests/python/test_device_path.py), and a way to rule this
@@ -51,6 +63,13 @@ void device_statistics(const at::Tensor &t, bool high_precision, bool zero_dim, 
 
 struct device_path_settings {
   int64_t slots = 4096;                  // rows of a batch's slot buffer: 192 KiB device + 192 KiB pinned
+  // The arena of float32 a batch's small tensors are copied into: 32 MiB, plus float64 temporaries
+  // of twice that while its reductions run. A segment is reduced by one thread block, so tensors of
+  // more than `segment_elements` (4 MiB as float32) take the direct reductions, which use the whole
+  // device and whose fixed cost is small beside such a tensor.
+  int64_t arena_elements = int64_t{8} << 20;
+  int64_t segment_elements = int64_t{1} << 20;
+  bool direct_stats = false;             // TPROBE_DEVICE_STATS=direct: no arena (to compare, to rule it out)
   size_t staging_bytes = size_t{128} << 20;  // pinned data a batch may hold before it closes
   size_t batches_in_flight = 2;          // closed batches not yet read before the host waits
   bool on_cpu = false;                   // TPROBE_DEVICE_PATH_ON_CPU=1: CPU tensors take this path
@@ -68,7 +87,10 @@ struct device_record {
   bool requires_grad = false;
   int kind = TPROBE_STAT_REAL;  // of max/min (and mean/norm for 0-d integers)
   bool complex = false;
-  int64_t row = -1;   // its statistics' row in the batch, or -1 when its data travels
+  int64_t row = -1;   // its statistics' row in the batch, or -1 (its segment's, or its data travels)
+  int64_t segment = -1;  // its statistics' segment in the batch's arena, or -1
+  int64_t numel = 0;
+  at::ScalarType scalar_type = at::kFloat;  // how a segment's Mean and Norm are rounded
   at::Tensor staged;  // the data, contiguous, in pinned host memory (row == -1)
 };
 
@@ -79,6 +101,10 @@ struct device_batch {
   at::Tensor slots;                   // [settings.slots, 6] float64 on the device
   at::Tensor host;                    // the same in pinned host memory, filled when closed
   int64_t used = 0;                   // rows written
+  at::Tensor arena;                   // [settings.arena_elements] float32 on the device, or none
+  int64_t arena_used = 0;             // elements copied in
+  std::vector<int64_t> segments;      // the elements of each segment, in the arena's order
+  at::Tensor segment_host;            // [6, segments] float64 in pinned host memory, filled when closed
   size_t staged_bytes = 0;
   std::vector<device_record> records;  // in capture order
   std::unique_ptr<c10::Event> ready;   // recorded after the copy into `host` (none on CPU)
@@ -89,6 +115,7 @@ struct device_batch {
 struct device_queue {
   std::deque<device_batch> batches;
   uint64_t tensors = 0;  // device tensors captured through the queue
+  uint64_t segments = 0;  // of them, statistics reduced in an arena (the others' in slot rows, or data)
   uint64_t reads = 0;    // host reads of a batch (one per batch)
   uint64_t waits = 0;    // reads that found the batch's event not yet complete and waited on it
   uint64_t full = 0;     // batches closed because their slots or staging were full

@@ -326,6 +326,7 @@ std::string counters() {
          {"stats_parts_helped", c.stats_parts_helped},
          {"operators", s.operators},       {"unsupported", s.unsupported},
          {"device_summaries", s.device_summaries}, {"device_tensors", s.device.tensors},
+         {"device_segments", s.device.segments},
          {"device_reads", s.device.reads}, {"device_waits", s.device.waits},
          {"device_full", s.device.full},   {"device_bytes", s.device.bytes},
          {"errors", s.errors},

@@ -19,7 +19,8 @@ import unittest
 import tprobe_testing as tt
 
 # The test model plus tensors of every statistics kind: bool, integer, 0-d, complex (a conjugate
-# view), bfloat16, float64, and NaN and Inf counts.
+# view), bfloat16, float64, NaN and Inf counts, and two of 40 000 elements (the others have at most
+# 64), which a small arena leaves to the direct reductions.
 # TEST_DEVICE (default cpu) is where the model trains; TEST_SYNC_GUARD=1 turns every synchronising
 # CUDA call between start() and stop() into an error. Every input is on the device before the loop.
 SCRIPT = tt.TRAIN.replace("    debugger.stop()\n    debugger.step()\n", """\
@@ -30,6 +31,7 @@ SCRIPT = tt.TRAIN.replace("    debugger.stop()\n    debugger.step()\n", """\
     d = x.double().exp()
     nans = torch.log(x)
     infs = x / 0
+    big = x.repeat(100, 20) * 3
     debugger.stop()
     if GUARD:
         torch.cuda.set_sync_debug_mode(0)
@@ -61,6 +63,32 @@ def counters(run):
 def per_step(samples, key):
     values = [s[key] for s in samples]
     return [b - a for a, b in zip([0] + values, values)]
+
+
+def tensors_of(value):
+    """The tensor entries in a dump.json entry, at any depth."""
+    if isinstance(value, dict):
+        if value.get("type") == "torch.Tensor":
+            yield value
+        else:
+            for v in value.values():
+                yield from tensors_of(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from tensors_of(v)
+
+
+def arena_tensors(run, step, segment_elements):
+    """How many of a step's statistics the device path reduces in an arena (device_stats.h): real
+    tensors of 1 to `segment_elements` elements that are not 0-d. Tensors without statistics (the
+    outputs of allocation-only operators such as torch.empty) are not read at all."""
+    count = 0
+    for t in tensors_of(run.data(step)):
+        if t.get("Max") is None:
+            continue
+        numel = math.prod(t["shape"])
+        count += bool(t["shape"]) and "complex" not in t["dtype"] and 0 < numel <= segment_elements
+    return count
 
 
 class DevicePathTest(tt.CaptureTest):
@@ -110,9 +138,42 @@ class DevicePathTest(tt.CaptureTest):
         self.assertEqual(got[-1]["device_summaries"], sum(tensors))
         self.assertEqual(per_step(got, "device_bytes"), [48 * n for n in tensors])  # 6 float64 a tensor
         self.assertEqual(counters(host)[-1]["device_tensors"], 0)  # the host path took none
+        # Every real tensor that is not 0-d went through the arena, the others through slot rows.
+        segments = per_step(got, "device_segments")
+        self.assertEqual(segments, [arena_tensors(host, step, 1 << 20) for step in range(STEPS)])
+        self.assertTrue(all(0 < k < n for k, n in zip(segments, tensors)), (segments, tensors))
+
+    def test_direct_reductions(self):
+        """TPROBE_DEVICE_STATS=direct: every tensor's statistics reduced on its own into its row."""
+        host, device = self.run_pair(tt.default_config(level="L1"), {"TPROBE_DEVICE_STATS": "direct"}, "direct")
+        self.assert_same_dump(host, device)
+        got = counters(device)
+        self.assertEqual(got[-1]["device_segments"], 0)
+        self.assertEqual(per_step(got, "device_reads"), [1] * STEPS)
+
+    def test_small_arena_fills_and_large_tensors_go_direct(self):
+        """An arena of 1 KiB (256 float32): a batch closes each time the next tensor does not fit,
+        tensors of more than 256 elements are reduced directly, and the dump is the same."""
+        host, device = self.run_pair(tt.default_config(level="L1"), {"TPROBE_DEVICE_ARENA_KIB": "1"}, "arena")
+        self.assert_same_dump(host, device)
+        got = counters(device)
+        segments, full, reads = (per_step(got, k) for k in ("device_segments", "device_full", "device_reads"))
+        self.assertEqual(segments, [arena_tensors(host, step, 256) for step in range(STEPS)])
+        # The two 40 000-element tensors (and 0-d and complex ones) took the direct reductions.
+        for step, k in enumerate(segments):
+            self.assertGreaterEqual(arena_tensors(host, step, 1 << 20) - k, 2)
+        self.assertTrue(all(f >= 2 for f in full), full)
+        self.assertEqual(reads, [f + 1 for f in full])  # each full batch, then the step's end
+
+    def test_high_precision_rounds_as_the_host_path(self):
+        """precision "high": bfloat16's Mean and Norm are float32 values, not bfloat16 ones."""
+        host, device = self.run_pair(tt.default_config(level="L1", precision="high"), {}, "high")
+        self.assert_same_dump(host, device)
 
     def test_full_slot_buffer_reads_early_and_keeps_order(self):
-        host, device = self.run_pair(tt.default_config(level="L1"), {"TPROBE_DEVICE_SLOTS": "4"}, "full")
+        # Direct reductions: every tensor takes a slot row.
+        host, device = self.run_pair(tt.default_config(level="L1"),
+                                     {"TPROBE_DEVICE_SLOTS": "4", "TPROBE_DEVICE_STATS": "direct"}, "full")
         self.assert_same_dump(host, device)
         got = counters(device)
         tensors, reads = per_step(got, "device_tensors"), per_step(got, "device_reads")

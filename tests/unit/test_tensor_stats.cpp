@@ -287,6 +287,48 @@ TEST(TensorStats, BFloat16ExactValues) {
   EXPECT_EQ(i.inf_count, 1u);
 }
 
+// The capture's device path accumulates on the GPU and rounds with tensor_stat_round: for every
+// real dtype and both precisions that must give tensor_stats_compute's Mean and Norm from the same
+// double sums (the values are exact in every dtype, so only the final rounding differs).
+TEST(TensorStats, StatRoundMatchesTheComputedResults) {
+  // 1, 2, 2: Mean 5/3 and Norm 3 (exact), and 1, 2, 3, 5: Norm sqrt(39); every dtype rounds 5/3.
+  for (const bool high : {false, true}) {
+    stats_options o;
+    o.high_precision = high;
+    const auto check = [&](dtype t, const void *data, size_t count, double sum, double sumsq) {
+      const tensor_stats s = tensor_stats_compute(data, t, count, false, o);
+      const std::string what = std::string(dtype_name(t)) + (high ? " high" : " low");
+      expect_real(s.mean, tensor_stat_round(t, high, sum / double(count)), (what + " mean").c_str());
+      expect_real(s.norm, tensor_stat_round(t, high, std::sqrt(sumsq)), (what + " norm").c_str());
+    };
+    const std::vector<double> f64{1, 2, 2, 5};
+    const std::vector<float> f32{1, 2, 2, 5};
+    const std::vector<uint16_t> f16{float_to_float16(1), float_to_float16(2), float_to_float16(2), float_to_float16(5)};
+    const std::vector<uint16_t> bf16{float_to_bfloat16(1), float_to_bfloat16(2), float_to_bfloat16(2), float_to_bfloat16(5)};
+    const std::vector<int8_t> i8{1, 2, 2, 5};
+    const std::vector<int16_t> i16{1, 2, 2, 5};
+    const std::vector<int32_t> i32{1, 2, 2, 5};
+    const std::vector<int64_t> i64{1, 2, 2, 5};
+    const std::vector<uint8_t> u8{1, 2, 2, 5};
+    for (const size_t n : {size_t{3}, size_t{4}}) {
+      const double sum = n == 3 ? 5 : 10, sumsq = n == 3 ? 9 : 34;
+      check(dtype::float64, f64.data(), n, sum, sumsq);
+      check(dtype::float32, f32.data(), n, sum, sumsq);
+      check(dtype::float16, f16.data(), n, sum, sumsq);
+      check(dtype::bfloat16, bf16.data(), n, sum, sumsq);
+      check(dtype::int8, i8.data(), n, sum, sumsq);
+      check(dtype::int16, i16.data(), n, sum, sumsq);
+      check(dtype::int32, i32.data(), n, sum, sumsq);
+      check(dtype::int64, i64.data(), n, sum, sumsq);
+      check(dtype::uint8, u8.data(), n, sum, sumsq);
+    }
+  }
+  // The rounding is real: bf16 keeps 1.6640625 of 5/3 unless the precision is high.
+  EXPECT_EQ(tensor_stat_round(dtype::bfloat16, false, 5.0 / 3.0), 1.6640625);
+  EXPECT_EQ(tensor_stat_round(dtype::bfloat16, true, 5.0 / 3.0), double(float(5.0 / 3.0)));
+  EXPECT_EQ(tensor_stat_round(dtype::float64, false, 5.0 / 3.0), double(float(5.0 / 3.0)));
+}
+
 TEST(HalfConversion, Float16ToFloatEveryPattern) {
   for (uint32_t h = 0; h <= 0xffff; ++h) {
     const double expected = half_reference(static_cast<uint16_t>(h));
