@@ -11,7 +11,8 @@
 #   4. runs the other Python tests against this torch on the CPU (CUDA_SUITE=0 skips them).
 # Each phase has a time limit (CUDA_*_SECONDS) so that one stuck phase cannot take the others'
 # time on a lent machine. Needs what scripts/setup.sh installs except libtorch and the browser.
-# Usage: scripts/cuda-check.sh [LOG_DIR]   (default build-cuda/logs; PYTHON, default python3)
+# Usage: scripts/cuda-check.sh [LOG_DIR]   (default build-cuda/logs; PYTHON, default python3;
+#        CUDA_TESTS: the unittest names of phase 2, default test_device_path.CudaDevicePathTest)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -53,7 +54,8 @@ export TPROBE_TEST_TMP=$build/test-tmp PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERE
 failed=0
 
 say "device-path tests on the GPU (test.log)"
-(cd tests/python && timeout "${CUDA_TEST_SECONDS:-240}" "$python" -m unittest -v test_device_path.CudaDevicePathTest) > "$logs/test.log" 2>&1 \
+read -r -a gpu_tests <<< "${CUDA_TESTS:-test_device_path.CudaDevicePathTest}"
+(cd tests/python && timeout "${CUDA_TEST_SECONDS:-240}" "$python" -m unittest -v "${gpu_tests[@]}") > "$logs/test.log" 2>&1 \
   || failed=1
 tail -25 "$logs/test.log"
 

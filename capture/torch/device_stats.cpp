@@ -41,8 +41,9 @@ at::TensorOptions host_options(const at::Device &d, at::ScalarType type) {
 }
 
 // The statistics of every segment of the arena, [6, segments] float64 on the device: max, min,
-// sum, sum of squares, NaN count, Inf count. Max and min propagate NaN (msprobe: any NaN makes the
-// four NaN; the sums do the same); the sums are taken in float64, as the host path takes them.
+// sum, sum of squares, NaN count, Inf count, each reduced in float32 by one thread block per
+// segment (a segment has at most `chunk_elements`: its sums stay within float32's rounding of a
+// short sum, and the host adds a tensor's segments in float64).
 at::Tensor segment_statistics(const device_batch &b) {
   const auto count = static_cast<int64_t>(b.segments.size());
   at::Tensor lengths = at::empty({count}, host_options(b.device, at::kLong));
@@ -51,14 +52,13 @@ at::Tensor segment_statistics(const device_batch &b) {
   // the copy has run.
   if (!b.device.is_cpu()) lengths = lengths.to(b.device, /*non_blocking=*/true);
   const at::Tensor used = b.arena.narrow(0, 0, b.arena_used);
-  const at::Tensor wide = used.to(at::kDouble);
   // unsafe: the lengths are ours and sum to the data's size; the check would read them back (a sync).
   const auto reduce = [&](const at::Tensor &x, const char *how) {
     return at::segment_reduce(x, how, lengths, {}, {}, /*axis=*/0, /*unsafe=*/true);
   };
   at::Tensor out = at::empty({6, count}, at::TensorOptions().dtype(at::kDouble).device(b.device));
   // stack_out casts the float32 extremes and the counts into the float64 rows, as one copy.
-  at::stack_out(out, {reduce(used, "max"), reduce(used, "min"), reduce(wide, "sum"), reduce(wide.square(), "sum"),
+  at::stack_out(out, {reduce(used, "max"), reduce(used, "min"), reduce(used, "sum"), reduce(used.square(), "sum"),
                       reduce(used.isnan().to(at::kFloat), "sum"), reduce(used.isinf().to(at::kFloat), "sum")});
   return out;
 }
@@ -87,6 +87,23 @@ void close_batch(device_batch &b) {
   }
 }
 
+// Adds the time from construction to destruction to a counter (nested uses count the inner time twice:
+// collect_device runs inside capture_device when a batch fills, so the two counters overlap there).
+class elapsed_into {
+ public:
+  explicit elapsed_into(uint64_t &counter) : counter_(counter), start_(std::chrono::steady_clock::now()) {}
+  ~elapsed_into() {
+    counter_ += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+  }
+  elapsed_into(const elapsed_into &) = delete;
+  elapsed_into &operator=(const elapsed_into &) = delete;
+
+ private:
+  uint64_t &counter_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 bool batch_done(const device_batch &b) { return !b.ready || b.ready->query(); }
 
 // c10::Event has no blocking wait in torch 1.13 (2.x adds synchronize()); this is only reached at
@@ -109,7 +126,7 @@ const device_path_settings &device_path_settings_get() {
     if (const long long n = env_number("TPROBE_DEVICE_SLOTS"); n > 0) s.slots = n;
     if (const long long n = env_number("TPROBE_DEVICE_STAGING_MIB"); n > 0) s.staging_bytes = size_t(n) << 20;
     if (const long long n = env_number("TPROBE_DEVICE_ARENA_KIB"); n > 0) s.arena_elements = (int64_t(n) << 10) / 4;
-    s.segment_elements = std::min(s.segment_elements, s.arena_elements);
+    s.chunk_elements = std::max<int64_t>(1, std::min(s.chunk_elements, s.arena_elements / 4));
     const char *stats = std::getenv("TPROBE_DEVICE_STATS");
     s.direct_stats = stats && std::string(stats) == "direct";
     s.on_cpu = env_number("TPROBE_DEVICE_PATH_ON_CPU") == 1;
@@ -143,13 +160,14 @@ void device_statistics(const at::Tensor &t, bool high_precision, bool zero_dim, 
 bool state::capture_device(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
                            bool requires_grad, unsigned flags) {
   if (t.numel() == 0 && flags == 0) return capture_summary_null(entry, slot, t, dtype, requires_grad);
+  const elapsed_into timer(device.capture_ns);
   const device_path_settings &set = device_path_settings_get();
   const at::Device dev = t.device();
   const std::optional<c10::Stream> stream = current_stream(dev);
   const bool zero_dim = t.dim() == 0;
-  // A segment of the arena, or the direct reductions (device_stats.h).
+  // Into the arena, or the direct reductions (device_stats.h).
   const bool segment = flags == 0 && !set.direct_stats && !zero_dim && !t.is_complex() &&
-                       t.numel() <= set.segment_elements;
+                       t.numel() <= set.arena_elements;
   auto &batches = device.batches;
   if (segment && !batches.empty() && !batches.back().closed &&
       batches.back().arena_used + t.numel() > set.arena_elements) {
@@ -186,7 +204,8 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
     b.arena.narrow(0, b.arena_used, r.numel).view(t.sizes()).copy_(t);
     b.arena_used += r.numel;
     r.segment = static_cast<int64_t>(b.segments.size());
-    b.segments.push_back(r.numel);
+    for (int64_t left = r.numel; left > 0; left -= set.chunk_elements) b.segments.push_back(std::min(left, set.chunk_elements));
+    r.segments = static_cast<int64_t>(b.segments.size()) - r.segment;
     ++device_summaries;
     ++device.segments;
   } else if (flags == 0) {
@@ -214,6 +233,7 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
 }
 
 void state::collect_device(bool wait) {
+  const elapsed_into timer(device.collect_ns);
   const device_path_settings &set = device_path_settings_get();
   auto &batches = device.batches;
   if (wait && !batches.empty()) close_batch(batches.back());
@@ -242,8 +262,16 @@ void state::collect_device(bool wait) {
       }
       double from_segment[stats_per_row];
       if (r.segment >= 0) {
-        // [max, min, sum, sum of squares, NaN, Inf] by columns → the row's [max, min, mean, norm, NaN, Inf].
-        const auto column = [&](int k) { return segments[k * segment_count + r.segment]; };
+        // Its segments' [max, min, sum, sum of squares, NaN, Inf], by columns, combined into the
+        // row's [max, min, mean, norm, NaN, Inf].
+        double combined[stats_per_row] = {-INFINITY, INFINITY, 0, 0, 0, 0};
+        for (int64_t k = r.segment; k < r.segment + r.segments; ++k) {
+          const auto value = [&](int statistic) { return segments[statistic * segment_count + k]; };
+          combined[0] = std::max(combined[0], value(0));
+          combined[1] = std::min(combined[1], value(1));
+          for (int statistic = 2; statistic < stats_per_row; ++statistic) combined[statistic] += value(statistic);
+        }
+        const auto column = [&](int k) { return combined[k]; };
         const tprobe::dtype rounding = r.scalar_type == at::kHalf       ? tprobe::dtype::float16
                                        : r.scalar_type == at::kBFloat16 ? tprobe::dtype::bfloat16
                                                                         : tprobe::dtype::float32;

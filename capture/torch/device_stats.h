@@ -2,22 +2,23 @@
 //
 // Contract (docs/performance.md, "CUDA path"). For a CUDA tensor the training thread only
 // enqueues work on the tensor's current stream and returns:
-//   - statistics of a real tensor of up to `segment_elements` elements (not 0-d): one copy_ of it,
-//     converted to float32, into the next segment of the open batch's arena (device memory,
-//     `arena_bytes`). Launches, not bytes, are the cost of a small tensor (each ATen call is
-//     microseconds of the training thread); the copy is one, and it keeps the values as they were
-//     before the stream's next operator can change the tensor in place;
-//   - statistics of any other tensor (larger, 0-d, complex, or all of them under
+//   - statistics of a real tensor that is not 0-d and fits in an arena: one copy_ of it, converted
+//     to float32, into the open batch's arena (device memory, `arena_elements`), where it takes
+//     segments of up to `chunk_elements`. Launches, not bytes, are the cost of most tensors (each
+//     ATen call is microseconds of the training thread); the copy is one, and it keeps the values
+//     as they were before the stream's next operator can change the tensor in place;
+//   - statistics of any other tensor (larger than an arena, 0-d, complex, or all of them under
 //     TPROBE_DEVICE_STATS=direct): ATen reductions write its 6 float64 statistics into the next
 //     row of the open batch's slot buffer (device memory, `device_path_settings::slots` rows);
 //   - data (task tensor, summary_mode md5): one non_blocking copy into pinned host staging.
 // A batch closes when its slot buffer or arena is full, its staging holds `staging_bytes`, the
 // stream or device changes, or at stop/step/close. Closing enqueues the arena's segmented
-// reductions (max, min, and in float64 the sum, the sum of squares and the NaN and Inf counts of
-// every segment: about 15 launches for the whole batch), one non_blocking copy of their results and
+// reductions (max, min, sum, sum of squares, NaN and Inf counts of every segment, one thread block
+// a segment: about 15 launches for the whole batch), one non_blocking copy of their results and
 // of the used rows into pinned host buffers, and an event after them; the arena then goes back to
 // torch's caching allocator, which hands it out again on the same stream, behind those reductions.
-// Mean and Norm come from the sums on the host, rounded as msprobe reports them
+// The host combines a tensor's segments (sums in float64); Mean and Norm come from the sums,
+// rounded as msprobe reports them
 // (tensor_stat_round). The host reads a batch (one read: its
 // records handed to the session in capture order, statistics from the pinned rows, data from the
 // staging) at stop/step/close, waiting on the event then, or when more than `batches_in_flight`
@@ -63,12 +64,12 @@ void device_statistics(const at::Tensor &t, bool high_precision, bool zero_dim, 
 
 struct device_path_settings {
   int64_t slots = 4096;                  // rows of a batch's slot buffer: 192 KiB device + 192 KiB pinned
-  // The arena of float32 a batch's small tensors are copied into: 32 MiB, plus float64 temporaries
-  // of twice that while its reductions run. A segment is reduced by one thread block, so tensors of
-  // more than `segment_elements` (4 MiB as float32) take the direct reductions, which use the whole
-  // device and whose fixed cost is small beside such a tensor.
+  // The arena of float32 a batch's tensors are copied into: 32 MiB, plus temporaries of about as
+  // much while its reductions run. A segment is reduced by one thread block: a tensor of more than
+  // `chunk_elements` takes several, so that a large tensor's reduction spreads over the device and
+  // each block's float32 sums stay short.
   int64_t arena_elements = int64_t{8} << 20;
-  int64_t segment_elements = int64_t{1} << 20;
+  int64_t chunk_elements = int64_t{1} << 14;  // at most a quarter of the arena
   bool direct_stats = false;             // TPROBE_DEVICE_STATS=direct: no arena (to compare, to rule it out)
   size_t staging_bytes = size_t{128} << 20;  // pinned data a batch may hold before it closes
   size_t batches_in_flight = 2;          // closed batches not yet read before the host waits
@@ -88,7 +89,8 @@ struct device_record {
   int kind = TPROBE_STAT_REAL;  // of max/min (and mean/norm for 0-d integers)
   bool complex = false;
   int64_t row = -1;   // its statistics' row in the batch, or -1 (its segment's, or its data travels)
-  int64_t segment = -1;  // its statistics' segment in the batch's arena, or -1
+  int64_t segment = -1;  // its statistics' first segment in the batch's arena, or -1
+  int64_t segments = 0;  // and how many
   int64_t numel = 0;
   at::ScalarType scalar_type = at::kFloat;  // how a segment's Mean and Norm are rounded
   at::Tensor staged;  // the data, contiguous, in pinned host memory (row == -1)
@@ -103,7 +105,7 @@ struct device_batch {
   int64_t used = 0;                   // rows written
   at::Tensor arena;                   // [settings.arena_elements] float32 on the device, or none
   int64_t arena_used = 0;             // elements copied in
-  std::vector<int64_t> segments;      // the elements of each segment, in the arena's order
+  std::vector<int64_t> segments;      // the elements of each segment (≤ chunk_elements), in the arena's order
   at::Tensor segment_host;            // [6, segments] float64 in pinned host memory, filled when closed
   size_t staged_bytes = 0;
   std::vector<device_record> records;  // in capture order
@@ -120,6 +122,8 @@ struct device_queue {
   uint64_t waits = 0;    // reads that found the batch's event not yet complete and waited on it
   uint64_t full = 0;     // batches closed because their slots or staging were full
   uint64_t bytes = 0;    // copied device to host: 48 per statistics row read, the data's size
+  uint64_t capture_ns = 0;  // the training thread's time in capture_device (enqueueing a tensor)
+  uint64_t collect_ns = 0;  // and in collect_device (closing batches, reading them, handing records over)
 };
 
 }  // namespace tprobe::torch_capture

@@ -329,6 +329,7 @@ std::string counters() {
          {"device_segments", s.device.segments},
          {"device_reads", s.device.reads}, {"device_waits", s.device.waits},
          {"device_full", s.device.full},   {"device_bytes", s.device.bytes},
+         {"device_capture_ns", s.device.capture_ns}, {"device_collect_ns", s.device.collect_ns},
          {"errors", s.errors},
          {"error", s.failure}};
   return j.dump();

@@ -19,8 +19,9 @@ import unittest
 import tprobe_testing as tt
 
 # The test model plus tensors of every statistics kind: bool, integer, 0-d, complex (a conjugate
-# view), bfloat16, float64, NaN and Inf counts, and two of 40 000 elements (the others have at most
-# 64), which a small arena leaves to the direct reductions.
+# view), bfloat16, float64, NaN and Inf counts, two of 200 elements (the others have at most 64),
+# which a small arena splits into segments, and two of 40 000, which it leaves to the direct
+# reductions.
 # TEST_DEVICE (default cpu) is where the model trains; TEST_SYNC_GUARD=1 turns every synchronising
 # CUDA call between start() and stop() into an error. Every input is on the device before the loop.
 SCRIPT = tt.TRAIN.replace("    debugger.stop()\n    debugger.step()\n", """\
@@ -31,6 +32,7 @@ SCRIPT = tt.TRAIN.replace("    debugger.stop()\n    debugger.step()\n", """\
     d = x.double().exp()
     nans = torch.log(x)
     infs = x / 0
+    mid = x.repeat(2, 5) - 1
     big = x.repeat(100, 20) * 3
     debugger.stop()
     if GUARD:
@@ -78,17 +80,23 @@ def tensors_of(value):
             yield from tensors_of(v)
 
 
-def arena_tensors(run, step, segment_elements):
-    """How many of a step's statistics the device path reduces in an arena (device_stats.h): real
-    tensors of 1 to `segment_elements` elements that are not 0-d. Tensors without statistics (the
-    outputs of allocation-only operators such as torch.empty) are not read at all."""
-    count = 0
+def arena_sizes(run, step, arena_elements):
+    """The elements of each of a step's tensors whose statistics the device path reduces in an
+    arena (device_stats.h): real tensors of 1 to `arena_elements` elements that are not 0-d.
+    Tensors without statistics (the outputs of allocation-only operators such as torch.empty) are
+    not read at all."""
+    sizes = []
     for t in tensors_of(run.data(step)):
         if t.get("Max") is None:
             continue
         numel = math.prod(t["shape"])
-        count += bool(t["shape"]) and "complex" not in t["dtype"] and 0 < numel <= segment_elements
-    return count
+        if t["shape"] and "complex" not in t["dtype"] and 0 < numel <= arena_elements:
+            sizes.append(numel)
+    return sizes
+
+
+def arena_tensors(run, step, arena_elements):
+    return len(arena_sizes(run, step, arena_elements))
 
 
 class DevicePathTest(tt.CaptureTest):
@@ -136,12 +144,15 @@ class DevicePathTest(tt.CaptureTest):
         self.assertEqual(per_step(got, "device_reads"), [1] * STEPS)  # ... one host read
         self.assertEqual(per_step(got, "device_full"), [0] * STEPS)
         self.assertEqual(got[-1]["device_summaries"], sum(tensors))
-        self.assertEqual(per_step(got, "device_bytes"), [48 * n for n in tensors])  # 6 float64 a tensor
         self.assertEqual(counters(host)[-1]["device_tensors"], 0)  # the host path took none
         # Every real tensor that is not 0-d went through the arena, the others through slot rows.
         segments = per_step(got, "device_segments")
-        self.assertEqual(segments, [arena_tensors(host, step, 1 << 20) for step in range(STEPS)])
+        self.assertEqual(segments, [arena_tensors(host, step, 8 << 20) for step in range(STEPS)])
         self.assertTrue(all(0 < k < n for k, n in zip(segments, tensors)), (segments, tensors))
+        # 6 float64 a slot row and a segment: a tensor in the arena takes a segment per 16 384 elements.
+        chunks = [sum(-(-n // 16384) for n in arena_sizes(host, step, 8 << 20)) for step in range(STEPS)]
+        self.assertTrue(all(c > k for c, k in zip(chunks, segments)), (chunks, segments))  # the 40 000s
+        self.assertEqual(per_step(got, "device_bytes"), [48 * (n - k + c) for n, k, c in zip(tensors, segments, chunks)])
 
     def test_direct_reductions(self):
         """TPROBE_DEVICE_STATS=direct: every tensor's statistics reduced on its own into its row."""
@@ -150,10 +161,12 @@ class DevicePathTest(tt.CaptureTest):
         got = counters(device)
         self.assertEqual(got[-1]["device_segments"], 0)
         self.assertEqual(per_step(got, "device_reads"), [1] * STEPS)
+        self.assertEqual(per_step(got, "device_bytes"), [48 * n for n in per_step(got, "device_tensors")])
 
     def test_small_arena_fills_and_large_tensors_go_direct(self):
-        """An arena of 1 KiB (256 float32): a batch closes each time the next tensor does not fit,
-        tensors of more than 256 elements are reduced directly, and the dump is the same."""
+        """An arena of 1 KiB (256 float32, segments of up to 64): a batch closes each time the next
+        tensor does not fit, a tensor of 200 elements takes 4 segments whose statistics the host
+        combines, tensors of more than 256 elements are reduced directly, and the dump is the same."""
         host, device = self.run_pair(tt.default_config(level="L1"), {"TPROBE_DEVICE_ARENA_KIB": "1"}, "arena")
         self.assert_same_dump(host, device)
         got = counters(device)
@@ -161,7 +174,7 @@ class DevicePathTest(tt.CaptureTest):
         self.assertEqual(segments, [arena_tensors(host, step, 256) for step in range(STEPS)])
         # The two 40 000-element tensors (and 0-d and complex ones) took the direct reductions.
         for step, k in enumerate(segments):
-            self.assertGreaterEqual(arena_tensors(host, step, 1 << 20) - k, 2)
+            self.assertGreaterEqual(arena_tensors(host, step, 8 << 20) - k, 2)
         self.assertTrue(all(f >= 2 for f in full), full)
         self.assertEqual(reads, [f + 1 for f in full])  # each full batch, then the step's end
 
