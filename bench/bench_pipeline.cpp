@@ -39,7 +39,8 @@ double seconds_since(clock_type::time_point t0) {
 }
 
 struct args {
-  long records = 2000;     // 1 KiB tensors (larger counts hang, see docs/performance.md) through capture -> stats -> writer
+  long records = 50000;    // 1 KiB tensors through capture -> stats -> writer (was 2000 while long streams hung at
+                           // their end: fixed, docs/performance.md "Figures after the end-of-stream fix")
   long steps = 100;
   long big_count = 200;    // large tensors through capture -> stats -> null sink
   long big_mib = 16;
@@ -310,9 +311,10 @@ int main(int argc, char **argv) try {
   {
     auto r = run_pipeline(dir, true, a.records, 256, a.steps, TPROBE_STATS_COPY, false);
     const double rps = a.records / r.seconds;
-    std::printf("records/s (1 KiB, capture->stats->writer): %.0f  (goal >= 200000) %s  "
+    constexpr double goal = 300000;  // issue 16 item 3 (an earlier issue's 200k)
+    std::printf("records/s (1 KiB, capture->stats->writer): %.0f  (goal >= %.0f) %s  "
                 "[%ld tensors, %ld steps, %.3f s, writer records %llu, capture waits %llu]\n",
-                rps, rps >= 200000 ? "MET" : "NOT MET", a.records, a.steps, r.seconds,
+                rps, goal, rps >= goal ? "MET" : "NOT MET", a.records, a.steps, r.seconds,
                 static_cast<unsigned long long>(r.received), static_cast<unsigned long long>(r.counts.waits));
     std::fflush(stdout);
   }

@@ -64,8 +64,8 @@ void device_statistics(const at::Tensor &t, bool high_precision, bool zero_dim, 
 
 struct device_path_settings {
   int64_t slots = 4096;                  // rows of a batch's slot buffer: 192 KiB device + 192 KiB pinned
-  // The arena of float32 a batch's tensors are copied into: 32 MiB, plus temporaries of about as
-  // much while its reductions run. A segment is reduced by one thread block: a tensor of more than
+  // The arena of float32 a batch's tensors are copied into: 32 MiB, plus temporaries of 1.25 times
+  // that while its reductions are enqueued. A segment is reduced by one thread block: a tensor of more than
   // `chunk_elements` takes several, so that a large tensor's reduction spreads over the device and
   // each block's float32 sums stay short.
   int64_t arena_elements = int64_t{8} << 20;
