@@ -176,8 +176,8 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
   const bool segment = flags == 0 && !set.direct_stats && !zero_dim && !t.is_complex() &&
                        t.numel() <= set.arena_elements;
   auto &batches = device.batches;
-  if (segment && !batches.empty() && !batches.back().closed &&
-      batches.back().arena_used + t.numel() > set.arena_elements) {
+  if (segment && !batches.empty() && !batches.back().closed && batches.back().device == dev &&
+      batches.back().stream == stream && batches.back().arena_used + t.numel() > set.arena_elements) {
     close_batch(batches.back());
     ++device.full;
     collect_device(false);
@@ -278,19 +278,18 @@ void state::collect_device(bool wait) {
           combined[1] = std::min(combined[1], value(1));
           for (int statistic = 2; statistic < stats_per_row; ++statistic) combined[statistic] += value(statistic);
         }
-        const auto column = [&](int k) { return combined[k]; };
         const tprobe::dtype rounding = r.scalar_type == at::kHalf       ? tprobe::dtype::float16
                                        : r.scalar_type == at::kBFloat16 ? tprobe::dtype::bfloat16
                                                                         : tprobe::dtype::float32;
         const auto round = [&](double v) { return tensor_stat_round(rounding, high_precision, v); };
         // Any NaN makes all four NaN (msprobe), whatever the reductions made of it.
-        const double nan = column(4) > 0 ? std::numeric_limits<double>::quiet_NaN() : 0.0;
-        from_segment[0] = nan + round(column(0));
-        from_segment[1] = nan + round(column(1));
-        from_segment[2] = nan + round(column(2) / static_cast<double>(r.numel));
-        from_segment[3] = nan + round(std::sqrt(column(3)));
-        from_segment[4] = column(4);
-        from_segment[5] = column(5);
+        const double nan = combined[4] > 0 ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+        from_segment[0] = nan + round(combined[0]);
+        from_segment[1] = nan + round(combined[1]);
+        from_segment[2] = nan + round(combined[2] / static_cast<double>(r.numel));
+        from_segment[3] = nan + round(std::sqrt(combined[3]));
+        from_segment[4] = combined[4];
+        from_segment[5] = combined[5];
       }
       const double *v = r.segment >= 0 ? from_segment : rows + stats_per_row * r.row;
       tprobe_tensor_summary s{};
