@@ -38,6 +38,7 @@ import importlib
 import json
 import os
 import resource
+import shlex
 import shutil
 import signal
 import statistics
@@ -100,7 +101,9 @@ def example(model_name):
 
 
 def model_args(model_name, module, extra=()):
-    return module.parse_args(["--quiet", "--threads", "1", *MODELS[model_name][1], *extra])
+    # --model-args reach the children through the environment (their argv is the parent's protocol).
+    chosen = shlex.split(os.environ.get("TPROBE_BENCH_MODEL_ARGS", ""))
+    return module.parse_args(["--quiet", "--threads", "1", *MODELS[model_name][1], *chosen, *extra])
 
 
 def dir_bytes(path):
@@ -586,6 +589,9 @@ def main():
     p.add_argument("--quick", action="store_true", help="a smoke run of about a minute (see above)")
     p.add_argument("--device", default="cpu", help="where the children train: cpu (default) or cuda[:N]; "
                    "on a GPU each step ends with a device synchronisation on both sides")
+    p.add_argument("--model-args", default="",
+                   help="more arguments for the example model, e.g. \"--batch 64 --size 64\" (a larger "
+                        "step than the defaults; the example's --help lists them)")
     p.add_argument("--tmp", help="directory for the dumps (default: a new one under $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep the dumps and the children's logs")
     p.add_argument("--child", nargs=3, metavar=("MODEL", "CONFIG", "DUMP"), help=argparse.SUPPRESS)
@@ -603,6 +609,7 @@ def main():
     opts.disk_mib = opts.disk_mib or (32 if quick else DISK_MIB)
     opts.read_mib = opts.read_mib or (64 if quick else READ_MIB)
     opts.configs = [c.strip() for c in opts.configs.split(",") if c.strip()]
+    os.environ["TPROBE_BENCH_MODEL_ARGS"] = opts.model_args
     unknown = set(opts.configs) - {c[0] for c in CONFIGS}
     if unknown:
         p.error(f"unknown configurations: {', '.join(sorted(unknown))}")
@@ -622,10 +629,18 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     torch_version = check.stdout.strip() or "?"
     print(f"tprobe PyTorch capture benchmark: torch {torch_version}, {os.cpu_count()} CPUs, "
-          f"torch threads 1, device {DEVICE}, dumps in {tmp}")
+          f"torch threads 1, device {DEVICE}, dumps in {tmp}"
+          + (f", model arguments {opts.model_args!r}" if opts.model_args else ""))
     if opts.tool_error:
         print(f"warning: {opts.tool_error}; only the baseline is measured")
     models = ALL_MODELS if opts.model == "all" else [opts.model]
+    if opts.model_args:
+        # Checked here, once, rather than as a failed child per configuration.
+        for name in models:
+            try:
+                model_args(name, example(name))
+            except SystemExit:
+                p.error(f"--model-args {opts.model_args!r}: not arguments of {MODELS[name][0]}.py (above)")
     t0 = time.perf_counter()
     print("load average (1, 5, 15 min) at start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     opts.emptied = []  # dumps truncated after their configuration, deleted at the end (empty_dump)

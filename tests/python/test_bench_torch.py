@@ -34,6 +34,20 @@ class BenchTorchSmokeTest(tt.CaptureTest):
         self.assertRegex(table, r"read pass: .* \d+\.\d\d GB/s")
         self.assertRegex(table, r"tiny: operator data .* = \d+\.\d{3}x a [\d.]+ ms baseline step")
 
+    def test_model_args_reach_the_model(self):
+        """--model-args are parsed as the example's own arguments, by the function the children use:
+        a wrong one is refused before anything runs; a right one is run and named in the header."""
+        bad = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", "control",
+                              "--tmp", self.tmp, "--model-args", "--no-such-flag 1"],
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(bad.returncode, 2, bad.stdout + bad.stderr)
+        self.assertIn("--model-args '--no-such-flag 1': not arguments of train_gru.py", bad.stderr)
+        good = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", "control",
+                               "--tmp", self.tmp, "--model-args", "--batch 2"],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(good.returncode, 0, good.stdout + good.stderr)
+        self.assertIn("model arguments '--batch 2'", good.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
