@@ -501,10 +501,11 @@ def report(model_name, results, block, opts):
         if c.get("device_tensors") and m.tool_steps:
             # The device path's own account (capture/torch/device_stats.h), per tool step.
             per = {k: c.get(k, 0) / m.tool_steps
-                   for k in ("device_tensors", "device_segments", "device_reads", "device_waits", "device_bytes",
+                   for k in ("device_tensors", "device_segments", "device_reused", "device_reads", "device_waits", "device_bytes",
                              "device_capture_ns", "device_collect_ns")}
             print(f"  {'':<15} device path per step: {per['device_tensors']:.0f} tensors "
-                  f"({per['device_segments']:.0f} reduced in arenas), {per['device_reads']:.2f} host reads, "
+                  f"({per['device_segments']:.0f} reduced in arenas, {per['device_reused']:.0f} reused), "
+                  f"{per['device_reads']:.2f} host reads, "
                   f"{per['device_waits']:.2f} of them waited on their event, {fmt_bytes(per['device_bytes'])} device to host")
             print(f"  {'':<15} training thread in the device path per step: enqueueing "
                   f"{per['device_capture_ns'] / 1e6:.2f} ms ({per['device_capture_ns'] / 1e3 / max(per['device_tensors'], 1):.1f} µs "

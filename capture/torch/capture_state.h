@@ -113,7 +113,10 @@ struct state {
   uint64_t content_of(const at::Tensor &t);
   void forget_content(const at::Tensor &t);
   void forget_contents_in(const c10::IValue &v);  // every tensor in it, lists and tuples included
-  void forget_contents() { contents.clear(); }
+  void forget_contents() {
+    contents.clear();
+    device.known.clear();  // device statistics are reused by content name (device_stats.h)
+  }
   struct known_content {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // weak: keeps the address from being reused
     int64_t version;
@@ -143,6 +146,10 @@ struct state {
   // every batch, waiting on their events (stop/step/close); otherwise reads only batches whose
   // event has completed, waiting only when more than the settings' batches are in flight.
   void collect_device(bool wait);
+  // Statistics enqueued earlier in this span for the same bytes (device_stats.h), or none.
+  device_queue::known_statistics *known_statistics_of(uint64_t content, const at::Tensor &t);
+  // Hands a statistics record whose values are read to the session.
+  void summary_emit(const device_record &r);
 
   // ---- backward link (backward_link.cpp) ----
 

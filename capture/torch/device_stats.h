@@ -11,6 +11,12 @@
 //     TPROBE_DEVICE_STATS=direct): ATen reductions write its 6 float64 statistics into the next
 //     row of the open batch's slot buffer (device memory, `device_path_settings::slots` rows);
 //   - data (task tensor, summary_mode md5): one non_blocking copy into pinned host staging.
+// A tensor whose statistics were enqueued before in this capture span, unchanged (the same storage
+// content: the capture's content names, from the storage's version counter and the operators'
+// writes, as the host path's reuse), at the same address, dtype, negative/conjugate bits and
+// geometry (or both contiguous with as many elements), costs nothing on the device: its record
+// takes the earlier one's statistics when the host reads them. Most of an operator's inputs are
+// the outputs of the operator before it. TPROBE_REUSE_STATS=off turns this off as on the host path.
 // A batch closes when its slot buffer or arena is full, its staging holds `staging_bytes`, the
 // stream or device changes, or at stop/step/close. Closing enqueues the arena's segmented
 // reductions (max, min, sum, sum of squares, NaN and Inf counts of every segment, one thread block
@@ -38,12 +44,14 @@
 // Thread-safety: everything here runs under the capture state's mutex (capture_state.h).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -93,6 +101,10 @@ struct device_record {
   int64_t segments = 0;  // and how many
   int64_t numel = 0;
   at::ScalarType scalar_type = at::kFloat;  // how a segment's Mean and Norm are rounded
+  // Statistics records: the row's [max, min, mean, norm, NaN, Inf] as read, filled by the record
+  // that enqueued them and shared with the later records that reuse them (which enqueue nothing).
+  std::shared_ptr<std::array<double, 6>> statistics;
+  bool reused = false;
   at::Tensor staged;  // the data, contiguous, in pinned host memory (row == -1)
 };
 
@@ -118,6 +130,18 @@ struct device_queue {
   std::deque<device_batch> batches;
   uint64_t tensors = 0;  // device tensors captured through the queue
   uint64_t segments = 0;  // of them, statistics reduced in an arena (the others' in slot rows, or data)
+  uint64_t reused = 0;    // of them, statistics those of an earlier record (nothing enqueued)
+  // The statistics enqueued in this capture span, by content name, for reuse; forgotten with the
+  // capture's content names (start, stop, step) and when it grows past a step's worth.
+  struct known_statistics {
+    const void *data = nullptr;
+    at::ScalarType type = at::kFloat;
+    bool neg = false, conj = false, zero_dim = false, contiguous = false;
+    int64_t numel = 0;
+    std::vector<int64_t> sizes, strides;  // compared unless both are contiguous
+    std::shared_ptr<std::array<double, 6>> statistics;
+  };
+  std::unordered_map<uint64_t, std::vector<known_statistics>> known;
   uint64_t reads = 0;    // host reads of a batch (one per batch)
   uint64_t waits = 0;    // reads that found the batch's event not yet complete and waited on it
   uint64_t full = 0;     // batches closed because their slots or staging were full

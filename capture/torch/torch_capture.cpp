@@ -326,7 +326,7 @@ std::string counters() {
          {"stats_parts_helped", c.stats_parts_helped},
          {"operators", s.operators},       {"unsupported", s.unsupported},
          {"device_summaries", s.device_summaries}, {"device_tensors", s.device.tensors},
-         {"device_segments", s.device.segments},
+         {"device_segments", s.device.segments}, {"device_reused", s.device.reused},
          {"device_reads", s.device.reads}, {"device_waits", s.device.waits},
          {"device_full", s.device.full},   {"device_bytes", s.device.bytes},
          {"device_capture_ns", s.device.capture_ns}, {"device_collect_ns", s.device.collect_ns},

@@ -136,7 +136,8 @@ class DevicePathTest(tt.CaptureTest):
             self.assertEqual(a, b, where)
 
     def test_statistics_one_read_per_step(self):
-        host, device = self.run_pair(tt.default_config(level="L1"), {}, "stats")
+        # Reuse off: every tensor enqueues its own statistics, so the counts follow from the dump.
+        host, device = self.run_pair(tt.default_config(level="L1"), {"TPROBE_REUSE_STATS": "off"}, "stats")
         self.assert_same_dump(host, device)
         got = counters(device)
         tensors = per_step(got, "device_tensors")
@@ -154,9 +155,27 @@ class DevicePathTest(tt.CaptureTest):
         self.assertTrue(all(c > k for c, k in zip(chunks, segments)), (chunks, segments))  # the 40 000s
         self.assertEqual(per_step(got, "device_bytes"), [48 * (n - k + c) for n, k, c in zip(tensors, segments, chunks)])
 
+    def test_statistics_reused_for_unchanged_contents(self):
+        """An operator's input that is the previous operator's output, unchanged, enqueues nothing:
+        its record takes the statistics enqueued for the output. The dump is the host path's."""
+        host, device = self.run_pair(tt.default_config(level="L1"), {}, "reuse")
+        self.assert_same_dump(host, device)
+        got = counters(device)
+        tensors, reused, segments = (per_step(got, k) for k in ("device_tensors", "device_reused", "device_segments"))
+        self.assertTrue(all(0 < r < n for r, n in zip(reused, tensors)), (reused, tensors))
+        # What is reused is not copied into an arena again.
+        self.assertTrue(all(s <= n - r for s, r, n in zip(segments, reused, tensors)), (segments, reused, tensors))
+        self.assertEqual(per_step(got, "device_reads"), [1] * STEPS)
+        # Also on the direct path, and across the batches of a small arena.
+        for env in ({"TPROBE_DEVICE_STATS": "direct"}, {"TPROBE_DEVICE_ARENA_KIB": "1"}):
+            host, device = self.run_pair(tt.default_config(level="L1"), env, "reuse-" + next(iter(env.values())))
+            self.assert_same_dump(host, device)
+            self.assertTrue(all(per_step(counters(device), "device_reused")), env)
+
     def test_direct_reductions(self):
         """TPROBE_DEVICE_STATS=direct: every tensor's statistics reduced on its own into its row."""
-        host, device = self.run_pair(tt.default_config(level="L1"), {"TPROBE_DEVICE_STATS": "direct"}, "direct")
+        host, device = self.run_pair(tt.default_config(level="L1"),
+                                     {"TPROBE_DEVICE_STATS": "direct", "TPROBE_REUSE_STATS": "off"}, "direct")
         self.assert_same_dump(host, device)
         got = counters(device)
         self.assertEqual(got[-1]["device_segments"], 0)
@@ -167,7 +186,8 @@ class DevicePathTest(tt.CaptureTest):
         """An arena of 1 KiB (256 float32, segments of up to 64): a batch closes each time the next
         tensor does not fit, a tensor of 200 elements takes 4 segments whose statistics the host
         combines, tensors of more than 256 elements are reduced directly, and the dump is the same."""
-        host, device = self.run_pair(tt.default_config(level="L1"), {"TPROBE_DEVICE_ARENA_KIB": "1"}, "arena")
+        host, device = self.run_pair(tt.default_config(level="L1"),
+                                     {"TPROBE_DEVICE_ARENA_KIB": "1", "TPROBE_REUSE_STATS": "off"}, "arena")
         self.assert_same_dump(host, device)
         got = counters(device)
         segments, full, reads = (per_step(got, k) for k in ("device_segments", "device_full", "device_reads"))
@@ -184,9 +204,10 @@ class DevicePathTest(tt.CaptureTest):
         self.assert_same_dump(host, device)
 
     def test_full_slot_buffer_reads_early_and_keeps_order(self):
-        # Direct reductions: every tensor takes a slot row.
+        # Direct reductions and no reuse: every tensor takes a slot row.
         host, device = self.run_pair(tt.default_config(level="L1"),
-                                     {"TPROBE_DEVICE_SLOTS": "4", "TPROBE_DEVICE_STATS": "direct"}, "full")
+                                     {"TPROBE_DEVICE_SLOTS": "4", "TPROBE_DEVICE_STATS": "direct",
+                                      "TPROBE_REUSE_STATS": "off"}, "full")
         self.assert_same_dump(host, device)
         got = counters(device)
         tensors, reads = per_step(got, "device_tensors"), per_step(got, "device_reads")
