@@ -210,32 +210,20 @@ complex128_acc accumulate_c128(const unsigned char *p, size_t count) {
   return acc;
 }
 
-// The dtype msprobe's statistics end up in.
-enum class result_type { f64, f32, f16, bf16 };
-
-double round_to(double v, result_type r) {
-  switch (r) {
-    case result_type::f64: return v;
-    case result_type::f32: return static_cast<float>(v);
-    // Through float, as torch's CPU kernels do: they accumulate in float and cast at the end.
-    case result_type::f16: return float16_to_float(float_to_float16(static_cast<float>(v)));
-    case result_type::bf16: return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
-  }
-  return v;
-}
-
 void set_all_nan(tensor_stats &s) {
   s.max = s.min = s.mean = s.norm = stat_value::of_real(quiet_nan);
 }
 
-// Floating and integer tensors; results rounded to the dtype msprobe computes in.
-void stats_real(const real_acc &a, size_t count, result_type r, tensor_stats &s) {
+// Floating and integer tensors (and complex64's |x|, as float32); results rounded to the dtype
+// msprobe computes in (tensor_stat_round, the rule the capture's device path shares).
+void stats_real(const real_acc &a, size_t count, dtype t, bool high_precision, tensor_stats &s) {
+  const auto round = [&](double v) { return stat_value::of_real(tensor_stat_round(t, high_precision, v)); };
   s.nan_count = a.nan, s.inf_count = a.inf;
   if (a.value_nan) return set_all_nan(s);
-  s.max = stat_value::of_real(round_to(a.max, r));
-  s.min = stat_value::of_real(round_to(a.min, r));
-  s.mean = stat_value::of_real(round_to(a.sum / static_cast<double>(count), r));
-  s.norm = stat_value::of_real(round_to(std::sqrt(a.sumsq), r));
+  s.max = round(a.max);
+  s.min = round(a.min);
+  s.mean = round(a.sum / static_cast<double>(count));
+  s.norm = round(std::sqrt(a.sumsq));
 }
 
 // Max/Min/Mean of |x| in the component type (numpy's path ignores "precision"); Norm stays null.
@@ -320,7 +308,7 @@ real_acc accumulate_parts(accumulate_fn fn, const unsigned char *p, size_t count
 void stats_complex64(const unsigned char *p, size_t count, tensor_stats &s) {
   real_acc a;
   accumulate_c64(p, count, a);
-  stats_real(a, count, result_type::f32, s);
+  stats_real(a, count, dtype::float32, false, s);
   s.norm = stat_value::none();
 }
 
@@ -394,22 +382,17 @@ tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool 
   auto acc = [&](accumulate_fn fn) { return accumulate_parts(fn, p, count, es, fused_crc, options.runner); };
 
   // float64 and integers are converted to float32 by msprobe; "high" precision converts all.
-  const result_type f32 = result_type::f32;
-  const bool hp = options.high_precision;
+  const auto real = [&](accumulate_fn fn) { stats_real(acc(fn), count, t, options.high_precision, s); };
   switch (t) {
-    case dtype::float64: stats_real(acc(accumulate_f64), count, f32, s); break;
-    case dtype::float32: stats_real(acc(accumulate_f32), count, f32, s); break;
-    case dtype::float16:
-      stats_real(acc(accumulate_f16), count, hp ? f32 : result_type::f16, s);
-      break;
-    case dtype::bfloat16:
-      stats_real(acc(accumulate_bf16), count, hp ? f32 : result_type::bf16, s);
-      break;
-    case dtype::int8: stats_real(acc(accumulate_i8), count, f32, s); break;
-    case dtype::int16: stats_real(acc(accumulate_i16), count, f32, s); break;
-    case dtype::int32: stats_real(acc(accumulate_i32), count, f32, s); break;
-    case dtype::int64: stats_real(acc(accumulate_i64), count, f32, s); break;
-    case dtype::uint8: stats_real(acc(accumulate_u8), count, f32, s); break;
+    case dtype::float64: real(accumulate_f64); break;
+    case dtype::float32: real(accumulate_f32); break;
+    case dtype::float16: real(accumulate_f16); break;
+    case dtype::bfloat16: real(accumulate_bf16); break;
+    case dtype::int8: real(accumulate_i8); break;
+    case dtype::int16: real(accumulate_i16); break;
+    case dtype::int32: real(accumulate_i32); break;
+    case dtype::int64: real(accumulate_i64); break;
+    case dtype::uint8: real(accumulate_u8); break;
     case dtype::boolean: stats_bool(p, count, s); break;
     case dtype::complex64: stats_complex64(p, count, s); break;
     case dtype::complex128: stats_complex128(p, count, s); break;
