@@ -72,6 +72,9 @@ CONFIGS = [
     # The device path's statistics one tensor at a time (no arena): what the arena saves, on a GPU.
     ("statistics_L1_direct", "statistics_L1", {"resnet18": 1.25, "*": 1.3},
      "statistics, L1, device statistics reduced per tensor (TPROBE_DEVICE_STATS=direct)"),
+    # The arena's copies deferred and enqueued together, one cat per dtype (capture/torch/device_stats.h).
+    ("statistics_L1_deferred", "statistics_L1", {"resnet18": 1.25, "*": 1.3},
+     "statistics, L1, arena copies deferred (TPROBE_DEVICE_STATS=deferred)"),
     ("statistics_L0", "statistics_L0", 1.05, "statistics, L0 (modules)"),
     ("statistics_mix", "statistics_mix", 1.3, "statistics, mix"),
     # What the step barrier costs (step() waits until the writer wrote the step's files): the
@@ -359,7 +362,8 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
         base = start_child(model_name, "-", dump, log, measurement("baseline"))
         if base is None:
             raise SystemExit(f"bench_torch: the baseline child failed; see {log_path}")
-        extra_env = {"TPROBE_DEVICE_STATS": "direct"} if name.endswith("_direct") else None
+        device_stats = next((mode for mode in ("direct", "deferred") if name.endswith("_" + mode)), None)
+        extra_env = {"TPROBE_DEVICE_STATS": device_stats} if device_stats else None
         tool = None if m.error else start_child(model_name, config, dump, log, m, extra_env)
         base.run(opts.warmup)
         if tool:
@@ -502,7 +506,8 @@ def report(model_name, results, block, opts):
             # The device path's own account (capture/torch/device_stats.h), per tool step.
             per = {k: c.get(k, 0) / m.tool_steps
                    for k in ("device_tensors", "device_segments", "device_reused", "device_reads", "device_waits", "device_bytes",
-                             "device_capture_ns", "device_collect_ns")}
+                             "device_capture_ns", "device_collect_ns", "device_deferred", "device_flushes",
+                             "device_flush_ns", "device_unread")}
             print(f"  {'':<15} device path per step: {per['device_tensors']:.0f} tensors "
                   f"({per['device_segments']:.0f} reduced in arenas, {per['device_reused']:.0f} reused), "
                   f"{per['device_reads']:.2f} host reads, "
@@ -510,6 +515,10 @@ def report(model_name, results, block, opts):
             print(f"  {'':<15} training thread in the device path per step: enqueueing "
                   f"{per['device_capture_ns'] / 1e6:.2f} ms ({per['device_capture_ns'] / 1e3 / max(per['device_tensors'], 1):.1f} µs "
                   f"a tensor), closing and reading batches {per['device_collect_ns'] / 1e6:.2f} ms")
+            if per["device_deferred"]:
+                print(f"  {'':<15} deferred copies per step: {per['device_deferred']:.0f} tensors in "
+                      f"{per['device_flushes']:.1f} flushes, {per['device_flush_ns'] / 1e6:.2f} ms flushing (any thread), "
+                      f"{per['device_unread']:.0f} unread")
         if c.get("stats_parts_helped") and m.tool_steps:
             # Parts of large tensors read by the capture's helper thread (capture/part_runner.h).
             print(f"  {'':<15} capture helper thread: {c['stats_parts_helped'] / m.tool_steps:.0f} parts of 1 MiB a step "

@@ -146,6 +146,16 @@ struct state {
   // every batch, waiting on their events (stop/step/close); otherwise reads only batches whose
   // event has completed, waiting only when more than the settings' batches are in flight.
   void collect_device(bool wait);
+  // Enqueues the open batch's deferred copies (device_stats.h): before anything writes one of
+  // their tensors, and when the batch closes.
+  void flush_device_deferred();
+  // Whether `v` holds a tensor whose storage has a deferred copy waiting.
+  bool deferred_in(const c10::IValue &v) const;
+  // The operator callbacks' check, on every thread and at every depth while copies are deferred:
+  // an operator about to write a tensor with a deferred copy has the copies enqueued first. Takes
+  // the mutex.
+  void flush_before_write(const at::RecordFunction &fn);
+  bool warned_unread = false;  // a deferred tensor found changed at its flush was reported
   // Statistics enqueued earlier in this span for the same bytes (device_stats.h), or none.
   device_queue::known_statistics *known_statistics_of(uint64_t content, const at::Tensor &t);
   // Hands a statistics record whose values are read to the session.

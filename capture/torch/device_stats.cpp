@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <thread>
 
+#include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -70,12 +72,92 @@ at::Tensor segment_statistics(const device_batch &b) {
   return out;
 }
 
+// Adds the time from construction to destruction to a counter (nested uses count the inner time twice:
+// collect_device runs inside capture_device when a batch fills, so the two counters overlap there).
+class elapsed_into {
+ public:
+  explicit elapsed_into(uint64_t &counter) : counter_(counter), start_(std::chrono::steady_clock::now()) {}
+  ~elapsed_into() {
+    counter_ += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+  }
+  elapsed_into(const elapsed_into &) = delete;
+  elapsed_into &operator=(const elapsed_into &) = delete;
+
+ private:
+  uint64_t &counter_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Enqueues the batch's deferred copies into its arena: one cat per dtype of all its tensors of
+// that dtype (CUDA's cat copies up to 128 inputs a launch), straight into the arena for float32,
+// else into a temporary converted by one copy_. A tensor's arena place and segments are given
+// here, in the order of the copies. A tensor whose version counter moved since its capture was
+// written by something the capture did not see: it is left out, its statistics unread.
+void flush_deferred(device_queue &q, device_batch &b) {
+  if (b.deferred.empty()) return;
+  const elapsed_into timer(q.flush_ns);
+  ++q.flushes;
+  // Our own operators: never observed (the callbacks would take the state's mutex, held here).
+  at::DisableRecordFunctionGuard no_record;
+  at::NoGradGuard no_grad;
+  const device_path_settings &set = device_path_settings_get();
+  std::vector<deferred_copy> deferred = std::move(b.deferred);
+  b.deferred.clear();
+  b.deferred_elements = 0;
+  q.deferred_storages.clear();
+  q.has_deferred = false;
+  // The batch's stream, whatever the caller's; a caller on another stream (an operator about to
+  // write one of these tensors there) waits for the copies before its own work.
+  const std::optional<c10::Stream> current = current_stream(b.device);
+  std::optional<c10::StreamGuard> on_stream;
+  if (b.stream && current != b.stream) on_stream.emplace(*b.stream);
+  if (!b.arena.defined()) b.arena = at::empty({set.arena_elements}, at::TensorOptions().dtype(at::kFloat).device(b.device));
+  std::vector<at::ScalarType> types;
+  for (const deferred_copy &d : deferred)
+    if (std::find(types.begin(), types.end(), d.type) == types.end()) types.push_back(d.type);
+  std::vector<at::Tensor> parts;
+  for (const at::ScalarType type : types) {
+    parts.clear();
+    const int64_t start = b.arena_used;
+    const at::TensorOptions options = at::TensorOptions().dtype(type).device(b.device);
+    for (const deferred_copy &d : deferred) {
+      if (d.type != type) continue;
+      device_record &r = b.records[d.record];
+      if (static_cast<int64_t>(d.version.current_version()) != d.version_at_capture) {
+        r.statistics->unread = true;
+        ++q.unread;
+        continue;
+      }
+      // A view of the held memory, made without an operator; the device named, so that torch
+      // does not ask the driver where the pointer lives.
+      parts.push_back(at::for_blob(d.data, {d.numel}).options(options).target_device(b.device).make_tensor());
+      r.segment = static_cast<int64_t>(b.segments.size());
+      for (int64_t left = d.numel; left > 0; left -= set.chunk_elements)
+        b.segments.push_back(std::min(left, set.chunk_elements));
+      r.segments = static_cast<int64_t>(b.segments.size()) - r.segment;
+      b.arena_used += d.numel;
+    }
+    if (parts.empty()) continue;
+    at::Tensor into = b.arena.narrow(0, start, b.arena_used - start);
+    if (type == at::kFloat) at::cat_out(into, parts, 0);
+    else into.copy_(at::cat(parts, 0));  // bool becomes 0/1, as the eager copy_ makes it
+  }
+  if (on_stream && current) {
+    c10::Event copied(b.device.type());
+    copied.record(*b.stream);
+    copied.block(*current);
+  }
+}
+
 // Enqueues, behind every reduction and staging copy of the batch (same stream), the arena's
 // reductions, the copies of their results and of the used rows into pinned memory, and the event
 // the host will look at.
-void close_batch(device_batch &b) {
+void close_batch(device_queue &q, device_batch &b) {
   if (b.closed) return;
+  flush_deferred(q, b);
   b.closed = true;
+  at::DisableRecordFunctionGuard no_record;
   // The batch's work went to its stream; step() may run under another current stream.
   std::optional<c10::StreamGuard> on_stream;
   if (b.stream) on_stream.emplace(*b.stream);
@@ -93,23 +175,6 @@ void close_batch(device_batch &b) {
     b.ready->record(*b.stream);
   }
 }
-
-// Adds the time from construction to destruction to a counter (nested uses count the inner time twice:
-// collect_device runs inside capture_device when a batch fills, so the two counters overlap there).
-class elapsed_into {
- public:
-  explicit elapsed_into(uint64_t &counter) : counter_(counter), start_(std::chrono::steady_clock::now()) {}
-  ~elapsed_into() {
-    counter_ += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
-  }
-  elapsed_into(const elapsed_into &) = delete;
-  elapsed_into &operator=(const elapsed_into &) = delete;
-
- private:
-  uint64_t &counter_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 bool batch_done(const device_batch &b) { return !b.ready || b.ready->query(); }
 
@@ -157,6 +222,7 @@ const device_path_settings &device_path_settings_get() {
     s.chunk_elements = std::max<int64_t>(1, std::min(s.chunk_elements, s.arena_elements / 4));
     const char *stats = std::getenv("TPROBE_DEVICE_STATS");
     s.direct_stats = stats && std::string(stats) == "direct";
+    s.deferred_copies = stats && std::string(stats) == "deferred";
     s.on_cpu = env_number("TPROBE_DEVICE_PATH_ON_CPU") == 1;
     s.off = env_number("TPROBE_DEVICE_PATH_OFF") == 1;
     return s;
@@ -196,6 +262,11 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
   // Into the arena, or the direct reductions (device_stats.h).
   const bool segment = flags == 0 && !set.direct_stats && !zero_dim && !t.is_complex() &&
                        t.numel() <= set.arena_elements;
+  // Its copy waits for the next flush (device_stats.h), where the operator callbacks see every
+  // write that could come before it; the memory is read as it lies, so no negative bit and no
+  // gaps, and a version counter to check at the flush.
+  const bool defer = segment && set.deferred_copies && ops_on.load(std::memory_order_relaxed) && t.is_contiguous() &&
+                     !t.is_neg() && t.has_storage() && !t.is_inference();
   auto &batches = device.batches;
   const uint64_t content = flags == 0 ? content_of(t) : 0;
   device_queue::known_statistics *known = content ? known_statistics_of(content, t) : nullptr;
@@ -215,14 +286,15 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
     return true;
   }
   if (segment && !batches.empty() && !batches.back().closed && batches.back().device == dev &&
-      batches.back().stream == stream && batches.back().arena_used + t.numel() > set.arena_elements) {
-    close_batch(batches.back());
+      batches.back().stream == stream &&
+      batches.back().arena_used + batches.back().deferred_elements + t.numel() > set.arena_elements) {
+    close_batch(device, batches.back());
     ++device.full;
     collect_device(false);
   }
   if (batches.empty() || batches.back().closed || batches.back().device != dev || batches.back().stream != stream) {
     // One event covers one stream's work: a change of stream or device starts a batch.
-    if (!batches.empty()) close_batch(batches.back());
+    if (!batches.empty()) close_batch(device, batches.back());
     device_batch b;
     b.device = dev;
     b.stream = stream;
@@ -233,7 +305,7 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
   device_batch &b = batches.back();
   device_record r = device_record_of(entry, slot, t, dtype, requires_grad);
   if (flags == 0) {
-    r.statistics = std::make_shared<std::array<double, stats_per_row>>();
+    r.statistics = std::make_shared<device_statistics_cell>();
     if (content) {
       if (device.known.size() >= known_contents_max) device.known.clear();
       device_queue::known_statistics k;
@@ -249,10 +321,25 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
       device.known[content].push_back(std::move(k));
     }
   }
-  if (segment) {
+  if (defer) {
+    b.deferred.push_back({t.storage(), t.data_ptr(), r.numel, t.scalar_type(), t.unsafeGetTensorImpl()->version_counter(),
+                          t._version(), b.records.size()});
+    b.deferred_elements += r.numel;
+    ++device.deferred_storages[t.storage().unsafeGetStorageImpl()];
+    device.has_deferred = true;
+    ++device_summaries;
+    ++device.segments;
+    ++device.deferred;
+  } else if (segment) {
     if (!b.arena.defined()) b.arena = at::empty({set.arena_elements}, at::TensorOptions().dtype(at::kFloat).device(dev));
     // copy_ converts to float32 and resolves a negative view; bool becomes 0/1 (max = any, min = all).
-    b.arena.narrow(0, b.arena_used, r.numel).view(t.sizes()).copy_(t);
+    // Its destination is a view of the arena made without an operator (narrow and view would be
+    // two more dispatcher calls, microseconds each on the training thread).
+    at::for_blob(b.arena.data_ptr<float>() + b.arena_used, t.sizes())
+        .options(at::TensorOptions().dtype(at::kFloat).device(dev))
+        .target_device(dev)
+        .make_tensor()
+        .copy_(t);
     b.arena_used += r.numel;
     r.segment = static_cast<int64_t>(b.segments.size());
     for (int64_t left = r.numel; left > 0; left -= set.chunk_elements) b.segments.push_back(std::min(left, set.chunk_elements));
@@ -275,8 +362,9 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
   }
   b.records.push_back(std::move(r));
   ++device.tensors;
+  if (b.deferred.size() >= set.deferred_max) flush_deferred(device, b);
   if (b.used == set.slots || b.staged_bytes >= set.staging_bytes) {
-    close_batch(b);
+    close_batch(device, b);
     ++device.full;
     collect_device(false);
   }
@@ -287,7 +375,7 @@ void state::collect_device(bool wait) {
   const elapsed_into timer(device.collect_ns);
   const device_path_settings &set = device_path_settings_get();
   auto &batches = device.batches;
-  if (wait && !batches.empty()) close_batch(batches.back());
+  if (wait && !batches.empty()) close_batch(device, batches.back());
   size_t closed = 0;
   for (const auto &b : batches) closed += b.closed;
   while (!batches.empty() && batches.front().closed) {
@@ -311,7 +399,7 @@ void state::collect_device(bool wait) {
         capture_host(r.entry, r.slot, r.staged, r.dtype, r.requires_grad);
         continue;
       }
-      if (r.reused) {
+      if (r.reused || r.statistics->unread) {
         summary_emit(r);
         continue;
       }
@@ -340,9 +428,44 @@ void state::collect_device(bool wait) {
         from_segment[5] = combined[5];
       }
       const double *v = r.segment >= 0 ? from_segment : rows + stats_per_row * r.row;
-      std::copy(v, v + stats_per_row, r.statistics->begin());
+      std::copy(v, v + stats_per_row, r.statistics->values.begin());
       summary_emit(r);
     }
+  }
+}
+
+void state::flush_device_deferred() {
+  if (!device.batches.empty()) flush_deferred(device, device.batches.back());
+}
+
+bool state::deferred_in(const c10::IValue &v) const {
+  if (v.isTensor()) {
+    const at::Tensor &t = v.toTensor();
+    return t.defined() && t.has_storage() && device.deferred_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
+  }
+  if (v.isTensorList()) {
+    for (const at::Tensor &t : v.toTensorList().vec())
+      if (deferred_in(c10::IValue(t))) return true;
+  } else if (v.isList()) {
+    for (const c10::IValue &e : v.toListRef())
+      if (deferred_in(e)) return true;
+  } else if (v.isTuple()) {
+    for (const c10::IValue &e : v.toTupleRef().elements())
+      if (deferred_in(e)) return true;
+  }
+  return false;
+}
+
+void state::flush_before_write(const at::RecordFunction &fn) {
+  const op_info &info = info_of(fn);
+  if (info.written.empty()) return;
+  const auto inputs = fn.inputs();
+  std::lock_guard lock(mutex);
+  try {
+    for (size_t i : info.written)
+      if (i < inputs.size() && deferred_in(inputs[i])) return flush_device_deferred();
+  } catch (const std::exception &e) {
+    fail(e.what());
   }
 }
 
@@ -364,7 +487,7 @@ device_queue::known_statistics *state::known_statistics_of(uint64_t content, con
 }
 
 void state::summary_emit(const device_record &r) {
-  const double *v = r.statistics->data();
+  const double *v = r.statistics->values.data();
   tprobe_tensor_summary s{};
   s.dtype = r.dtype;
   s.ndim = static_cast<int>(r.shape.size());
@@ -378,6 +501,17 @@ void state::summary_emit(const device_record &r) {
   s.norm = boolean || r.complex ? stat_null() : stat_of(v[3], r.kind);
   s.nan_count = static_cast<uint64_t>(v[4]);
   s.inf_count = static_cast<uint64_t>(v[5]);
+  if (r.statistics->unread) {
+    s.max = s.min = s.mean = s.norm = stat_null();
+    s.nan_count = s.inf_count = 0;
+    if (!warned_unread) {
+      warned_unread = true;
+      std::fprintf(stderr,
+                   "tprobe: %s %s changed before its statistics were copied (a write outside PyTorch's operators?): "
+                   "reported without statistics; without TPROBE_DEVICE_STATS=deferred it is copied at capture\n",
+                   r.entry.c_str(), r.slot.c_str());
+    }
+  }
   checked(tprobe_capture_summary(session, r.entry.c_str(), r.slot.c_str(), &s), "summary");
 }
 

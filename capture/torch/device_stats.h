@@ -45,6 +45,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -79,6 +80,8 @@ struct device_path_settings {
   int64_t arena_elements = int64_t{8} << 20;
   int64_t chunk_elements = int64_t{1} << 14;  // at most a quarter of the arena
   bool direct_stats = false;             // TPROBE_DEVICE_STATS=direct: no arena (to compare, to rule it out)
+  bool deferred_copies = false;          // TPROBE_DEVICE_STATS=deferred: arena copies enqueued together (device_stats.h)
+  size_t deferred_max = 1024;            // deferred copies of a batch before they are enqueued anyway
   size_t staging_bytes = size_t{128} << 20;  // pinned data a batch may hold before it closes
   size_t batches_in_flight = 2;          // closed batches not yet read before the host waits
   bool on_cpu = false;                   // TPROBE_DEVICE_PATH_ON_CPU=1: CPU tensors take this path
@@ -86,6 +89,14 @@ struct device_path_settings {
 };
 // The process's settings, from the environment on first use.
 const device_path_settings &device_path_settings_get();
+
+// A statistics record's [max, min, mean, norm, NaN, Inf], filled when its batch is read and shared
+// with the later records that reuse them. `unread`: its tensor changed before its deferred copy
+// was enqueued (a write the capture did not see), so it has no statistics to report.
+struct device_statistics_cell {
+  std::array<double, 6> values{};
+  bool unread = false;
+};
 
 // One captured device tensor waiting for its batch's read.
 struct device_record {
@@ -101,11 +112,23 @@ struct device_record {
   int64_t segments = 0;  // and how many
   int64_t numel = 0;
   at::ScalarType scalar_type = at::kFloat;  // how a segment's Mean and Norm are rounded
-  // Statistics records: the row's [max, min, mean, norm, NaN, Inf] as read, filled by the record
-  // that enqueued them and shared with the later records that reuse them (which enqueue nothing).
-  std::shared_ptr<std::array<double, 6>> statistics;
+  // Statistics records: filled by the record that enqueued them, shared with the later records
+  // that reuse them (which enqueue nothing).
+  std::shared_ptr<device_statistics_cell> statistics;
   bool reused = false;
   at::Tensor staged;  // the data, contiguous, in pinned host memory (row == -1)
+};
+
+// A statistics tensor whose copy into the arena waits for the next flush (state::flush_deferred):
+// its memory, held, and what is needed to read it then and to see that it did not change.
+struct deferred_copy {
+  c10::Storage storage;  // keeps the memory from going back to the caching allocator meanwhile
+  void *data = nullptr;  // its first element (contiguous, no negative or conjugate bit)
+  int64_t numel = 0;
+  at::ScalarType type = at::kFloat;
+  c10::VariableVersion version;  // its version counter, and its value at capture
+  int64_t version_at_capture = 0;
+  size_t record = 0;  // in the batch's records
 };
 
 // Records of one device and stream, read by the host at once.
@@ -118,6 +141,9 @@ struct device_batch {
   at::Tensor arena;                   // [settings.arena_elements] float32 on the device, or none
   int64_t arena_used = 0;             // elements copied in
   std::vector<int64_t> segments;      // the elements of each segment (≤ chunk_elements), in the arena's order
+  // Copies into the arena not yet enqueued, in capture order; the arena is reserved for them.
+  std::vector<deferred_copy> deferred;
+  int64_t deferred_elements = 0;
   at::Tensor segment_host;            // [6, segments] float64 in pinned host memory, filled when closed
   size_t staged_bytes = 0;
   std::vector<device_record> records;  // in capture order
@@ -139,13 +165,21 @@ struct device_queue {
     bool neg = false, conj = false, zero_dim = false, contiguous = false;
     int64_t numel = 0;
     std::vector<int64_t> sizes, strides;  // compared unless both are contiguous
-    std::shared_ptr<std::array<double, 6>> statistics;
+    std::shared_ptr<device_statistics_cell> statistics;
   };
   std::unordered_map<uint64_t, std::vector<known_statistics>> known;
   uint64_t reads = 0;    // host reads of a batch (one per batch)
   uint64_t waits = 0;    // reads that found the batch's event not yet complete and waited on it
   uint64_t full = 0;     // batches closed because their slots or staging were full
   uint64_t bytes = 0;    // copied device to host: 48 per statistics row read, the data's size
+  // The storages of the open batch's deferred copies (how many each), and whether there are any:
+  // read by the operator callbacks of every thread without the state's mutex, as a hint.
+  std::unordered_map<const c10::StorageImpl *, int> deferred_storages;
+  std::atomic<bool> has_deferred{false};
+  uint64_t deferred = 0;  // statistics copies deferred (counted in segments too)
+  uint64_t flushes = 0;   // enqueueings of deferred copies (a cat per dtype each)
+  uint64_t unread = 0;    // deferred tensors found changed at their flush: reported without statistics
+  uint64_t flush_ns = 0;  // the time in flush_deferred (any thread)
   uint64_t capture_ns = 0;  // the training thread's time in capture_device (enqueueing a tensor)
   uint64_t collect_ns = 0;  // and in collect_device (closing batches, reading them, handing records over)
 };

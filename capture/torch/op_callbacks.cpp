@@ -32,8 +32,17 @@ const op_info &state::info_of(const at::RecordFunction &fn) {
   info->outer = op_name_of(name, false);
   info->nested = op_name_of(name, true);
   info->has_schema = true;
+  // Some operators write arguments their schema does not mark: a collective its buffers (c10d's
+  // are not marked: every argument counts as written), batch and instance norm their running
+  // statistics (unmarked in torch 1.13's batch_norm, native_batch_norm and cudnn_batch_norm).
+  const std::string_view op(name);
+  const bool collective = info->outer.prefix == "Distributed";
+  const bool norm = (op.find("batch_norm") != op.npos || op.find("instance_norm") != op.npos) &&
+                    op.find("backward") == op.npos;
   for (const auto &a : schema->arguments()) {
-    if (a.alias_info() && a.alias_info()->isWrite()) info->written.push_back(info->arguments.size());
+    const bool running_statistics = norm && (a.name() == "running_mean" || a.name() == "running_var");
+    if (collective || running_statistics || (a.alias_info() && a.alias_info()->isWrite()))
+      info->written.push_back(info->arguments.size());
     info->arguments.push_back({a.name(), a.kwarg_only()});
   }
   auto &slot = infos[name];
@@ -94,7 +103,7 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
 }
 
 void state::forget_written(const op_info &info, decltype(std::declval<const at::RecordFunction &>().inputs()) inputs) {
-  if (contents.empty()) return;
+  if (contents.empty() && !device.has_deferred.load(std::memory_order_relaxed)) return;
   for (size_t i : info.written)
     if (i < inputs.size()) forget_contents_in(inputs[i]);
 }
@@ -151,6 +160,9 @@ std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction 
     quiesce_after_fork(s);
     return nullptr;
   }
+  // Before the early returns: an operator nested too deep to capture, in backward or on another
+  // thread still writes memory a deferred copy has yet to read (device_stats.h).
+  if (s.device.has_deferred.load(std::memory_order_acquire)) s.flush_before_write(fn);
   if (!s.ops_on.load(std::memory_order_relaxed) || tl_backward_depth > 0 || depth >= s.options.op_depth ||
       at::RecordFunction::currentThreadId() != s.training_thread)
     return nullptr;

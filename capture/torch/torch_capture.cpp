@@ -44,6 +44,15 @@ void state::update_callbacks() {
   const bool active = session && started && failure.empty() && !forked && rank_enabled() && step_enabled();
   const bool ops = active && level_ops;
   const bool backward = active && allow_backward && (level_ops || level_modules);
+  // Deferred copies rely on the operator callbacks to see writes: they are enqueued before those stop.
+  if (!ops && ops_on.load()) {
+    try {
+      flush_device_deferred();
+    } catch (const std::exception &e) {
+      ++errors;
+      if (failure.empty()) failure = e.what();
+    }
+  }
   if (function_callback && ops != ops_on.load()) {
     if (ops) at::reenableCallback(*function_callback);
     else at::disableCallback(*function_callback);
@@ -330,6 +339,8 @@ std::string counters() {
          {"device_reads", s.device.reads}, {"device_waits", s.device.waits},
          {"device_full", s.device.full},   {"device_bytes", s.device.bytes},
          {"device_capture_ns", s.device.capture_ns}, {"device_collect_ns", s.device.collect_ns},
+         {"device_deferred", s.device.deferred}, {"device_flushes", s.device.flushes},
+         {"device_unread", s.device.unread},   {"device_flush_ns", s.device.flush_ns},
          {"errors", s.errors},
          {"error", s.failure}};
   return j.dump();

@@ -172,7 +172,11 @@ uint64_t state::content_of(const at::Tensor &t) {
 
 void state::forget_content(const at::Tensor &t) {
   if (!t.defined() || !t.has_storage()) return;
-  contents.erase(t.storage().unsafeGetStorageImpl());
+  const c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
+  contents.erase(impl);
+  // Its deferred copy, if it has one, must read it before the write.
+  if (device.has_deferred.load(std::memory_order_relaxed) && device.deferred_storages.count(impl))
+    flush_device_deferred();
 }
 
 void state::forget_contents_in(const c10::IValue &v) {

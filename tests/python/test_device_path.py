@@ -54,6 +54,62 @@ assert "COUNTERS" in SCRIPT and "GUARD = " in SCRIPT and "set_sync_debug_mode(\"
 
 STEPS = 3
 
+# Writes that come after a tensor's capture and before its deferred copy into the arena
+# (device_stats.h): the copy must read the tensor as it was captured. BatchNorm's running
+# statistics are written by an operator nested in batch_norm; the ReLU and the residual add write
+# captured outputs in place; the second backward of a step adds into .grad in place; `.data`
+# writes through a tensor with its own version counter; a second thread writes in place; SGD
+# with momentum writes the weights. TEST_HIDDEN_WRITE=1 adds a write the operator callbacks
+# cannot see (RecordFunction off on this thread), which the version counter still shows.
+DEFER_SCRIPT = """\
+import json, os, threading
+import torch, torch.nn as nn, torch.nn.functional as F
+from tprobe import PrecisionDebugger
+torch.set_num_threads(1)
+torch.manual_seed(0)
+DEVICE = os.environ.get("TEST_DEVICE", "cpu")
+HIDDEN = os.environ.get("TEST_HIDDEN_WRITE") == "1"
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.act = nn.ReLU(inplace=True)
+        self.out = nn.Linear(16, 3)
+    def forward(self, x):
+        h = self.act(self.bn(self.fc(x))) * 2
+        h += x
+        return self.out(h)
+
+model = Net().to(DEVICE)
+x = torch.randn(8, 16).to(DEVICE)
+y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1]).to(DEVICE)
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+debugger = PrecisionDebugger(config_path="./config.json")
+for step in range(STEPS):
+    debugger.start(model)
+    for micro in range(2):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+    w = x * 1.5
+    w.data.mul_(2)
+    v = w + 1
+    if HIDDEN:
+        torch._C._autograd._enable_record_function(False)
+        v.add_(100)
+        torch._C._autograd._enable_record_function(True)
+    side = threading.Thread(target=lambda: v.mul_(3))
+    side.start()
+    side.join()
+    u = v - 1
+    opt.step()
+    opt.zero_grad()
+    debugger.stop()
+    debugger.step()
+    print("COUNTERS " + json.dumps(debugger.counters()), flush=True)
+"""
+
 
 def counters(run):
     """The capture's counters after each step."""
@@ -215,6 +271,47 @@ class DevicePathTest(tt.CaptureTest):
         for n, r, f in zip(tensors, reads, full):
             self.assertEqual(f, n // 4)  # a batch closes at each 4th row
             self.assertEqual(r, -(-n // 4))  # and the step's end reads the rest: ceil(n / 4)
+
+    def test_deferred_copies_read_what_was_captured(self):
+        """TPROBE_DEVICE_STATS=deferred: statistics copies into the arena are deferred and enqueued together, before any
+        operator writes one of their tensors: whatever the write (nested, in place, in backward,
+        through .data, on another thread), the dump is the host path's, nothing is unread, and
+        the copies go in fewer enqueueings than tensors. Without it the copies are eager, with the same
+        dump with none deferred (the default)."""
+        config = tt.default_config(level="L1")
+        host = self.run_script(DEFER_SCRIPT, config=config, steps=STEPS, name="defer-host", env=self.HOST_ENV)
+        for mode in ("deferred", "eager"):
+            env = {**self.DEVICE_ENV, "TPROBE_REUSE_STATS": "off"}
+            if mode == "deferred":
+                env["TPROBE_DEVICE_STATS"] = "deferred"
+            device = self.run_script(DEFER_SCRIPT, config=config, steps=STEPS, name="defer-" + mode, env=env)
+            self.assert_same_dump(host, device)
+            got = counters(device)
+            deferred, flushes = per_step(got, "device_deferred"), per_step(got, "device_flushes")
+            self.assertEqual(got[-1]["device_unread"], 0, mode)
+            if mode == "eager":
+                self.assertEqual(got[-1]["device_deferred"], 0)
+                continue
+            segments = per_step(got, "device_segments")
+            self.assertEqual(deferred, segments)  # every arena tensor here is contiguous
+            self.assertTrue(all(1 < f < d for f, d in zip(flushes, deferred)), (flushes, deferred))
+
+    def test_write_unseen_by_the_callbacks_leaves_statistics_unread(self):
+        """A write no operator callback sees (RecordFunction turned off) but the version counter
+        shows: the tensor it changed before its deferred copy is reported without statistics,
+        counted and said once, never with the changed values."""
+        config = tt.default_config(level="L1")
+        env = {**self.DEVICE_ENV, "TEST_HIDDEN_WRITE": "1", "TPROBE_DEVICE_STATS": "deferred"}
+        device = self.run_script(DEFER_SCRIPT, config=config, steps=STEPS, name="defer-hidden", env=env)
+        self.assertEqual(per_step(counters(device), "device_unread"), [1] * STEPS)
+        self.assertEqual(device.result.stderr.count("changed before its statistics were copied"), 1,
+                         device.result.stderr)
+        for step in range(STEPS):
+            added = [e for e in device.data(step) if e.startswith("Torch.add.")]
+            self.assertTrue(added, list(device.data(step)))
+            # v = w + 1, whose output the hidden add_ changed.
+            unread = [e for e in added if device.data(step)[e]["output"][0]["Max"] is None]
+            self.assertEqual(len(unread), 1, added)
 
     def test_md5_data_through_staging(self):
         config = tt.default_config(level="L1", summary_mode="md5")
