@@ -11,6 +11,18 @@
 //     TPROBE_DEVICE_STATS=direct): ATen reductions write its 6 float64 statistics into the next
 //     row of the open batch's slot buffer (device memory, `device_path_settings::slots` rows);
 //   - data (task tensor, summary_mode md5): one non_blocking copy into pinned host staging.
+// With TPROBE_DEVICE_STATS=deferred (and while the operator callbacks run, which is what makes it
+// safe) the arena copy of a contiguous tensor without a negative bit waits: its storage is held
+// (the memory cannot go back to the allocator) with its version, and the batch's waiting copies
+// are enqueued together (state::flush_deferred: one cat per dtype into the arena, float32
+// directly, other dtypes through one converting copy_) before any operator, on any thread and at
+// any depth, writes one of their storages (the schema's written arguments; a collective's
+// buffers; batch and instance norm's running statistics, unmarked in torch 1.13), when the
+// operator callbacks stop, when `deferred_max` wait, and when the batch closes. A flush from another
+// stream makes that stream wait for the copies. A tensor whose version counter moved by the flush
+// was written unseen: it is left out and reported without statistics (device_unread, said once).
+// Writes that neither an operator makes nor the version counter shows (a kernel called without
+// the dispatcher, a compiled region's Triton kernels) are not seen: hence off by default.
 // A tensor whose statistics were enqueued before in this capture span, unchanged (the same storage
 // content: the capture's content names, from the storage's version counter and the operators'
 // writes, as the host path's reuse), at the same address, dtype, negative/conjugate bits and
