@@ -399,6 +399,8 @@ void state::collect_device(bool wait) {
         capture_host(r.entry, r.slot, r.staged, r.dtype, r.requires_grad);
         continue;
       }
+      // A deferred copy that never ran (its flush failed part-way) has neither segment nor row.
+      if (!r.reused && r.segment < 0 && r.row < 0) r.statistics->unread = true;
       if (r.reused || r.statistics->unread) {
         summary_emit(r);
         continue;
