@@ -231,9 +231,9 @@ struct tprobe_session {
   std::condition_variable not_empty, has_space;
   std::deque<record> queue;
   // Records the sender is done with, handed back to be freed by the thread that allocated them:
-  // freed on the sender thread, every string, vector and deque block of a record went into the
-  // sender's free lists and the training thread's next allocations missed its own (glibc's
-  // per-thread caches), about a fifth of a small tensor's capture time.
+  // freed on the sender thread, every string, vector and deque block of a record would go into
+  // the sender's free lists (glibc's per-thread caches), away from the training thread's next
+  // allocations.
   std::deque<record> spent;
   size_t queued_bytes = 0;
   bool closing = false;

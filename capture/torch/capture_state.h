@@ -149,8 +149,6 @@ struct state {
   // Enqueues the open batch's deferred copies (device_stats.h): before anything writes one of
   // their tensors, and when the batch closes.
   void flush_device_deferred();
-  // Whether `v` holds a tensor whose storage has a deferred copy waiting.
-  bool deferred_in(const c10::IValue &v) const;
   // The operator callbacks' check, on every thread and at every depth while copies are deferred:
   // an operator about to write a tensor with a deferred copy has the copies enqueued first. Takes
   // the mutex.

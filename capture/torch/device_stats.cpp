@@ -89,6 +89,16 @@ class elapsed_into {
   std::chrono::steady_clock::time_point start_;
 };
 
+// The arena's next `numel` elements become `r`'s segments (of up to chunk_elements each), in the
+// order of the copies into the arena.
+void take_segments(device_batch &b, device_record &r, int64_t numel) {
+  const int64_t chunk = device_path_settings_get().chunk_elements;
+  r.segment = static_cast<int64_t>(b.segments.size());
+  for (int64_t left = numel; left > 0; left -= chunk) b.segments.push_back(std::min(left, chunk));
+  r.segments = static_cast<int64_t>(b.segments.size()) - r.segment;
+  b.arena_used += numel;
+}
+
 // Enqueues the batch's deferred copies into its arena: one cat per dtype of all its tensors of
 // that dtype (CUDA's cat copies up to 128 inputs a launch), straight into the arena for float32,
 // else into a temporary converted by one copy_. A tensor's arena place and segments are given
@@ -132,11 +142,7 @@ void flush_deferred(device_queue &q, device_batch &b) {
       // A view of the held memory, made without an operator; the device named, so that torch
       // does not ask the driver where the pointer lives.
       parts.push_back(at::for_blob(d.data, {d.numel}).options(options).target_device(b.device).make_tensor());
-      r.segment = static_cast<int64_t>(b.segments.size());
-      for (int64_t left = d.numel; left > 0; left -= set.chunk_elements)
-        b.segments.push_back(std::min(left, set.chunk_elements));
-      r.segments = static_cast<int64_t>(b.segments.size()) - r.segment;
-      b.arena_used += d.numel;
+      take_segments(b, r, d.numel);
     }
     if (parts.empty()) continue;
     at::Tensor into = b.arena.narrow(0, start, b.arena_used - start);
@@ -340,10 +346,7 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
         .target_device(dev)
         .make_tensor()
         .copy_(t);
-    b.arena_used += r.numel;
-    r.segment = static_cast<int64_t>(b.segments.size());
-    for (int64_t left = r.numel; left > 0; left -= set.chunk_elements) b.segments.push_back(std::min(left, set.chunk_elements));
-    r.segments = static_cast<int64_t>(b.segments.size()) - r.segment;
+    take_segments(b, r, r.numel);
     ++device_summaries;
     ++device.segments;
   } else if (flags == 0) {
@@ -440,32 +443,12 @@ void state::flush_device_deferred() {
   if (!device.batches.empty()) flush_deferred(device, device.batches.back());
 }
 
-bool state::deferred_in(const c10::IValue &v) const {
-  if (v.isTensor()) {
-    const at::Tensor &t = v.toTensor();
-    return t.defined() && t.has_storage() && device.deferred_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
-  }
-  if (v.isTensorList()) {
-    for (const at::Tensor &t : v.toTensorList().vec())
-      if (deferred_in(c10::IValue(t))) return true;
-  } else if (v.isList()) {
-    for (const c10::IValue &e : v.toListRef())
-      if (deferred_in(e)) return true;
-  } else if (v.isTuple()) {
-    for (const c10::IValue &e : v.toTupleRef().elements())
-      if (deferred_in(e)) return true;
-  }
-  return false;
-}
-
 void state::flush_before_write(const at::RecordFunction &fn) {
   const op_info &info = info_of(fn);
   if (info.written.empty()) return;
-  const auto inputs = fn.inputs();
   std::lock_guard lock(mutex);
   try {
-    for (size_t i : info.written)
-      if (i < inputs.size() && deferred_in(inputs[i])) return flush_device_deferred();
+    forget_written(info, fn.inputs());  // forget_content flushes a written storage's deferred copies
   } catch (const std::exception &e) {
     fail(e.what());
   }
