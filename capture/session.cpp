@@ -860,8 +860,15 @@ struct tprobe_session {
     } else {
       zmq::message_t frame = payload_frame(bytes);
       auto *dst = static_cast<std::byte *>(frame.data());
-      if (bytes) {
-        if (contiguous) std::memcpy(dst, src, bytes);
+      if (bytes && contiguous && (h.flags & RECORD_FLAG_SAVE)) {
+        // A saved tensor's statistics go into dump.json too: taken in the copy's own pass (from
+        // L2, piece by piece), they cost about what the copy costs alone, where the statistics
+        // stage would read the whole payload again from memory.
+        const stats_options o{.high_precision = config.precision == "high", .crc32 = filter->want_crc32(),
+                              .runner = &runner, .copy_to = dst};
+        h.stats = tensor_stats_compute(src, h.type, h.element_count(), h.shape.empty(), o);
+      } else if (bytes) {
+        if (contiguous) copy_bytes_streaming(dst, src, bytes);
         else copy_strided(dst, src, *t, elem, 0);
       }
       r.set_payload_frame(std::move(frame));

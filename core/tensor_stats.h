@@ -60,6 +60,12 @@ struct stats_options {
   bool high_precision = false;  // config "precision": "high": results rounded to float32, not the dtype
   bool crc32 = false;           // also compute the CRC-32 of the raw bytes
   parallel_runner *runner = nullptr;  // reads a large tensor's parts; none: in order, on this thread
+  // Also copies the tensor's count * dtype_size bytes here, in the same pass: each piece is copied
+  // right after its statistics are taken, from L2, so a payload that must leave the process costs
+  // one read of the tensor rather than a copy here and a read in a stage. The destination must
+  // not overlap the tensor. Large copies use streaming stores (copy_bytes_streaming); the copy is
+  // complete and ordered before tensor_stats_compute returns.
+  void *copy_to = nullptr;
 };
 
 // Statistics of a contiguous, little-endian tensor of `count` elements of type t.
@@ -89,6 +95,14 @@ inline double tensor_stat_round(dtype t, bool high_precision, double v) {
   if (!high_precision && t == dtype::bfloat16) return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
   return static_cast<float>(v);
 }
+
+// memcpy for a destination that another thread or process reads later (a shared-memory payload):
+// from streaming_copy_min_bytes up, x86-64 uses non-temporal stores, which skip reading the
+// destination's cache lines first (a third of a copy's memory traffic) and leave the cache to the
+// training; glibc would choose them only past a fraction of the L3, which virtual machines report
+// as hundreds of MiB. Below that, and elsewhere, memcpy. The stores are fenced before it returns.
+inline constexpr size_t streaming_copy_min_bytes = size_t{1} << 20;
+void copy_bytes_streaming(void *dst, const void *src, size_t bytes);
 
 // zlib CRC-32 (polynomial 0xEDB88320) of a byte range; msprobe formats it as "%08x".
 uint32_t crc32_bytes(const void *data, size_t size);

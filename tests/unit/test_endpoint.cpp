@@ -1,6 +1,8 @@
 // Transport over real sockets, in-process: handshake, end-of-stream with several producers,
 // the launcher's final, backpressure without loss, batches of small records, the lossy tap and
 // its drop count, files.
+#include <cmath>
+#include <cstring>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -14,6 +16,7 @@
 #include "errors.h"
 #include "link.h"
 #include "stage_io.h"
+#include "tensor_stats.h"
 #include "test_support.h"
 #include "tprobe_capture.h"
 
@@ -243,9 +246,10 @@ record stack_entry(uint64_t n, uint64_t id, const nlohmann::ordered_json *lines,
 }
 
 // A capture session of task statistics sending to `endpoint`, started.
-tprobe_session *started_statistics_session(const test::temp_dir &dir, const std::string &endpoint) {
+tprobe_session *started_statistics_session(const test::temp_dir &dir, const std::string &endpoint,
+                                           const std::string &task = "statistics") {
   const std::string config = dir / "config.json";
-  test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
+  test::write_file(config, R"({"task": ")" + task + R"(", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
   tprobe_open_options o = tprobe_open_options_default();
   o.endpoint = endpoint.c_str();
   tprobe_session *s = nullptr;
@@ -436,6 +440,66 @@ TEST(endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
   sink_thread.join();
   EXPECT_EQ(tensors, 3u);
+}
+
+TEST(endpoint, a_saved_tensor_arrives_with_its_statistics_taken_in_the_copy) {
+  // Task "tensor": the payload leaves, and the statistics dump.json needs are taken in the copy's
+  // pass (stats_options::copy_to), so the statistics stage has nothing left to read. Small and
+  // large (streaming stores, parts on the capture's helper), through the socket and shared
+  // memory; a strided view is gathered and left to the stage, as before.
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  stage_io_options sink_options;
+  sink_options.input = ipc(dir, "saved-sink.in");
+  stage_io sink(ctx, sink_options);
+  struct seen {
+    std::string entry;
+    std::optional<tensor_stats> stats;
+    std::vector<std::byte> payload;
+  };
+  std::vector<seen> got;
+  std::thread sink_thread([&] {
+    while (auto r = sink.receive())
+      if (r->header.kind == record_kind::tensor) {
+        auto bytes = r->payload_bytes();
+        got.push_back({r->header.entry, r->header.stats, {bytes.begin(), bytes.end()}});
+      }
+  });
+  tprobe_session *s = started_statistics_session(dir, sink_options.input, "tensor");
+  ASSERT_NE(s, nullptr) << tprobe_last_error();
+  std::vector<std::vector<float>> inputs;
+  for (size_t count : {size_t{4}, size_t{70000}, (size_t{3} << 20) / 4 + 9}) {
+    std::vector<float> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = std::sin(static_cast<float>(i)) * 3.0f;
+    inputs.push_back(std::move(v));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int64_t shape[1] = {static_cast<int64_t>(inputs[i].size())};
+    DLTensor t = test::float_tensor(inputs[i].data(), shape);
+    const std::string name = "Functional.relu." + std::to_string(i) + ".forward";
+    ASSERT_EQ(tprobe_capture_tensor(s, name.c_str(), "output.0", &t, 0), TPROBE_OK) << tprobe_last_error();
+  }
+  int64_t square[2] = {2, 2}, transposed[2] = {1, 2};
+  DLTensor view = test::float_tensor(inputs[0].data(), square);
+  view.ndim = 2;
+  view.strides = transposed;
+  ASSERT_EQ(tprobe_capture_tensor(s, "Functional.relu.3.forward", "output.0", &view, 0), TPROBE_OK);
+  EXPECT_EQ(tprobe_stop(s), TPROBE_OK);
+  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
+  sink_thread.join();
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SCOPED_TRACE(got[i].entry);
+    const auto &v = inputs[i];
+    ASSERT_TRUE(got[i].stats.has_value()) << "statistics left to the stage";
+    EXPECT_EQ(*got[i].stats, tensor_stats_compute(v.data(), dtype::float32, v.size(), false, {}));
+    ASSERT_EQ(got[i].payload.size(), v.size() * 4);
+    EXPECT_EQ(std::memcmp(got[i].payload.data(), v.data(), v.size() * 4), 0);
+  }
+  EXPECT_FALSE(got[3].stats.has_value()) << "a strided view's statistics are the stage's";
+  const float gathered[4] = {inputs[0][0], inputs[0][2], inputs[0][1], inputs[0][3]};
+  ASSERT_EQ(got[3].payload.size(), 16u);
+  EXPECT_EQ(std::memcmp(got[3].payload.data(), gathered, 16), 0);
 }
 
 TEST(endpoint, a_named_content_is_read_once) {

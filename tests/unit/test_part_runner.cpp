@@ -117,6 +117,14 @@ void expect_same_whoever_reads(const std::vector<unsigned char> &bytes, dtype t,
     for (parallel_runner *r : std::initializer_list<parallel_runner *>{&two, &four, &backwards}) {
       const tensor_stats s = tensor_stats_compute(bytes.data(), t, count, false, {.crc32 = crc, .runner = r});
       EXPECT_EQ(s, alone) << what << (crc ? " with CRC" : "");
+      // Copied in the same pass (a saved tensor's payload), each part by its reader, to a
+      // destination that is not 16-byte aligned: the same numbers and every byte.
+      std::vector<unsigned char> copy(bytes.size() + 3, 0xa5);
+      const tensor_stats c =
+          tensor_stats_compute(bytes.data(), t, count, false, {.crc32 = crc, .runner = r, .copy_to = copy.data() + 3});
+      EXPECT_EQ(c, alone) << what << (crc ? " with CRC" : "") << ", copied";
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), copy.begin() + 3)) << what << ": copy differs";
+      EXPECT_EQ(copy[0], 0xa5) << what << ": wrote before the destination";
     }
     if (crc) {
       EXPECT_EQ(alone.crc32, crc32_bytes_zlib(bytes.data(), bytes.size())) << what;

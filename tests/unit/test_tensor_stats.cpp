@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -642,6 +643,68 @@ TEST(crc32, taken_in_the_statistics_pass_equals_a_pass_of_its_own) {
     EXPECT_EQ(fused.norm, plain.norm);
     EXPECT_EQ(fused.inf_count, plain.inf_count);
     EXPECT_EQ(fused.crc32, std::optional<uint32_t>(crc32_bytes_zlib(v.data(), count * 4))) << count;
+  }
+}
+
+TEST(TensorStats, CopiedInTheSamePassEqualsACopyAndAPass) {
+  // stats_options::copy_to: what a saved tensor's capture does. Every kind of tensor, small and
+  // large (streaming stores from 1 MiB), from and to unaligned addresses; the bytes after the
+  // destination are not touched.
+  std::mt19937 gen(7);
+  auto check = [&](dtype t, size_t count, bool zero_dim, size_t src_offset, size_t dst_offset) {
+    const size_t bytes = count * dtype_size(t);
+    std::vector<unsigned char> src(bytes + src_offset);
+    for (auto &b : src) b = static_cast<unsigned char>(gen());
+    if (t == dtype::boolean)
+      for (auto &b : src) b &= 1;
+    const unsigned char *data = src.data() + src_offset;
+    std::vector<unsigned char> dst(bytes + dst_offset + 64, 0x5a);
+    for (bool crc : {false, true}) {
+      const tensor_stats plain = tensor_stats_compute(data, t, count, zero_dim, {.crc32 = crc});
+      std::fill(dst.begin(), dst.end(), 0x5a);
+      const tensor_stats copied =
+          tensor_stats_compute(data, t, count, zero_dim, {.crc32 = crc, .copy_to = dst.data() + dst_offset});
+      // NaN != NaN: compare what dump.json would hold, the values' bits.
+      auto same = [](const stat_value &a, const stat_value &b) {
+        return a.k == b.k && a.boolean == b.boolean && a.integer == b.integer &&
+               std::bit_cast<uint64_t>(a.real) == std::bit_cast<uint64_t>(b.real);
+      };
+      const std::string what = std::string(dtype_name(t)) + " x" + std::to_string(count) + (crc ? " crc" : "");
+      EXPECT_TRUE(same(copied.max, plain.max) && same(copied.min, plain.min) && same(copied.mean, plain.mean) &&
+                  same(copied.norm, plain.norm))
+          << what;
+      EXPECT_EQ(copied.nan_count, plain.nan_count) << what;
+      EXPECT_EQ(copied.inf_count, plain.inf_count) << what;
+      EXPECT_EQ(copied.crc32, plain.crc32) << what;
+      EXPECT_TRUE(std::equal(data, data + bytes, dst.begin() + dst_offset)) << what << ": copy differs";
+      EXPECT_TRUE(std::all_of(dst.begin(), dst.begin() + dst_offset, [](unsigned char b) { return b == 0x5a; }) &&
+                  std::all_of(dst.begin() + dst_offset + bytes, dst.end(), [](unsigned char b) { return b == 0x5a; }))
+          << what << ": wrote outside the destination";
+    }
+  };
+  for (dtype t : {dtype::float32, dtype::float64, dtype::float16, dtype::bfloat16, dtype::int8, dtype::int64,
+                  dtype::uint8, dtype::boolean, dtype::complex64, dtype::complex128}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{17}, size_t{4097}, size_t{65537}}) check(t, count, false, 1, 3);
+    check(t, 1, true, 0, 0);
+    check(t, (size_t{1} << 20) / dtype_size(t) + 5, false, 5, 7);  // streaming stores, parts
+  }
+}
+
+TEST(TensorStats, StreamingCopyCopiesEveryLengthAndAlignment) {
+  std::vector<unsigned char> src((size_t{1} << 20) + 300);
+  uint32_t x = 99;
+  for (auto &b : src) b = static_cast<unsigned char>((x = x * 1103515245u + 12345u) >> 24);
+  std::vector<unsigned char> dst(src.size() + 64);
+  for (size_t base : {size_t{0}, streaming_copy_min_bytes - 70}) {
+    for (size_t dst_offset : {0, 1, 8, 15}) {
+      for (size_t n = base; n < base + 140; ++n) {
+        std::fill(dst.begin(), dst.end(), 0);
+        copy_bytes_streaming(dst.data() + dst_offset, src.data() + 3, n);
+        ASSERT_TRUE(std::equal(src.begin() + 3, src.begin() + 3 + n, dst.begin() + dst_offset)) << n << " " << dst_offset;
+        ASSERT_TRUE(std::all_of(dst.begin() + dst_offset + n, dst.end(), [](unsigned char b) { return b == 0; }))
+            << n << " " << dst_offset;
+      }
+    }
   }
 }
 
