@@ -811,6 +811,12 @@ struct tprobe_session {
     return filter->slot_enabled(entry, slot);
   }
 
+  // How this session's statistics are taken in place: the config's precision, the CRC when
+  // summary_mode asks for it, large tensors' parts shared with the helper thread.
+  stats_options stats_options_here() {
+    return {.high_precision = config.precision == "high", .crc32 = filter->want_crc32(), .runner = &runner};
+  }
+
   int capture_tensor(const char *entry, const char *slot, const DLTensor *t, int requires_grad, uint64_t content) {
     if (!t) throw usage_error("tensor is NULL");
     if (!slot_wanted(entry, slot)) {
@@ -842,8 +848,7 @@ struct tprobe_session {
         (contiguous || bytes <= STRIDED_SCRATCH_MAX)) {
       // Nothing of the data must leave: one read pass here is cheaper than a copy plus a pass
       // in another process, and no pass at all when these very bytes were read just before.
-      const stats_options o{.high_precision = config.precision == "high", .crc32 = filter->want_crc32(),
-                            .runner = &runner};
+      const stats_options o = stats_options_here();
       if (!contiguous) {
         // A view (a transpose, a slice): gathered in C order, as the copy a stage would read, so
         // the sums run in the same order; into memory kept for the next one, not shipped away.
@@ -862,10 +867,11 @@ struct tprobe_session {
       auto *dst = static_cast<std::byte *>(frame.data());
       if (bytes && contiguous && (h.flags & RECORD_FLAG_SAVE)) {
         // A saved tensor's statistics go into dump.json too: taken in the copy's own pass (from
-        // L2, piece by piece), they cost about what the copy costs alone, where the statistics
-        // stage would read the whole payload again from memory.
-        const stats_options o{.high_precision = config.precision == "high", .crc32 = filter->want_crc32(),
-                              .runner = &runner, .copy_to = dst};
+        // L2, piece by piece), a large tensor's cost about what its copy costs alone (measured:
+        // docs/performance.md), where the statistics stage would read the whole payload again
+        // from memory; a small one's are a pass over bytes still in cache.
+        stats_options o = stats_options_here();
+        o.copy_to = dst;
         h.stats = tensor_stats_compute(src, h.type, h.element_count(), h.shape.empty(), o);
       } else if (bytes) {
         if (contiguous) copy_bytes_streaming(dst, src, bytes);

@@ -436,7 +436,7 @@ tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool 
   // Real dtypes hash in the statistics pass (accumulate_all); the others in a pass of their own.
   std::optional<uint32_t> *fused_crc = options.crc32 ? &s.crc32 : nullptr;
   if (options.crc32 && (t == dtype::boolean || dtype_is_complex(t))) {
-    s.crc32 = crc32_bytes(data, count * dtype_size(t));
+    s.crc32 = crc32_bytes(data, bytes);
     fused_crc = nullptr;
   }
   auto acc = [&](accumulate_fn fn) { return accumulate_parts(fn, p, count, es, fused_crc, options.runner, to); };
