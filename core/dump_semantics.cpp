@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
+#include <type_traits>
 
 namespace tprobe {
 
@@ -290,26 +291,14 @@ bool entry_allocates_only(std::string_view entry) {
 
 nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t) {
   ojson j = ojson::object();
-  j["type"] = t.type;
-  j["dtype"] = t.dtype;
-  j["shape"] = t.shape ? *t.shape : std::vector<int64_t>{};
-  const tensor_stats none;
-  const tensor_stats &s = t.stats ? *t.stats : none;
-  j["Max"] = stat_json(s.max);
-  j["Min"] = stat_json(s.min);
-  j["Mean"] = stat_json(s.mean);
-  j["Norm"] = stat_json(s.norm);
-  j["requires_grad"] = t.requires_grad;
-  if (t.uninitialized) {
-    j["uninitialized"] = true;
-    return j;  // no file, no checksum: nothing worth reading was there
-  }
-  if (!t.data_name.empty()) j["data_name"] = t.data_name;
-  if (s.crc32) {
-    char hex[9];
-    std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(*s.crc32));
-    j["md5"] = hex;
-  }
+  auto &fields = static_cast<ojson::object_t::Container &>(j.get_ref<ojson::object_t &>());
+  fields.reserve(11);
+  tensor_leaf_fields(t, [&](std::string_view key, const auto &value) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::string_view>)
+      fields.emplace_back(std::string(key), ojson(std::string(value)));
+    else
+      fields.emplace_back(std::string(key), ojson(value));
+  });
   return j;
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -195,6 +196,38 @@ struct tensor_facts {
 // §1.6, PyTorch key order: type, dtype, shape, Max, Min, Mean, Norm, requires_grad,
 // [data_name], [md5] (md5 = the CRC-32 as 8 lowercase hex digits, when computed).
 nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t);
+// The same leaf as text, appended to `out`: exactly pyjson_dump(tensor_leaf_json(t), 1), without
+// the tree (for pyjson_fragment; the writer keeps its leaves so). Defined in dump_text.cpp.
+void tensor_leaf_text_append(std::string &out, const tensor_facts &t);
+
+// The leaf's fields in the order above, for every rendering of it: emit(key, value) with a value
+// that is a std::string_view, the shape (const std::vector<int64_t> &) or a scalar ordered_json
+// (null, bool or number: nothing allocated).
+template <typename Emit>
+void tensor_leaf_fields(const tensor_facts &t, Emit &&emit) {
+  using ojson = nlohmann::ordered_json;
+  static const std::vector<int64_t> no_shape;
+  emit("type", t.type);
+  emit("dtype", t.dtype);
+  emit("shape", t.shape ? *t.shape : no_shape);
+  const tensor_stats none;
+  const tensor_stats &s = t.stats ? *t.stats : none;
+  emit("Max", stat_json(s.max));
+  emit("Min", stat_json(s.min));
+  emit("Mean", stat_json(s.mean));
+  emit("Norm", stat_json(s.norm));
+  emit("requires_grad", ojson(t.requires_grad));
+  if (t.uninitialized) {
+    emit("uninitialized", ojson(true));
+    return;  // no file, no checksum: nothing worth reading was there
+  }
+  if (!t.data_name.empty()) emit("data_name", t.data_name);
+  if (s.crc32) {
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(*s.crc32));
+    emit("md5", std::string_view(hex, 8));
+  }
+}
 
 // Non-tensor values (§1.7), built from typed facts. Reals: NaN and ±Inf cannot travel as JSON
 // text (the capture's value records are JSON), so they are spelled as Python prints them:

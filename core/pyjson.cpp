@@ -119,6 +119,19 @@ inline void append_newline_indent(std::string &out, int indent, int level) {
   out.append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
 }
 
+// A fragment's text was written at level 0: every line after its first moves right by the
+// level's indentation (a JSON text's newlines are all structural: strings escape theirs).
+void append_reindented(std::string &out, std::string_view text, int level) {
+  while (true) {
+    const size_t nl = text.find('\n');
+    if (nl == std::string_view::npos) break;
+    out.append(text.data(), nl + 1);
+    out.append(static_cast<size_t>(level), ' ');
+    text.remove_prefix(nl + 1);
+  }
+  out.append(text);
+}
+
 void dump_value(std::string &out, const json &v, int indent, int level) {
   switch (v.type()) {
     case json::value_t::null: out.append("null", 4); return;
@@ -187,8 +200,13 @@ void dump_value(std::string &out, const json &v, int indent, int level) {
       out.push_back('}');
       return;
     }
-    case json::value_t::binary:
-      throw usage_error("pyjson_dump: a binary value has no JSON text");
+    case json::value_t::binary: {
+      if (!pyjson_is_fragment(v)) throw usage_error("pyjson_dump: a binary value has no JSON text");
+      const std::string_view text = pyjson_fragment_text(v);
+      if (indent == 1) append_reindented(out, text, level);
+      else dump_value(out, pyjson_parse(text, "a JSON fragment"), indent, level);
+      return;
+    }
     case json::value_t::discarded:
       throw usage_error("pyjson_dump: a discarded value has no JSON text");
   }
@@ -643,6 +661,30 @@ std::string py_float_repr(double d) {
   py_float_repr_append(s, d);
   return s;
 }
+
+namespace {
+// "tpjs": marks the binary values that hold a fragment's text.
+constexpr std::uint64_t fragment_subtype = 0x74706a73;
+}  // namespace
+
+nlohmann::ordered_json pyjson_fragment(std::string_view text_at_indent_1) {
+  const auto *p = reinterpret_cast<const std::uint8_t *>(text_at_indent_1.data());
+  return json::binary(json::binary_t::container_type(p, p + text_at_indent_1.size()), fragment_subtype);
+}
+
+bool pyjson_is_fragment(const nlohmann::ordered_json &v) {
+  if (!v.is_binary()) return false;
+  const auto &b = *v.get_ptr<const json::binary_t *>();
+  return b.has_subtype() && b.subtype() == fragment_subtype;
+}
+
+std::string_view pyjson_fragment_text(const nlohmann::ordered_json &v) {
+  if (!pyjson_is_fragment(v)) return {};
+  const auto &b = *v.get_ptr<const json::binary_t *>();
+  return {reinterpret_cast<const char *>(b.data()), b.size()};
+}
+
+void pyjson_string_append(std::string &out, std::string_view s) { append_string(out, s); }
 
 void pyjson_dump_append(std::string &out, const nlohmann::ordered_json &v, int indent) {
   dump_value(out, v, indent, 0);

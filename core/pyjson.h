@@ -25,10 +25,27 @@ namespace tprobe {
 // indent < 0 gives Python's json.dumps(v) with no indent (one line, separators ", " and ": ").
 // Floats are written as repr(float), NaN as NaN, ±inf as Infinity / -Infinity, integers
 // (int64 or uint64) as integers, non-ASCII as \uXXXX (surrogate pairs above U+FFFF).
-// Throws usage_error for values JSON has no text for (binary, discarded).
+// Throws usage_error for values JSON has no text for (binary values other than fragments,
+// discarded).
 [[nodiscard]] std::string pyjson_dump(const nlohmann::ordered_json &v, int indent = 1);
 // Same, appended to `out` (no clearing; reuse the buffer to avoid reallocations).
 void pyjson_dump_append(std::string &out, const nlohmann::ordered_json &v, int indent = 1);
+
+// A fragment: a value held as its text, the text pyjson_dump(value, 1) writes for it. A document
+// rewritten many times (the writer's dump.json: every few seconds and at each step's end) keeps
+// its leaves this way, because a tensor leaf's dozen tree nodes cost more to build, walk and free
+// than its text costs to copy. pyjson_dump writes a fragment as the value it holds: at indent 1
+// its text, re-indented to the depth where it sits; at any other indent, parsed and written as a
+// tree. The text is not checked when the fragment is made: give only text that pyjson_dump (or a
+// renderer tested against it, such as tensor_leaf_text_append) wrote at indent 1 and level 0.
+// (Held as an nlohmann binary value with a subtype of its own; other binary values still throw.)
+[[nodiscard]] nlohmann::ordered_json pyjson_fragment(std::string_view text_at_indent_1);
+[[nodiscard]] bool pyjson_is_fragment(const nlohmann::ordered_json &v);
+// A fragment's text (empty for any other value).
+[[nodiscard]] std::string_view pyjson_fragment_text(const nlohmann::ordered_json &v);
+
+// Python's json.dumps(s) for one string, appended to `out`: for renderers of fragments.
+void pyjson_string_append(std::string &out, std::string_view s);
 
 // Python's repr(float): shortest round-trip digits, fixed notation when the decimal exponent is
 // in [-4, 16), exponent notation otherwise ("1e-05", "0.0001", "1e+16", "1000000000000000.0",

@@ -239,6 +239,42 @@ TEST(DumpSemantics, TensorLeafKeyOrder) {
   EXPECT_EQ(tensor_type_default("numpy"), "numpy.ndarray");
 }
 
+// The writer keeps its leaves as text (tensor_leaf_text_append): the same bytes as the tree's,
+// for every kind of statistic, shape, name and flag.
+TEST(DumpSemantics, TensorLeafTextIsTheTreesText) {
+  const std::vector<std::vector<int64_t>> shapes = {{}, {0}, {7}, {2, 3}, {1, 1, 4096, 3}, {-1}};
+  std::vector<tensor_stats> stats(6);
+  stats[1].max = stat_value::of_real(1.5), stats[1].min = stat_value::of_real(-1e-300);
+  stats[1].mean = stat_value::of_real(std::nan("")), stats[1].norm = stat_value::of_real(-INFINITY);
+  stats[2].max = stat_value::of_bool(true), stats[2].min = stat_value::of_bool(false);
+  stats[2].mean = stat_value::of_real(0.5), stats[2].norm = stat_value::none();
+  stats[3].max = stat_value::of_int(INT64_MIN), stats[3].min = stat_value::of_int(42);
+  stats[3].crc32 = 0u;
+  stats[4].mean = stat_value::of_real(1e16), stats[4].norm = stat_value::of_real(0.1);
+  stats[4].crc32 = 0xdeadbeefu;
+  stats[5].max = stat_value::of_real(-0.0);
+  int cases = 0;
+  for (const auto &shape : shapes)
+    for (size_t si = 0; si <= stats.size(); ++si)
+      for (const bool requires_grad : {false, true})
+        for (const std::string_view data_name : {std::string_view{}, std::string_view{"X.0.forward.input.0.npy"}})
+          for (const bool uninitialized : {false, true})
+            for (const std::string_view type : {std::string_view{"torch.Tensor"}, std::string_view{"t\"\u00e9\n"}}) {
+              const tensor_facts facts{type,          "torch.float32", &shape, si < stats.size() ? &stats[si] : nullptr,
+                                       requires_grad, data_name,       uninitialized};
+              std::string text = "kept";
+              tensor_leaf_text_append(text, facts);
+              ASSERT_EQ(text, "kept" + pyjson_dump(tensor_leaf_json(facts), 1))
+                  << "shape size " << shape.size() << ", stats " << si << ", name " << data_name;
+              ++cases;
+            }
+  EXPECT_EQ(cases, 6 * 7 * 2 * 2 * 2 * 2);
+  // A shape pointer left null is the empty shape, as in the tree.
+  std::string text;
+  tensor_leaf_text_append(text, {"torch.Tensor", "torch.int8", nullptr, nullptr, false, ""});
+  EXPECT_EQ(text, pyjson_dump(tensor_leaf_json({"torch.Tensor", "torch.int8", nullptr, nullptr, false, ""}), 1));
+}
+
 TEST(DumpSemantics, ValueLeaves) {
   EXPECT_EQ(value_bool(true).dump(), R"({"type":"bool","value":true})");
   EXPECT_EQ(value_int(-7).dump(), R"({"type":"int","value":-7})");

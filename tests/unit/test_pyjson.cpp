@@ -349,6 +349,41 @@ TEST(PyJson, ByteOrderMarkIsSkipped) { EXPECT_EQ(pyjson_parse("\xEF\xBB\xBF[1]",
 
 TEST(PyJson, BinaryValuesCannotBeWritten) {
   EXPECT_THROW((void)pyjson_dump(json::binary({1, 2})), usage_error);
+  EXPECT_THROW((void)pyjson_dump(json::binary({1, 2}, 7)), usage_error);  // another subtype
+  EXPECT_FALSE(pyjson_is_fragment(json::binary({1, 2})));
+  EXPECT_EQ(pyjson_fragment_text(json::array()), "");
+}
+
+// A fragment is written as the value it holds, wherever it sits and at every indent: the same
+// bytes as the tree it replaces.
+TEST(PyJson, FragmentsAreWrittenAsTheValuesTheyHold) {
+  const json leaf = {{"type", "torch.Tensor"},
+                     {"shape", {2, 3}},
+                     {"Max", 1.5},
+                     {"Min", nullptr},
+                     {"nested", {{"a", json::array()}, {"b", json::object()}, {"c", {1, {2, 3}}}}},
+                     {"text", "line\nbreak \u00e9"}};
+  const std::vector<json> values = {leaf, json::array(), json::object(), json(2.5), json(nullptr), json("x\ny"),
+                                    json::array({leaf, leaf})};
+  for (const auto &value : values) {
+    const json fragment = pyjson_fragment(pyjson_dump(value, 1));
+    ASSERT_TRUE(pyjson_is_fragment(fragment));
+    EXPECT_EQ(pyjson_fragment_text(fragment), pyjson_dump(value, 1));
+    // At the top, in an array, as an object's value four levels down, beside ordinary values.
+    const auto place = [](const json &v) {
+      json doc = {{"task", "statistics"}, {"data", {{"X.0.forward", {{"input_args", json::array({v, 7})}}}}}};
+      doc["data"]["X.0.forward"]["output"] = json::array({json::object({{"k", v}}), v});
+      return doc;
+    };
+    for (const int indent : {1, -1, 0, 2, 4}) {
+      EXPECT_EQ(pyjson_dump(fragment, indent), pyjson_dump(value, indent)) << value.dump() << " indent " << indent;
+      EXPECT_EQ(pyjson_dump(place(fragment), indent), pyjson_dump(place(value), indent))
+          << value.dump() << " indent " << indent;
+    }
+    std::string appended = "prefix";
+    pyjson_dump_append(appended, place(fragment), 1);
+    EXPECT_EQ(appended, "prefix" + pyjson_dump(place(value), 1));
+  }
 }
 
 TEST(PyJson, LargeDocumentRoundTrips) {

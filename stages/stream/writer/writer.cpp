@@ -107,6 +107,7 @@ class dump_writer {
           // Freeing a step's JSON tree takes a millisecond or more: not while the training
           // thread waits on this step's barrier, which stage_io answers at the next receive.
           finished_ = std::make_unique<dump_doc>(std::move(it->second));
+          if (last_doc_ == &*it) last_doc_ = nullptr;
           docs_.erase(it);
         }
         return;
@@ -155,9 +156,17 @@ class dump_writer {
   }
 
   dump_doc &doc(const record_header &h) {
+    // Records come a step and rank at a time: the last folder is almost always the one (and a
+    // key would copy the run's id, a malloc per record).
+    if (last_doc_ && last_doc_->first.step == h.step && last_doc_->first.rank == h.rank &&
+        last_doc_->first.run == h.run)
+      return last_doc_->second;
     const doc_key key{h.step, h.rank, h.run};
     auto it = docs_.find(key);
-    if (it != docs_.end()) return it->second;
+    if (it != docs_.end()) {
+      last_doc_ = &*it;
+      return it->second;
+    }
     dump_doc d;
     d.session = session(h);
     const std::string root = options_.dump_path.empty() ? d.session.dump_path : options_.dump_path;
@@ -184,7 +193,8 @@ class dump_writer {
     }
     reopened_.insert(d.dir);
     ++result_.dumps;
-    return docs_.emplace(key, std::move(d)).first->second;
+    last_doc_ = &*docs_.emplace(key, std::move(d)).first;
+    return last_doc_->second;
   }
 
   static void load_stacks(dump_doc &d) {
@@ -211,17 +221,23 @@ class dump_writer {
     auto &entries = static_cast<json::object_t::Container &>(d.data.get_ref<json::object_t &>());
     if (auto it = d.entry_index.find(entry); it != d.entry_index.end()) return entries[it->second].second;
     json e = json::object();
+    // Appended to the ordered map's vector directly: operator[] would search the keys first.
+    auto &sections = static_cast<json::object_t::Container &>(e.get_ref<json::object_t &>());
+    sections.reserve(4);
     const data_mode_filter &modes = d.session.data_mode;
     const entry_name name = entry_parse(entry);
-    const bool is_recompute_known = meta && meta->is_object() && meta->contains("is_recompute");
+    const json *is_recompute = nullptr;
+    if (meta && meta->is_object())
+      if (const auto it = meta->find("is_recompute"); it != meta->end()) is_recompute = &*it;
     // The sections msprobe's analyze_forward / analyze_backward write, empty until filled.
     if (name.is_forward()) {
-      if (modes.forward() && modes.input()) e["input_args"] = json::array(), e["input_kwargs"] = json::object();
-      if (is_recompute_known && !name.is_module()) e["is_recompute"] = (*meta)["is_recompute"];
-      if (modes.forward() && modes.output()) e["output"] = json::array();
+      if (modes.forward() && modes.input())
+        sections.emplace_back("input_args", json::array()), sections.emplace_back("input_kwargs", json::object());
+      if (is_recompute && !name.is_module()) sections.emplace_back("is_recompute", *is_recompute);
+      if (modes.forward() && modes.output()) sections.emplace_back("output", json::array());
     } else if (name.is_backward()) {
-      if (modes.backward() && modes.input()) e["input"] = json::array();
-      if (modes.backward() && modes.output()) e["output"] = json::array();
+      if (modes.backward() && modes.input()) sections.emplace_back("input", json::array());
+      if (modes.backward() && modes.output()) sections.emplace_back("output", json::array());
     }
     ++result_.entries;
     d.dirty = true;
@@ -271,6 +287,7 @@ class dump_writer {
     d.dirty = true;
   }
 
+  // The leaf as a fragment (pyjson.h): its text, made once, copied into every rewrite of dump.json.
   json tensor_leaf(const record &r, dump_doc &d, const std::string &data_name) {
     const auto &h = r.header;
     const std::string type = h.tensor_type.empty() ? tensor_type_default(d.session.framework) : h.tensor_type;
@@ -278,8 +295,10 @@ class dump_writer {
     const std::string dtype =
         h.foreign_dtype.empty() ? dtype_framework_name(h.type, d.session.framework) : h.foreign_dtype;
     // No stats: a statistics-less tensor, Max/Min/Mean/Norm null.
-    return tensor_leaf_json({type, dtype, &h.shape, h.stats ? &*h.stats : nullptr, h.requires_grad, data_name,
-                             (h.flags & RECORD_FLAG_UNINITIALIZED) != 0});
+    leaf_text_.clear();
+    tensor_leaf_text_append(leaf_text_, {type, dtype, &h.shape, h.stats ? &*h.stats : nullptr, h.requires_grad,
+                                         data_name, (h.flags & RECORD_FLAG_UNINITIALIZED) != 0});
+    return pyjson_fragment(leaf_text_);
   }
 
   std::string save_tensor(const record &r, dump_doc &d) {
@@ -340,7 +359,9 @@ class dump_writer {
       if (r.has_payload() && (h.flags & RECORD_FLAG_SAVE)) data_name = save_tensor(r, d);
       leaf = tensor_leaf(r, d, data_name);
     } else {
-      leaf = h.meta;
+      leaf_text_.clear();
+      pyjson_dump_append(leaf_text_, h.meta, 1);
+      leaf = pyjson_fragment(leaf_text_);
     }
 
     // A module forward keeps is_recompute last, after a section that arrives later (parameters),
@@ -406,8 +427,10 @@ class dump_writer {
 
   writer_stage_options options_;
   writer_stage_result result_;
+  std::string leaf_text_;  // a leaf's text while it is made (its buffer kept from record to record)
   std::map<std::string, session_info> sessions_;
   std::map<doc_key, dump_doc> docs_;
+  std::map<doc_key, dump_doc>::value_type *last_doc_ = nullptr;  // the folder doc() gave last
   std::unique_ptr<dump_doc> finished_;
   std::set<std::string> reopened_;
   clock_type::time_point next_flush_ = clock_type::now();

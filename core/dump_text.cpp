@@ -1,0 +1,46 @@
+// tensor_leaf_text_append (dump_semantics.h) lives apart from dump_semantics.cpp because it writes
+// through pyjson: the PyTorch capture compiles dump_semantics.cpp into its own library, with
+// LibTorch's string ABI, and takes nothing else of core.
+#include <charconv>
+#include <string>
+#include <type_traits>
+
+#include "dump_semantics.h"
+#include "pyjson.h"
+
+namespace tprobe {
+
+void tensor_leaf_text_append(std::string &out, const tensor_facts &t) {
+  // Python's json.dump(leaf, indent=1) at level 0: one key a line at one space, the shape's
+  // items at two.
+  out.push_back('{');
+  bool first = true;
+  tensor_leaf_fields(t, [&](std::string_view key, const auto &value) {
+    out.append(first ? "\n \"" : ",\n \"");
+    first = false;
+    out.append(key);  // the keys above are plain ASCII
+    out.append("\": ");
+    using value_type = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<value_type, std::string_view>) {
+      pyjson_string_append(out, value);
+    } else if constexpr (std::is_same_v<value_type, std::vector<int64_t>>) {
+      if (value.empty()) {
+        out.append("[]");
+        return;
+      }
+      out.push_back('[');
+      for (size_t i = 0; i < value.size(); ++i) {
+        out.append(i == 0 ? "\n  " : ",\n  ");
+        char buf[24];
+        const auto r = std::to_chars(buf, buf + sizeof buf, value[i]);
+        out.append(buf, static_cast<size_t>(r.ptr - buf));
+      }
+      out.append("\n ]");
+    } else {
+      pyjson_dump_append(out, value, 1);
+    }
+  });
+  out.append("\n}");
+}
+
+}  // namespace tprobe
