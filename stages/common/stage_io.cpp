@@ -167,8 +167,20 @@ struct stage_io::impl {
       case record_kind::synced:
       case record_kind::control:
       case record_kind::final: return receive_file();  // connection control, meaningless in a file
-      default: ++counts.received; return r;
+      default:
+        ++counts.received;
+        // A recording keeps the stream's stack ids (record.h section 5) as they were sent: a
+        // stack's lines once, then its id, across steps.
+        note_stack(*r);
+        return r;
     }
+  }
+
+  // The lines behind a stack id, for this stage's outputs and for record_stack_lines.
+  static void note_stack(const record &r) {
+    if (const auto id = record_stack_id(r.header))  // entry records only
+      if (auto it = r.header.meta.find("stack"); it != r.header.meta.end() && it->is_array())
+        stack_book_define(r.header.run, *id, *it);
   }
 
   std::optional<record> receive() {
@@ -298,10 +310,7 @@ struct stage_io::impl {
           }
         }
         ++counts.received;
-        // The lines behind a stack id, for this stage's outputs and for record_stack_lines.
-        if (const auto id = record_stack_id(r.header))  // entry records only
-          if (auto it = r.header.meta.find("stack"); it != r.header.meta.end() && it->is_array())
-            stack_book_define(r.header.run, *id, *it);
+        note_stack(r);
         if (tap && outputs.empty()) publish_consumed(r);
         return r;
     }

@@ -248,3 +248,40 @@ TEST(stage_harness, capture_api_record_file_through_stats_in_process) {
   EXPECT_EQ(out.front().header.kind, record_kind::session);
   EXPECT_EQ(out.back().header.kind, record_kind::step_end);
 }
+
+TEST(stage_harness, a_recording_replayed_by_the_writer_keeps_stacks_sent_once_across_steps) {
+  // The capture sends a call stack's lines once and its id after that (record.h section 5), also
+  // into a record file. A writer replaying the file in another process (where no session defined
+  // the id) must find the lines of a stack first seen in an earlier step.
+  test::temp_dir dir;
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "statistics", "dump_path": ")" + dir.path() + R"(/unused", "level": "L1"})");
+  const std::string file = dir / "stream.tpr";
+  tprobe_open_options options = tprobe_open_options_default();
+  options.endpoint = file.c_str();
+  tprobe_session *session = nullptr;
+  ASSERT_EQ(tprobe_session_open(config.c_str(), &options, &session), TPROBE_OK) << tprobe_last_error();
+  const char *stack[] = {"File \"train.py\", line 7, in step, \n loss = model(x)"};
+  float values[2] = {1, -2};
+  int64_t shape[1] = {2};
+  const DLTensor t = test::float_tensor(values, shape);
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_EQ(tprobe_start(session), TPROBE_OK) << tprobe_last_error();
+    ASSERT_EQ(tprobe_entry_begin(session, "Functional.relu.0.forward", nullptr, stack, 1, 0), TPROBE_OK)
+        << tprobe_last_error();
+    ASSERT_EQ(tprobe_capture_tensor(session, "Functional.relu.0.forward", "output.0", &t, 0), TPROBE_OK)
+        << tprobe_last_error();
+    ASSERT_EQ(tprobe_stop(session), TPROBE_OK);
+    ASSERT_EQ(tprobe_step(session), TPROBE_OK);
+  }
+  ASSERT_EQ(tprobe_session_close(session), TPROBE_OK) << tprobe_last_error();
+
+  const auto run = test::run_process({test::bin("tprobe-writer"), "--input", file, "--dump-path", dir / "dump"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  for (const char *step : {"step0", "step1"}) {
+    const auto stacks = pyjson_load_file(dir.path() + "/dump/" + step + "/rank/stack.json");
+    ASSERT_EQ(stacks.size(), 1u) << step;
+    EXPECT_EQ(stacks["0"][0], nlohmann::ordered_json::array({"Functional.relu.0.forward"})) << step;
+    EXPECT_EQ(stacks["0"][1], nlohmann::ordered_json::array({stack[0]})) << step;
+  }
+}
