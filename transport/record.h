@@ -413,6 +413,8 @@ class record_file_reader {
   std::string path_;
   std::FILE *file_ = nullptr;
   uint64_t offset_ = 0;
+  // Where frames may end, as measured last: min(file size, offset + RECORD_FILE_MAX_FRAME).
+  uint64_t measured_end_ = 0;
 };
 
 // Statistics as the msgpack "stats" map and back (also used by the tap).

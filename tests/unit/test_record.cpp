@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 
 #include <gtest/gtest.h>
@@ -609,6 +610,55 @@ TEST(record_file, huge_frame_length_is_corrupt_input_not_an_allocation) {
       EXPECT_NE(what.find("only 4 bytes are left"), std::string::npos) << what;
     }
   }
+}
+
+// The reader measures the file only when a frame would end past what it measured last: a file
+// still being written (a recording read while the run goes on) is read as far as it has grown,
+// and a frame longer than what is left is still caught after good records.
+TEST(record_file, a_growing_file_is_read_as_it_grows_and_a_late_bad_length_is_still_caught) {
+  test::temp_dir dir;
+  // Each record alone in a file, to splice them (a record file is the magic, then records).
+  const auto record_bytes = [&](std::vector<int64_t> shape) {
+    const std::string path = dir / "one.tpr";
+    {
+      record_file_writer w(path);
+      w.write(tensor_record(std::move(shape)));
+      w.close();
+    }
+    return test::read_file(path).substr(RECORD_FILE_MAGIC.size());
+  };
+  const std::string magic(RECORD_FILE_MAGIC);
+  const std::string small = record_bytes({4}), large = record_bytes({256});
+  std::string bad = record_bytes({8});
+  const uint64_t claimed = 4096;  // its header frame's length, past the end of the file
+  std::memcpy(bad.data() + 1, &claimed, sizeof claimed);
+
+  const std::string path = dir / "stream.tpr";
+  test::write_file(path, magic + small + large + bad);
+  record_file_reader rd(path);
+  for (const int64_t n : {4, 256}) {
+    const auto r = rd.read();
+    ASSERT_TRUE(r) << n;
+    EXPECT_EQ(r->header.shape, (std::vector<int64_t>{n}));
+  }
+  try {
+    rd.read();
+    FAIL() << "a 4096-byte frame at the end of the file was read";
+  } catch (const framing_error &e) {
+    EXPECT_NE(std::string(e.what()).find("bytes are left in the file"), std::string::npos) << e.what();
+  }
+
+  // A record appended after the reader measured the file is read, not taken for a bad length.
+  test::write_file(path, magic + small);
+  record_file_reader tail(path);
+  ASSERT_TRUE(tail.read());
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::app);
+    f << large;
+  }
+  const auto appended = tail.read();
+  ASSERT_TRUE(appended);
+  EXPECT_EQ(appended->header.shape, (std::vector<int64_t>{256}));
 }
 
 // The fuzzer ran out of file descriptors: a reader whose constructor threw on a bad magic never

@@ -106,6 +106,7 @@ class dump_writer {
           write_doc(it->second);
           // Freeing a step's JSON tree takes a millisecond or more: not while the training
           // thread waits on this step's barrier, which stage_io answers at the next receive.
+          entries_expected_ = std::max(entries_expected_, it->second.data.size());
           finished_ = std::make_unique<dump_doc>(std::move(it->second));
           if (last_doc_ == &*it) last_doc_ = nullptr;
           docs_.erase(it);
@@ -192,6 +193,9 @@ class dump_writer {
       load_stacks(d);
     }
     reopened_.insert(d.dir);
+    // A step has about as many entries as the one before. Reserved now, the entries are never
+    // moved: a key is const, so a growing vector copied every entry's tree each time it doubled.
+    static_cast<json::object_t::Container &>(d.data.get_ref<json::object_t &>()).reserve(entries_expected_);
     ++result_.dumps;
     last_doc_ = &*docs_.emplace(key, std::move(d)).first;
     return last_doc_->second;
@@ -427,6 +431,7 @@ class dump_writer {
 
   writer_stage_options options_;
   writer_stage_result result_;
+  size_t entries_expected_ = 256;  // entries reserved for a new folder: the most a finished one had
   std::string leaf_text_;  // a leaf's text while it is made (its buffer kept from record to record)
   std::map<std::string, session_info> sessions_;
   std::map<doc_key, dump_doc> docs_;
