@@ -39,6 +39,15 @@ void pack_float64(packer_t &p, double d) {
 }
 
 void pack_str(packer_t &p, std::string_view s) {
+  // Most strings of a header (its keys, names, the run's id) fit a fixstr: marker and body go to
+  // the buffer in one write rather than two (a header has some thirty strings).
+  if (s.size() < 32) {
+    char buf[32];
+    buf[0] = static_cast<char>(0xa0 | s.size());
+    std::memcpy(buf + 1, s.data(), s.size());
+    p.pack_bin_body(buf, static_cast<uint32_t>(s.size() + 1));  // raw bytes, as pack_float64
+    return;
+  }
   p.pack_str(static_cast<uint32_t>(s.size()));
   p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
@@ -113,6 +122,13 @@ void pack_stat(packer_t &p, const stat_value &v) {
   }
 }
 
+// key == literal with the literal's length known here, so that the comparison is a load or two,
+// not a call to memcmp: a header's dozen keys are each compared with several names.
+template <size_t N>
+inline bool key_is(std::string_view key, const char (&literal)[N]) {
+  return key.size() == N - 1 && std::memcmp(key.data(), literal, N - 1) == 0;
+}
+
 // Decoding helpers: each names the key so that a framing_error says what was wrong.
 [[noreturn]] void bad_key(std::string_view key, std::string_view expected) {
   throw framing_error(fmt::format("header key \"{}\" is not {}", key, expected));
@@ -159,14 +175,15 @@ tensor_stats as_stats(const msgpack::object &o) {
   tensor_stats s;
   for (uint32_t i = 0; i < o.via.map.size; ++i) {
     const auto &kv = o.via.map.ptr[i];
-    const std::string key = as_str(kv.key, "stats");
-    if (key == "max") s.max = as_stat(kv.val, "stats.max");
-    else if (key == "min") s.min = as_stat(kv.val, "stats.min");
-    else if (key == "mean") s.mean = as_stat(kv.val, "stats.mean");
-    else if (key == "norm") s.norm = as_stat(kv.val, "stats.norm");
-    else if (key == "nan") s.nan_count = as_uint(kv.val, "stats.nan");
-    else if (key == "inf") s.inf_count = as_uint(kv.val, "stats.inf");
-    else if (key == "crc32") {
+    if (kv.key.type != msgpack::type::STR) bad_key("stats", "a map with string keys");
+    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+    if (key_is(key, "max")) s.max = as_stat(kv.val, "stats.max");
+    else if (key_is(key, "min")) s.min = as_stat(kv.val, "stats.min");
+    else if (key_is(key, "mean")) s.mean = as_stat(kv.val, "stats.mean");
+    else if (key_is(key, "norm")) s.norm = as_stat(kv.val, "stats.norm");
+    else if (key_is(key, "nan")) s.nan_count = as_uint(kv.val, "stats.nan");
+    else if (key_is(key, "inf")) s.inf_count = as_uint(kv.val, "stats.inf");
+    else if (key_is(key, "crc32")) {
       const uint64_t crc = as_uint(kv.val, "stats.crc32");
       if (crc > UINT32_MAX) bad_key("stats.crc32", "a 32-bit value");
       s.crc32 = static_cast<uint32_t>(crc);
@@ -339,22 +356,22 @@ record_header record_header_decode(std::span<const std::byte> frame) {
     if (kv.key.type != msgpack::type::STR) throw framing_error("header map has a key that is not a string");
     const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
     const msgpack::object &v = kv.val;
-    if (key == "kind") {
+    if (key_is(key, "kind")) {
       const std::string name = as_str(v, key);
       auto k = record_kind_from_name(name);
       if (!k) throw framing_error(fmt::format("unknown record kind \"{}\"", name));
       h.kind = *k;
       have_kind = true;
-    } else if (key == "run") h.run = as_str(v, key);
-    else if (key == "rank") {
+    } else if (key_is(key, "run")) h.run = as_str(v, key);
+    else if (key_is(key, "rank")) {
       const int64_t r = as_int(v, key);
       if (r < -1 || r > INT32_MAX) bad_key(key, "a rank (-1 or a non-negative int32)");
       h.rank = static_cast<int32_t>(r);
-    } else if (key == "step") h.step = as_int(v, key);
-    else if (key == "seq") h.seq = as_uint(v, key);
-    else if (key == "entry") h.entry = as_str(v, key);
-    else if (key == "slot") h.slot = as_str(v, key);
-    else if (key == "path") {
+    } else if (key_is(key, "step")) h.step = as_int(v, key);
+    else if (key_is(key, "seq")) h.seq = as_uint(v, key);
+    else if (key_is(key, "entry")) h.entry = as_str(v, key);
+    else if (key_is(key, "slot")) h.slot = as_str(v, key);
+    else if (key_is(key, "path")) {
       if (v.type != msgpack::type::ARRAY) bad_key(key, "an array");
       h.path.emplace();
       for (uint32_t j = 0; j < v.via.array.size; ++j) {
@@ -362,17 +379,17 @@ record_header record_header_decode(std::span<const std::byte> frame) {
         if (e.type == msgpack::type::STR) h.path->emplace_back(as_str(e, key));
         else h.path->emplace_back(as_int(e, key));
       }
-    } else if (key == "dtype") {
+    } else if (key_is(key, "dtype")) {
       const std::string name = as_str(v, key);
       auto t = dtype_from_name(name);
       if (!t) throw framing_error(fmt::format("unknown dtype \"{}\"", name));
       h.type = *t;
       have_dtype = true;
-    } else if (key == "foreign_dtype") {
+    } else if (key_is(key, "foreign_dtype")) {
       h.foreign_dtype = as_str(v, key);
       if (h.foreign_dtype.empty()) bad_key(key, "a non-empty string");
       have_dtype = true;
-    } else if (key == "shape") {
+    } else if (key_is(key, "shape")) {
       if (v.type != msgpack::type::ARRAY) bad_key(key, "an array");
       h.shape.reserve(v.via.array.size);
       for (uint32_t j = 0; j < v.via.array.size; ++j) {
@@ -381,36 +398,36 @@ record_header record_header_decode(std::span<const std::byte> frame) {
         h.shape.push_back(d);
       }
       have_shape = true;
-    } else if (key == "device") h.device = as_str(v, key);
-    else if (key == "requires_grad") h.requires_grad = as_bool(v, key);
-    else if (key == "type") h.tensor_type = as_str(v, key);
-    else if (key == "flags") {
+    } else if (key_is(key, "device")) h.device = as_str(v, key);
+    else if (key_is(key, "requires_grad")) h.requires_grad = as_bool(v, key);
+    else if (key_is(key, "type")) h.tensor_type = as_str(v, key);
+    else if (key_is(key, "flags")) {
       const uint64_t f = as_uint(v, key);
       if (f > UINT32_MAX) bad_key(key, "a 32-bit set");
       h.flags = static_cast<uint32_t>(f);
-    } else if (key == "codec") {
+    } else if (key_is(key, "codec")) {
       const std::string c = as_str(v, key);
       if (c == "raw") h.codec = record_codec::raw;
       else if (c == "lz4") h.codec = record_codec::lz4;
       else throw framing_error(fmt::format("unknown payload codec \"{}\"", c));
-    } else if (key == "length") h.length = as_uint(v, key), have_length = true;
-    else if (key == "stored") h.stored = as_uint(v, key);
-    else if (key == "shm") {
+    } else if (key_is(key, "length")) h.length = as_uint(v, key), have_length = true;
+    else if (key_is(key, "stored")) h.stored = as_uint(v, key);
+    else if (key_is(key, "shm")) {
       if (v.type != msgpack::type::MAP) bad_key(key, "a map");
       record_shm_ref ref;
       bool have_path = false, have_id = false, have_offset = false;
       for (uint32_t j = 0; j < v.via.map.size; ++j) {
         const auto &kv = v.via.map.ptr[j];
         const std::string sub = as_str(kv.key, key);
-        if (sub == "path") ref.path = as_str(kv.val, "shm.path"), have_path = true;
-        else if (sub == "id") ref.id = as_uint(kv.val, "shm.id"), have_id = true;
-        else if (sub == "offset") ref.offset = as_uint(kv.val, "shm.offset"), have_offset = true;
+        if (key_is(sub, "path")) ref.path = as_str(kv.val, "shm.path"), have_path = true;
+        else if (key_is(sub, "id")) ref.id = as_uint(kv.val, "shm.id"), have_id = true;
+        else if (key_is(sub, "offset")) ref.offset = as_uint(kv.val, "shm.offset"), have_offset = true;
       }
       if (!have_path || !have_id || !have_offset || ref.path.empty()) bad_key(key, "a map of path, id and offset");
       h.shm = std::move(ref);
     }
-    else if (key == "stats") h.stats = as_stats(v);
-    else if (key == "meta") h.meta = object_to_json(v);
+    else if (key_is(key, "stats")) h.stats = as_stats(v);
+    else if (key_is(key, "meta")) h.meta = object_to_json(v);
     // Any other key comes from a newer minor version: ignored, as the format promises.
   }
 
