@@ -341,7 +341,10 @@ record_header record_header_decode(std::span<const std::byte> frame) {
     // 5 bytes could ask for 100 GB. The depth bound keeps object_to_json's recursion short.
     const msgpack::unpack_limit limit(body_size, body_size / 2, body_size, body_size, body_size,
                                       RECORD_HEADER_MAX_DEPTH);
-    map = msgpack::unpack(zone, body, body_size, offset, nullptr, nullptr, limit);
+    // Strings and bins point into the frame rather than being copied into the zone: the objects
+    // do not outlive this function, and the frame outlives them.
+    const auto in_place = [](msgpack::type::object_type, std::size_t, void *) { return true; };
+    map = msgpack::unpack(zone, body, body_size, offset, in_place, nullptr, limit);
   } catch (const std::exception &e) {
     throw framing_error(fmt::format("header is not valid msgpack ({})", e.what()));
   }
