@@ -52,6 +52,22 @@ record step_end_barrier() {
 
 double real(const stat_value &v) { return v.as_double(); }
 
+// A capture session (statistics, L1, statistics in place) that records its stream into `file`
+// (an endpoint without "://"); null, with the test failed, when it cannot open.
+tprobe_session *recording_session(const test::temp_dir &dir, const std::string &file) {
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "statistics", "dump_path": ")" + dir.path() + R"(/dump", "level": "L1"})");
+  tprobe_open_options options = tprobe_open_options_default();
+  options.endpoint = file.c_str();
+  options.stats_mode = TPROBE_STATS_AUTO;
+  tprobe_session *session = nullptr;
+  if (tprobe_session_open(config.c_str(), &options, &session) != TPROBE_OK) {
+    ADD_FAILURE() << tprobe_last_error();
+    return nullptr;
+  }
+  return session;
+}
+
 // Records are move-only (a payload frame is shared, not copied): a list is built by moving.
 template <class... R>
 std::vector<record> list_of(R &&...rs) {
@@ -216,14 +232,9 @@ TEST(stage_harness, declared_options_check_types_and_ranges) {
 TEST(stage_harness, capture_api_record_file_through_stats_in_process) {
   // The C API writes a record file (an endpoint without "://"); stats_run reads it in process.
   test::temp_dir dir;
-  const std::string config = dir / "config.json";
-  test::write_file(config, R"({"task": "statistics", "dump_path": ")" + dir.path() + R"(/dump", "level": "L1"})");
   const std::string file = dir / "stream.tpr";
-  tprobe_open_options options = tprobe_open_options_default();
-  options.endpoint = file.c_str();
-  options.stats_mode = TPROBE_STATS_AUTO;
-  tprobe_session *session = nullptr;
-  ASSERT_EQ(tprobe_session_open(config.c_str(), &options, &session), TPROBE_OK) << tprobe_last_error();
+  tprobe_session *session = recording_session(dir, file);
+  ASSERT_NE(session, nullptr);
   ASSERT_EQ(tprobe_start(session), TPROBE_OK) << tprobe_last_error();
   float values[3] = {1, -2, 2};
   int64_t shape[1] = {3};
@@ -254,13 +265,9 @@ TEST(stage_harness, a_recording_replayed_by_the_writer_keeps_stacks_sent_once_ac
   // into a record file. A writer replaying the file in another process (where no session defined
   // the id) must find the lines of a stack first seen in an earlier step.
   test::temp_dir dir;
-  const std::string config = dir / "config.json";
-  test::write_file(config, R"({"task": "statistics", "dump_path": ")" + dir.path() + R"(/unused", "level": "L1"})");
   const std::string file = dir / "stream.tpr";
-  tprobe_open_options options = tprobe_open_options_default();
-  options.endpoint = file.c_str();
-  tprobe_session *session = nullptr;
-  ASSERT_EQ(tprobe_session_open(config.c_str(), &options, &session), TPROBE_OK) << tprobe_last_error();
+  tprobe_session *session = recording_session(dir, file);
+  ASSERT_NE(session, nullptr);
   const char *stack[] = {"File \"train.py\", line 7, in step, \n loss = model(x)"};
   float values[2] = {1, -2};
   int64_t shape[1] = {2};
