@@ -318,26 +318,33 @@ struct stage_io::impl {
 
   void send(const record &r, bool may_batch = true) {
     if (is_barrier(r)) return send_barrier(r);
-    std::vector<zmq::message_t> frames = record_encode(r);
+    // Encoded once, at the first output that takes the frames as they are: a file encodes its
+    // own, and a record sent by reference or with its stack adapted needs none of them.
+    std::optional<std::vector<zmq::message_t>> frames;
+    const auto encoded = [&]() -> std::vector<zmq::message_t> & {
+      if (!frames) frames = record_encode(r);
+      return *frames;
+    };
     const bool batchable = may_batch && record_batchable(r.header);
     for (size_t o = 0; o < outputs.size(); ++o) {
       if (outputs[o]->is_file()) {
         outputs[o]->send(r);
         continue;
       }
-      if (outputs[o]->send_by_reference(r)) continue;  // else the frames encoded once, above
+      if (outputs[o]->send_by_reference(r)) continue;
       if (auto adapted = outputs[o]->adapt_stack(r.header)) {  // an entry record: no payload
         std::vector<zmq::message_t> own;
         own.push_back(record_header_encode(*adapted));
         outputs[o]->send_frames(std::move(own), batchable);
         continue;
       }
-      std::vector<zmq::message_t> copy(frames.size());
-      for (size_t i = 0; i < frames.size(); ++i) copy[i].copy(frames[i]);  // shared, not duplicated
+      auto &all = encoded();
+      std::vector<zmq::message_t> copy(all.size());
+      for (size_t i = 0; i < all.size(); ++i) copy[i].copy(all[i]);  // shared, not duplicated
       outputs[o]->send_frames(std::move(copy), batchable);
     }
     ++counts.sent;
-    if (tap) publish_tap(r, frames);
+    if (tap) publish_tap(r, encoded());
   }
 
   static bool is_barrier(const record &r) { return record_is_barrier(r.header); }
