@@ -68,6 +68,18 @@ tprobe_session *recording_session(const test::temp_dir &dir, const std::string &
   return session;
 }
 
+// One training step of a recording session: start, Functional.relu.0.forward (with `stack`) and
+// its output `t`, stop, step.
+void relu_step(tprobe_session *session, const DLTensor &t, const char *const *stack, size_t stack_len) {
+  ASSERT_EQ(tprobe_start(session), TPROBE_OK) << tprobe_last_error();
+  ASSERT_EQ(tprobe_entry_begin(session, "Functional.relu.0.forward", nullptr, stack, stack_len, 0), TPROBE_OK)
+      << tprobe_last_error();
+  ASSERT_EQ(tprobe_capture_tensor(session, "Functional.relu.0.forward", "output.0", &t, 0), TPROBE_OK)
+      << tprobe_last_error();
+  ASSERT_EQ(tprobe_stop(session), TPROBE_OK) << tprobe_last_error();
+  ASSERT_EQ(tprobe_step(session), TPROBE_OK) << tprobe_last_error();
+}
+
 // Records are move-only (a payload frame is shared, not copied): a list is built by moving.
 template <class... R>
 std::vector<record> list_of(R &&...rs) {
@@ -235,16 +247,9 @@ TEST(stage_harness, capture_api_record_file_through_stats_in_process) {
   const std::string file = dir / "stream.tpr";
   tprobe_session *session = recording_session(dir, file);
   ASSERT_NE(session, nullptr);
-  ASSERT_EQ(tprobe_start(session), TPROBE_OK) << tprobe_last_error();
   float values[3] = {1, -2, 2};
   int64_t shape[1] = {3};
-  DLTensor t = test::float_tensor(values, shape);
-  ASSERT_EQ(tprobe_entry_begin(session, "Functional.relu.0.forward", nullptr, nullptr, 0, 0), TPROBE_OK)
-      << tprobe_last_error();
-  ASSERT_EQ(tprobe_capture_tensor(session, "Functional.relu.0.forward", "output.0", &t, 0), TPROBE_OK)
-      << tprobe_last_error();
-  ASSERT_EQ(tprobe_stop(session), TPROBE_OK);
-  ASSERT_EQ(tprobe_step(session), TPROBE_OK);
+  ASSERT_NO_FATAL_FAILURE(relu_step(session, test::float_tensor(values, shape), nullptr, 0));
   ASSERT_EQ(tprobe_session_close(session), TPROBE_OK) << tprobe_last_error();
 
   test::stage_harness h;
@@ -272,15 +277,7 @@ TEST(stage_harness, a_recording_replayed_by_the_writer_keeps_stacks_sent_once_ac
   float values[2] = {1, -2};
   int64_t shape[1] = {2};
   const DLTensor t = test::float_tensor(values, shape);
-  for (int step = 0; step < 2; ++step) {
-    ASSERT_EQ(tprobe_start(session), TPROBE_OK) << tprobe_last_error();
-    ASSERT_EQ(tprobe_entry_begin(session, "Functional.relu.0.forward", nullptr, stack, 1, 0), TPROBE_OK)
-        << tprobe_last_error();
-    ASSERT_EQ(tprobe_capture_tensor(session, "Functional.relu.0.forward", "output.0", &t, 0), TPROBE_OK)
-        << tprobe_last_error();
-    ASSERT_EQ(tprobe_stop(session), TPROBE_OK);
-    ASSERT_EQ(tprobe_step(session), TPROBE_OK);
-  }
+  for (int step = 0; step < 2; ++step) ASSERT_NO_FATAL_FAILURE(relu_step(session, t, stack, 1));
   ASSERT_EQ(tprobe_session_close(session), TPROBE_OK) << tprobe_last_error();
 
   const auto run = test::run_process({test::bin("tprobe-writer"), "--input", file, "--dump-path", dir / "dump"});
