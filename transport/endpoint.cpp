@@ -286,6 +286,19 @@ class link_impl {
     unsent_ = 0;
   }
 
+  // A batch frame passed on as it arrived (record.h section 4), after the open batch.
+  void send_batch(zmq::message_t frame, size_t records) {
+    flush();
+    unsent_ = records;
+    std::vector<zmq::message_t> frames;
+    frames.push_back(std::move(frame));
+    send_now(std::move(frames));
+    unsent_ = 0;
+  }
+
+  bool takes_stack_refs() const { return !file_ && consumer_stack_refs_; }
+  bool stack_defined(std::string_view run, uint64_t id) const { return stacks_.defined(run, id); }
+
   // Records this link took and has not handed to ZeroMQ: the open batch, or the one whose send
   // failed (consumer_lost_error). What a detaching producer counts as undelivered.
   size_t unsent_records() const { return batch_.records() + unsent_; }
@@ -538,6 +551,10 @@ void output_link::send_frames(std::vector<zmq::message_t> frames, bool batchable
 }
 std::optional<record_header> output_link::adapt_stack(const record_header &h) { return impl_->adapt_stack(h); }
 void output_link::flush() { impl_->flush(); }
+void output_link::send_batch(zmq::message_t frame, size_t records) { impl_->send_batch(std::move(frame), records); }
+bool output_link::takes_batches() const { return impl_->batches(); }
+bool output_link::takes_stack_refs() const { return impl_->takes_stack_refs(); }
+bool output_link::stack_defined(std::string_view run, uint64_t id) const { return impl_->stack_defined(run, id); }
 bool output_link::is_file() const { return impl_->is_file(); }
 bool output_link::syncs() const { return impl_->syncs(); }
 bool output_link::takes_shm() const { return impl_->takes_shm(); }

@@ -40,6 +40,14 @@ class output_link {
   std::optional<record_header> adapt_stack(const record_header &h);
   // Sends the open batch, if any: the runtime calls it before it waits for input.
   void flush();
+  // A batch frame received from upstream, sent on as it is after the open batch (record.h
+  // section 4: only to a consumer that takes batches and stack references, and only a batch
+  // whose stack references this link has defined). `records` is its record count.
+  void send_batch(zmq::message_t frame, size_t records);
+  bool takes_batches() const;     // the consumer's ack said batch (never a file)
+  bool takes_stack_refs() const;  // the consumer's ack said stack_refs (never a file)
+  // True when this link has sent the lines of stack `id` of `run` (record.h section 5).
+  bool stack_defined(std::string_view run, uint64_t id) const;
   bool is_file() const;
   bool syncs() const;      // the consumer answers barriers (its ack said sync)
   bool takes_shm() const;  // the consumer takes payloads by reference (its ack said shm, same host)

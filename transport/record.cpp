@@ -620,6 +620,14 @@ std::optional<record_header> stack_link::adapt(const record_header &h, bool cons
   return out;
 }
 
+bool stack_link::defined(std::string_view run, uint64_t id) const {
+  const auto at = std::lower_bound(defined_.begin(), defined_.end(), std::make_pair(run, id),
+                                   [](const std::pair<std::string, uint64_t> &a, const std::pair<std::string_view, uint64_t> &b) {
+                                     return std::string_view(a.first) < b.first || (a.first == b.first && a.second < b.second);
+                                   });
+  return at != defined_.end() && at->first == run && at->second == id;
+}
+
 bool record_is_barrier(const record_header &h) { return h.meta.is_object() && h.meta.contains("barrier"); }
 
 bool record_batchable(const record_header &h) {
@@ -631,7 +639,13 @@ bool record_frame_is_batch(const zmq::message_t &frame) {
   return frame.size() >= 2 && b[0] == BATCH_MAGIC[0] && b[1] == BATCH_MAGIC[1];
 }
 
-std::vector<record> record_batch_decode(const zmq::message_t &frame) {
+namespace {
+
+// Walks a batch frame's framing (record.h section 4): `each(index, header, at)` gets the header
+// bytes of record `index` and returns its payload's size (0 without one), which must lie within
+// the frame from byte `at`. Returns the number of records.
+template <typename Each>
+size_t batch_walk(const zmq::message_t &frame, Each &&each) {
   const auto *bytes = static_cast<const std::byte *>(frame.data());
   const size_t size = frame.size();
   if (size < BATCH_PREFIX_SIZE || !record_frame_is_batch(frame))
@@ -640,10 +654,9 @@ std::vector<record> record_batch_decode(const zmq::message_t &frame) {
   if (major != RECORD_VERSION_MAJOR)
     throw framing_error(fmt::format("batch format major version {} is not supported (this build reads {})", major,
                                     RECORD_VERSION_MAJOR));
-  std::vector<record> out;
+  size_t index = 0;
   size_t at = BATCH_PREFIX_SIZE;
   while (at < size) {
-    const size_t index = out.size();
     if (size - at < 4)
       throw framing_error(fmt::format("batch record {} at byte {}: {} bytes left, a length takes 4 (truncated?)",
                                       index, at, size - at));
@@ -653,24 +666,235 @@ std::vector<record> record_batch_decode(const zmq::message_t &frame) {
     if (header_length > size - at)
       throw framing_error(fmt::format("batch record {} at byte {}: header of {} bytes, {} left (truncated?)", index,
                                       at - 4, header_length, size - at));
-    record r(record_header_decode({bytes + at, header_length}));
+    const std::span<const std::byte> header(bytes + at, header_length);
     at += header_length;
+    const uint64_t stored = each(index, header, at);
+    if (stored > size - at)
+      throw framing_error(fmt::format("batch record {} announces {} payload bytes, {} left (truncated?)", index,
+                                      stored, size - at));
+    at += static_cast<size_t>(stored);
+    ++index;
+  }
+  return index;
+}
+
+}  // namespace
+
+std::vector<record> record_batch_decode(const zmq::message_t &frame) {
+  std::vector<record> out;
+  const auto *bytes = static_cast<const std::byte *>(frame.data());
+  batch_walk(frame, [&](size_t index, std::span<const std::byte> header, size_t at) -> uint64_t {
+    record r(record_header_decode(header));
     if (!record_batchable(r.header))
       throw framing_error(fmt::format("batch record {}: {} may not travel in a batch (control, barrier or shm)",
                                       index, r.describe()));
-    if (r.header.stored) {
-      const uint64_t stored = *r.header.stored;
-      if (stored > size - at)
-        throw framing_error(fmt::format("batch record {}: {} announces {} payload bytes, {} left (truncated?)", index,
-                                        r.describe(), stored, size - at));
+    const uint64_t stored = r.header.stored.value_or(0);
+    if (r.header.stored && stored <= frame.size() - at) {
       const uint64_t length = r.header.length;
       r.set_payload_frame(zmq::message_t(bytes + at, static_cast<size_t>(stored)));
       r.header.length = length;
-      at += static_cast<size_t>(stored);
     }
     out.push_back(std::move(r));
-  }
+    return stored;
+  });
   return out;
+}
+
+namespace {
+
+// msgpack-c's visitor (SAX) parse of one header, reading only record_glance's keys: no object
+// tree, no allocation. A visit returning false stops the parse; `problem` then says why.
+class glance_visitor : public msgpack::null_visitor {
+ public:
+  explicit glance_visitor(record_glance &g) : g_(g) {}
+
+  bool visit_str(const char *v, uint32_t size) {
+    const std::string_view text(v, size);
+    if (in_key_) {
+      if (depth_ == 1) top_ = top_key_of(text);
+      else if (depth_ == 2) sub_ = text;
+      return true;
+    }
+    if (depth_ != 1) return true;
+    if (top_ == top_key::kind) {
+      const auto k = record_kind_from_name(text);
+      if (!k) return fail(fmt::format("unknown record kind \"{}\"", text));
+      g_.kind = *k;
+      have_kind_ = typed_ = true;
+    } else if (top_ == top_key::run) {
+      g_.run = text;
+      typed_ = true;
+    }
+    return true;
+  }
+  bool visit_positive_integer(uint64_t v) {
+    if (in_key_) return key_not_string();
+    if (depth_ == 1) {
+      if (top_ == top_key::flags) {
+        if (v > UINT32_MAX) return fail("header key \"flags\" is not a 32-bit set");
+        g_.flags = static_cast<uint32_t>(v), typed_ = true;
+      } else if (top_ == top_key::length) g_.length = v, typed_ = true;
+      else if (top_ == top_key::stored) stored_ = v, g_.has_payload = typed_ = true;
+    } else if (depth_ == 2 && top_ == top_key::meta && sub_ == "stack_id") {
+      g_.stack_id = v;
+    }
+    return true;
+  }
+  bool visit_nil() { return in_key_ ? key_not_string() : true; }
+  bool visit_boolean(bool) { return in_key_ ? key_not_string() : true; }
+  bool visit_negative_integer(int64_t) { return in_key_ ? key_not_string() : true; }
+  bool visit_float32(float) { return in_key_ ? key_not_string() : true; }
+  bool visit_float64(double) { return in_key_ ? key_not_string() : true; }
+  bool visit_bin(const char *, uint32_t) { return in_key_ ? key_not_string() : true; }
+  bool visit_ext(const char *, uint32_t) { return in_key_ ? key_not_string() : true; }
+
+  bool start_array(uint32_t) {
+    if (in_key_) return key_not_string();
+    if (depth_ == 2 && top_ == top_key::meta && sub_ == "stack") g_.has_stack_lines = true;
+    return open();
+  }
+  bool end_array() { return close(); }
+  bool start_map(uint32_t) {
+    if (depth_ == 0) {
+      top_level_map_ = true;
+    } else {
+      if (in_key_) return key_not_string();
+      if (depth_ == 1 && top_ == top_key::stats) g_.has_stats = true;
+    }
+    return open();
+  }
+  bool start_map_key() {
+    in_key_ = true;
+    if (depth_ == 1) top_ = top_key::other;
+    if (depth_ == 2) sub_ = {};
+    return true;
+  }
+  bool end_map_key() {
+    in_key_ = false;
+    return true;
+  }
+  // A key given twice counts as the decoder counts it, by its last value.
+  bool start_map_value() {
+    typed_ = false;
+    if (depth_ == 1 && top_ == top_key::meta) barrier_ = g_.has_stack_lines = false, g_.stack_id.reset();
+    if (depth_ == 1 && top_ == top_key::stats) g_.has_stats = g_.has_crc32 = false;
+    if (depth_ == 2 && top_ == top_key::meta && sub_ == "stack") g_.has_stack_lines = false;
+    if (depth_ == 2 && top_ == top_key::meta && sub_ == "stack_id") g_.stack_id.reset();
+    return true;
+  }
+  bool end_map_value() {
+    if (depth_ == 2 && top_ == top_key::stats && sub_ == "crc32") g_.has_crc32 = true;
+    if (depth_ == 2 && top_ == top_key::meta && sub_ == "barrier") barrier_ = true;
+    if (depth_ != 1) return true;
+    if (top_ == top_key::shm) shm_ = true;
+    const char *wanted = top_ == top_key::kind || top_ == top_key::run ? "a string"
+                         : top_ == top_key::flags || top_ == top_key::length || top_ == top_key::stored
+                             ? "an unsigned int"
+                             : nullptr;
+    if (wanted && !typed_) return fail(fmt::format("header key \"{}\" is not {}", top_name(top_), wanted));
+    return true;
+  }
+  bool end_map() { return close(); }
+  void parse_error(size_t, size_t) {}
+  void insufficient_bytes(size_t, size_t) {}
+
+  // After a successful parse: the checks of the whole header.
+  void finish(size_t index) const {
+    if (!top_level_map_) throw framing_error(fmt::format("batch record {}: header is not a msgpack map", index));
+    if (!have_kind_) throw framing_error(fmt::format("batch record {}: header has no \"kind\"", index));
+    if (record_kind_is_control(g_.kind) || barrier_ || shm_)
+      throw framing_error(fmt::format("batch record {}: a {} record{} may not travel in a batch (control, barrier or shm)",
+                                      index, record_kind_name(g_.kind), barrier_ ? " with a barrier" : ""));
+  }
+  uint64_t stored() const { return stored_; }
+  const std::string &problem() const { return problem_; }
+
+ private:
+  enum class top_key { other, kind, run, flags, length, stored, stats, meta, shm };
+  static top_key top_key_of(std::string_view k) {
+    if (k == "kind") return top_key::kind;
+    if (k == "run") return top_key::run;
+    if (k == "flags") return top_key::flags;
+    if (k == "length") return top_key::length;
+    if (k == "stored") return top_key::stored;
+    if (k == "stats") return top_key::stats;
+    if (k == "meta") return top_key::meta;
+    if (k == "shm") return top_key::shm;
+    return top_key::other;
+  }
+  static const char *top_name(top_key k) {
+    switch (k) {
+      case top_key::kind: return "kind";
+      case top_key::run: return "run";
+      case top_key::flags: return "flags";
+      case top_key::length: return "length";
+      case top_key::stored: return "stored";
+      default: return "?";
+    }
+  }
+  bool open() {
+    if (++depth_ > RECORD_HEADER_MAX_DEPTH)
+      return fail(fmt::format("header nests deeper than {} levels", RECORD_HEADER_MAX_DEPTH));
+    in_key_ = false;
+    if (depth_ == 2) sub_ = {};
+    return true;
+  }
+  bool close() {
+    --depth_;
+    return true;
+  }
+  // Only the header map's own keys must be strings here; deeper ones are the decoder's concern.
+  bool key_not_string() { return depth_ == 1 ? fail("header map has a key that is not a string") : true; }
+  bool fail(std::string problem) {
+    problem_ = std::move(problem);
+    return false;
+  }
+
+  record_glance &g_;
+  size_t depth_ = 0;
+  bool in_key_ = false;
+  bool typed_ = false;
+  bool top_level_map_ = false;
+  bool have_kind_ = false;
+  bool barrier_ = false;
+  bool shm_ = false;
+  top_key top_ = top_key::other;
+  std::string_view sub_;
+  uint64_t stored_ = 0;
+  std::string problem_;
+};
+
+}  // namespace
+
+void record_batch_glance(const zmq::message_t &frame, std::vector<record_glance> &out) {
+  out.clear();
+  batch_walk(frame, [&](size_t index, std::span<const std::byte> header, size_t) -> uint64_t {
+    if (header.size() < RECORD_PREFIX_SIZE)
+      throw framing_error(fmt::format("batch record {}: header frame of {} bytes is shorter than the 4-byte prefix",
+                                      index, header.size()));
+    const auto *prefix = reinterpret_cast<const unsigned char *>(header.data());
+    if (prefix[0] != 'T' || prefix[1] != 'P')
+      throw framing_error(fmt::format("batch record {}: header frame starts with 0x{:02x}{:02x}, not the magic \"TP\"",
+                                      index, prefix[0], prefix[1]));
+    if (prefix[2] != RECORD_VERSION_MAJOR)
+      throw framing_error(fmt::format("batch record {}: record format major version {} is not supported (this build reads {})",
+                                      index, prefix[2], RECORD_VERSION_MAJOR));
+    record_glance &g = out.emplace_back();
+    glance_visitor visitor(g);
+    const char *body = reinterpret_cast<const char *>(header.data()) + RECORD_PREFIX_SIZE;
+    const size_t body_size = header.size() - RECORD_PREFIX_SIZE;
+    size_t offset = 0;
+    if (!msgpack::v2::parse(body, body_size, offset, visitor)) {
+      const std::string &why = visitor.problem();
+      throw framing_error(fmt::format("batch record {}: header {}", index,
+                                      why.empty() ? std::string("is not valid msgpack") : why));
+    }
+    if (offset != body_size)
+      throw framing_error(fmt::format("batch record {}: header has {} trailing bytes after its msgpack map", index,
+                                      body_size - offset));
+    visitor.finish(index);
+    return visitor.stored();
+  });
 }
 
 record_batch_builder::record_batch_builder() {

@@ -142,6 +142,12 @@
 //    for anything or pauses (its consumer, its own input, a sleep), so a batch never holds
 //    records back from a consumer that could take them.
 //
+//    A stage may pass a batch on as it arrived, undecoded, when it would pass every record of it
+//    on unchanged (stage_io.h, pass_unchanged): it reads each header's msgpack through once and
+//    only the keys that decide that (record_batch_glance); a record's other keys are checked by
+//    the consumer that decodes it. Such a batch goes only to consumers that take batches and
+//    stack references, and only when none of its entry records carries a stack's lines.
+//
 // 5. Call stacks by reference (1.4)
 //
 //    An entry record's meta carries its call stack as "stack": [lines] (every version). Since
@@ -348,6 +354,8 @@ class stack_link {
   // itself or the book; a reference nobody defined is a broken stream: framing_error). A consumer
   // without stack_refs gets the lines in every entry record.
   std::optional<record_header> adapt(const record_header &h, bool consumer_takes_refs);
+  // True when this link has sent the lines of (run, id): a reference to it goes as it is.
+  bool defined(std::string_view run, uint64_t id) const;
 
  private:
   std::vector<std::pair<std::string, uint64_t>> defined_;  // (run, id), sorted
@@ -362,6 +370,25 @@ bool record_frame_is_batch(const zmq::message_t &frame);
 // The records of a batch frame, in order; payloads are copied out of the frame. Throws
 // framing_error (bad magic or major, a length past the end, a record that may not be batched).
 std::vector<record> record_batch_decode(const zmq::message_t &frame);
+
+// A record of a batch as record_batch_glance sees it: the keys that tell whether a stage would
+// pass it on unchanged, without decoding the rest. `run` points into the batch frame.
+struct record_glance {
+  record_kind kind = record_kind::tensor;
+  std::string_view run;
+  uint32_t flags = 0;
+  uint64_t length = 0;       // decoded payload bytes (key length; 0 when absent)
+  bool has_payload = false;  // key stored: the payload follows the header
+  bool has_stats = false;    // key stats
+  bool has_crc32 = false;    // stats.crc32
+  std::optional<uint64_t> stack_id;  // meta.stack_id (entry records, section 5)
+  bool has_stack_lines = false;      // meta.stack
+};
+// The records of a batch frame, in order, into `out` (cleared first). Each header is checked to
+// be one msgpack map with string keys, nested at most RECORD_HEADER_MAX_DEPTH levels, and ending
+// at its length; the keys above are checked for their types, a known data kind, no barrier and no
+// shm; the other keys are not read. Throws framing_error as record_batch_decode does.
+void record_batch_glance(const zmq::message_t &frame, std::vector<record_glance> &out);
 
 // Builds one batch frame from a record's encoded frames (record_encode), appended in order.
 class record_batch_builder {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <deque>
+#include <functional>
 #include <map>
 
 #include <signal.h>
@@ -56,6 +57,10 @@ struct stage_io::impl {
     std::string producer_id;
     uint64_t token;
   };
+  // pass_unchanged (stage_io.h): the stage's rules, and the glances of the batch at hand.
+  std::function<bool(const record_glance &)> unchanged;
+  std::function<void(const record_glance &)> passed;
+  std::vector<record_glance> glances;
   std::optional<barrier_from> barrier_received;
   std::vector<output_link *> barrier_outputs;
   uint64_t barrier_token = 0;  // of barriers sent downstream
@@ -241,6 +246,7 @@ struct stage_io::impl {
       frames.erase(frames.begin());
       if (frames.size() == 1 && record_frame_is_batch(frames[0])) {
         try {
+          if (pass_batch(id, frames[0])) continue;
           for (auto &r : record_batch_decode(frames[0])) batched.emplace_back(id, std::move(r));
         } catch (const framing_error &e) {
           throw framing_error(fmt::format("malformed batch from {} on {}: {}", producer_label(id), input_endpoint,
@@ -257,6 +263,38 @@ struct stage_io::impl {
       }
       if (auto out = accept(id, std::move(r))) return out;
     }
+  }
+
+  // A batch whose every record the stage would pass on unchanged goes to the outputs as it came
+  // (stage_io.h, pass_unchanged): true when sent so. Not when an output would have to change it
+  // (a file, a consumer without batches or stack references, a stack this output has not
+  // defined), when a tap subscriber wants the records one by one, or when a record defines a
+  // stack (its lines go into this process's book through the decoded path). Throws framing_error.
+  bool pass_batch(const std::string &id, const zmq::message_t &frame) {
+    if (!unchanged || outputs.empty() || (tap && tap_subscribed())) return false;
+    auto producer = producers.find(id);
+    if (producer == producers.end()) return false;  // the decoded path names the broken protocol
+    for (const auto &o : outputs)
+      if (!o->takes_batches() || !o->takes_stack_refs()) return false;
+    record_batch_glance(frame, glances);
+    for (const auto &g : glances) {
+      if (g.has_stack_lines || !unchanged(g)) return false;
+      if (g.stack_id)
+        for (const auto &o : outputs)
+          if (!o->stack_defined(g.run, *g.stack_id)) return false;
+    }
+    producer->second.last_seen = clock_type::now();
+    for (auto &o : outputs) {
+      zmq::message_t copy;
+      copy.copy(const_cast<zmq::message_t &>(frame));  // shares the bytes
+      o->send_batch(std::move(copy), glances.size());
+    }
+    counts.received += glances.size();
+    counts.sent += glances.size();
+    counts.passed_unchanged += glances.size();
+    if (passed)
+      for (const auto &g : glances) passed(g);
+    return true;
   }
 
   // One record from producer `id`: connection control is answered here (nullopt), a data record
@@ -488,6 +526,11 @@ stage_io::~stage_io() = default;
 std::optional<record> stage_io::receive() { return impl_->receive(); }
 void stage_io::send(const record &r) { impl_->send(r); }
 void stage_io::send_alone(const record &r) { impl_->send(r, false); }
+void stage_io::pass_unchanged(std::function<bool(const record_glance &)> unchanged,
+                              std::function<void(const record_glance &)> passed) {
+  impl_->unchanged = std::move(unchanged);
+  impl_->passed = std::move(passed);
+}
 void stage_io::flush() {
   for (auto &o : impl_->outputs) o->flush();
 }

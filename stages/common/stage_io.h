@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,7 @@ struct stage_io_counts {
   uint64_t producers = 0;         // producers registered
   uint64_t truncated_producers = 0;  // producers gone without eos
   uint64_t upstream_dropped = 0;  // sum of `dropped` in upstream eos records
+  uint64_t passed_unchanged = 0;  // records of batches passed on as they came (pass_unchanged)
 };
 
 class stage_io {
@@ -68,6 +70,18 @@ class stage_io {
   // that may be malformed on purpose (tprobe-fault), so that the error downstream names it
   // alone instead of failing the batch around it.
   void send_alone(const record &r);
+  // Records this stage would pass on exactly as they came (most of a statistics stage's input,
+  // whose statistics the capture computed): `unchanged` says which, from the keys a glance reads
+  // (record.h, record_glance). receive() then passes a batch (record.h section 4) of only such
+  // records straight to the outputs, undecoded, and tells `passed` each record of it instead of
+  // returning them; counts().received, sent and passed_unchanged include them. A batch goes so
+  // only when every output is a socket whose consumer takes batches and stack references and
+  // has defined the batch's stack ids, no tap subscriber is watching, and no record of it defines
+  // a stack; otherwise its records come one by one as before. The keys a glance does not read
+  // are checked by the consumer that decodes the records. Call before the first receive().
+  void pass_unchanged(std::function<bool(const record_glance &)> unchanged,
+                      std::function<void(const record_glance &)> passed);
+
   // Sends what the outputs hold in batches. receive() does it before it waits for input; a stage
   // that pauses otherwise (sleeps, stalls, computes for long) calls it first.
   void flush();

@@ -164,9 +164,39 @@ void use_record(const record &r) {
 
 // A batch frame (record.h "Batches"): every record it yields is usable, may travel in a batch,
 // and a batch built again from them decodes to the same records.
+// The glance of a batch (record_batch_glance, what a stage passing it on whole reads) accepts every
+// batch the decoder accepts and sees the same kind, run, flags, payload, statistics and stack.
+void batch_glance_agrees(const zmq::message_t &frame, const std::vector<record> &records, bool decoded) {
+  std::vector<record_glance> glances;
+  try {
+    record_batch_glance(frame, glances);
+  } catch (const framing_error &e) {
+    if (decoded) throw fuzz_contract_violation(std::string("record_batch_glance rejects a batch the decoder reads: ") + e.what());
+    return;
+  }
+  if (!decoded) return;  // the glance reads fewer keys: it may accept what the decoder rejects
+  if (glances.size() != records.size()) throw fuzz_contract_violation("a glance sees another number of records");
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto &g = glances[i];
+    const auto &h = records[i].header;
+    const auto stack = h.meta.is_object() ? h.meta.find("stack") : h.meta.end();
+    const bool lines = h.meta.is_object() && stack != h.meta.end() && stack->is_array();
+    if (g.kind != h.kind || g.run != h.run || g.flags != h.flags || g.length != h.length ||
+        g.has_payload != h.stored.has_value() || g.has_stats != h.stats.has_value() ||
+        g.has_crc32 != (h.stats && h.stats->crc32.has_value()) || g.stack_id != record_stack_id(h) ||
+        g.has_stack_lines != lines)
+      throw fuzz_contract_violation(records[i].describe() + ": the glance differs from the decoded header");
+  }
+}
+
 void record_batch(const zmq::message_t &frame) {
   std::vector<record> records;
-  accepted_or_rejected([&] { records = record_batch_decode(frame); });
+  bool decoded = false;
+  accepted_or_rejected([&] {
+    records = record_batch_decode(frame);
+    decoded = true;
+  });
+  batch_glance_agrees(frame, records, decoded);
   record_batch_builder again;
   for (const auto &r : records) {
     if (!record_batchable(r.header))

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include <gtest/gtest.h>
+#include <msgpack.hpp>
 
 #include "errors.h"
 #include "record.h"
@@ -676,4 +677,187 @@ TEST(record_file, rejected_file_is_closed) {
   for (int i = 0; i < 3; ++i) EXPECT_THROW(record_file_reader(dir / "x"), framing_error);
   const int after = lowest_free_fd();
   EXPECT_EQ(after, before) << "record_file_reader left a descriptor open";
+}
+
+// ---- a batch seen without decoding it (record.h section 4, record_batch_glance) ----
+
+namespace {
+
+// A header frame from msgpack written by `pack` (the "TP" prefix of this build's version).
+template <class Pack>
+std::vector<std::byte> raw_header(Pack &&pack) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> p(buffer);
+  pack(p);
+  std::vector<std::byte> out = {std::byte{'T'}, std::byte{'P'}, std::byte{RECORD_VERSION_MAJOR},
+                                std::byte{RECORD_VERSION_MINOR}};
+  const auto *b = reinterpret_cast<const std::byte *>(buffer.data());
+  out.insert(out.end(), b, b + buffer.size());
+  return out;
+}
+
+// A batch frame of one record given as its header bytes (and no payload).
+zmq::message_t batch_of_header(const std::vector<std::byte> &header) {
+  std::vector<std::byte> bytes = {std::byte{'T'}, std::byte{'B'}, std::byte{RECORD_VERSION_MAJOR},
+                                  std::byte{RECORD_VERSION_MINOR}};
+  const auto length = static_cast<uint32_t>(header.size());
+  const auto *l = reinterpret_cast<const std::byte *>(&length);
+  bytes.insert(bytes.end(), l, l + 4);
+  bytes.insert(bytes.end(), header.begin(), header.end());
+  return message_of(bytes);
+}
+
+void expect_glance_matches(const record_glance &g, const record &r) {
+  const auto &h = r.header;
+  SCOPED_TRACE(r.describe());
+  EXPECT_EQ(g.kind, h.kind);
+  EXPECT_EQ(g.run, h.run);
+  EXPECT_EQ(g.flags, h.flags);
+  EXPECT_EQ(g.length, h.length);
+  EXPECT_EQ(g.has_payload, h.stored.has_value());
+  EXPECT_EQ(g.has_stats, h.stats.has_value());
+  EXPECT_EQ(g.has_crc32, h.stats && h.stats->crc32.has_value());
+  EXPECT_EQ(g.stack_id, record_stack_id(h));
+  const auto stack = h.meta.is_object() ? h.meta.find("stack") : h.meta.end();
+  EXPECT_EQ(g.has_stack_lines, h.meta.is_object() && stack != h.meta.end() && stack->is_array());
+}
+
+}  // namespace
+
+TEST(record_glance, sees_what_the_decoder_sees) {
+  std::vector<record> records;
+  records.push_back(record(record_kind::session));
+  records.back().header.meta = {{"task", "statistics"}, {"precision", "high"}};
+  records.push_back(tensor_record({3}));  // saved payload, no statistics
+  record complete = tensor_record({2, 2});
+  complete.drop_payload();
+  complete.header.flags = RECORD_FLAG_CRC32;
+  complete.header.stats = tensor_stats{};
+  complete.header.stats->crc32 = 0xdeadbeefu;
+  records.push_back(std::move(complete));
+  record numbers_only = tensor_record({4});
+  numbers_only.drop_payload();
+  numbers_only.header.flags = 0;
+  numbers_only.header.stats = tensor_stats{};
+  records.push_back(std::move(numbers_only));
+  record value(record_kind::value);
+  value.header.run = "another-run";
+  value.header.meta = {{"type", "int"}, {"value", 1}, {"nested", {{"stack", "not lines"}, {"stack_id", -1}}}};
+  records.push_back(std::move(value));
+  const nlohmann::ordered_json lines = {"File a.py, line 1, in f"};
+  records.push_back(test::stack_entry_record("run1", 5, 9, &lines));
+  records.push_back(test::stack_entry_record("run1", 6, 9, nullptr));
+  records.push_back(record(record_kind::flush));
+  records.push_back(record(record_kind::step_end));
+  const auto frame = batch_of_all(records);
+  std::vector<record_glance> glances;
+  record_batch_glance(frame, glances);
+  const auto decoded = record_batch_decode(frame);
+  ASSERT_EQ(glances.size(), records.size());
+  ASSERT_EQ(decoded.size(), records.size());
+  for (size_t i = 0; i < records.size(); ++i) expect_glance_matches(glances[i], decoded[i]);
+  EXPECT_TRUE(glances[5].has_stack_lines);
+  EXPECT_EQ(glances[6].stack_id, std::optional<uint64_t>(9));
+  // An empty batch: no records; the vector is cleared first.
+  record_batch_glance(batch_of_all({}), glances);
+  EXPECT_TRUE(glances.empty());
+}
+
+TEST(record_glance, a_key_given_twice_counts_by_its_last_value_as_the_decoder_counts_it) {
+  const auto header = raw_header([](auto &p) {
+    p.pack_map(4);
+    p.pack("kind"), p.pack("entry");
+    p.pack("meta"), p.pack_map(2), p.pack("stack"), p.pack_array(0), p.pack("stack_id"), p.pack(3);
+    p.pack("kind"), p.pack("entry");
+    p.pack("meta"), p.pack_map(2), p.pack("stack"), p.pack("text"), p.pack("stack_id"), p.pack(4);
+  });
+  const auto frame = batch_of_header(header);
+  std::vector<record_glance> glances;
+  record_batch_glance(frame, glances);
+  const auto decoded = record_batch_decode(frame);
+  ASSERT_EQ(glances.size(), 1u);
+  expect_glance_matches(glances[0], decoded[0]);
+  EXPECT_FALSE(glances[0].has_stack_lines);
+  EXPECT_EQ(glances[0].stack_id, std::optional<uint64_t>(4));
+}
+
+TEST(record_glance, rejects_what_the_decoder_rejects_in_the_keys_it_reads) {
+  std::vector<record_glance> glances;
+  const auto rejected = [&](const zmq::message_t &frame, const char *what) {
+    EXPECT_THROW(record_batch_glance(frame, glances), framing_error) << what;
+    EXPECT_THROW(record_batch_decode(frame), framing_error) << what;
+  };
+  for (auto kind : {record_kind::hello, record_kind::ack, record_kind::eos, record_kind::final, record_kind::synced,
+                    record_kind::control})
+    rejected(batch_of(record(kind)), "a control record");
+  record barrier(record_kind::step_end);
+  barrier.header.meta = {{"barrier", 7}};
+  rejected(batch_of(std::move(barrier)), "a barrier");
+  record_header by_reference = tensor_record({2}).header;
+  by_reference.stored.reset();
+  by_reference.shm = record_shm_ref{"/proc/1/fd/3", 1, 0};
+  rejected(batch_of_header(header_bytes(by_reference)), "a payload by reference");
+  rejected(batch_of_header(raw_header([](auto &p) { p.pack_array(1), p.pack("kind"); })), "not a map");
+  rejected(batch_of_header(raw_header([](auto &p) { p.pack_map(1), p.pack(1), p.pack("tensor"); })),
+           "a key that is not a string");
+  rejected(batch_of_header(raw_header([](auto &p) { p.pack_map(1), p.pack("kind"), p.pack(3); })),
+           "a kind that is not a string");
+  rejected(batch_of_header(raw_header([](auto &p) { p.pack_map(1), p.pack("kind"), p.pack("gossip"); })),
+           "an unknown kind");
+  rejected(batch_of_header(raw_header([](auto &p) { p.pack_map(1), p.pack("run"), p.pack("r"); })), "no kind");
+  rejected(batch_of_header(raw_header([](auto &p) {
+             p.pack_map(2), p.pack("kind"), p.pack("flush"), p.pack("flags"), p.pack(uint64_t{1} << 40);
+           })),
+           "flags past 32 bits");
+  rejected(batch_of_header(raw_header([](auto &p) {
+             p.pack_map(2), p.pack("kind"), p.pack("flush"), p.pack("stored"), p.pack(-1);
+           })),
+           "a negative payload size");
+  {  // bytes after the header's map
+    auto header = header_bytes(record_header_of(record_kind::flush));
+    header.push_back(std::byte{0xc0});
+    rejected(batch_of_header(header), "trailing bytes");
+  }
+  // Cut anywhere but between records, a batch is rejected by both.
+  const auto good = bytes_of(batch_of(tensor_record({4}), record(record_kind::flush)));
+  const size_t first_end = 4 + 4 + header_bytes(tensor_record({4}).header).size() + 16;
+  for (size_t cut = 5; cut < good.size(); ++cut)
+    if (cut != first_end)
+      rejected(message_of({good.begin(), good.begin() + static_cast<std::ptrdiff_t>(cut)}), "a truncated batch");
+  // Bytes mangled anywhere: an error or glances, never a crash (the fuzzer goes further).
+  for (size_t i = 0; i < good.size(); ++i) {
+    auto bytes = good;
+    bytes[i] = static_cast<std::byte>(static_cast<unsigned>(bytes[i]) ^ 0x5a);
+    try {
+      record_batch_glance(message_of(bytes), glances);
+    } catch (const framing_error &) {
+    }
+  }
+}
+
+TEST(record_glance, nesting_is_bounded_where_the_decoder_bounds_it) {
+  // meta nested `levels` arrays deep: accepted by both or rejected by both, at the bound too.
+  for (size_t levels : {size_t{10}, RECORD_HEADER_MAX_DEPTH - 3, RECORD_HEADER_MAX_DEPTH - 2,
+                        RECORD_HEADER_MAX_DEPTH - 1, RECORD_HEADER_MAX_DEPTH, size_t{100000}}) {
+    const auto frame = batch_of_header(raw_header([&](auto &p) {
+      p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta");
+      for (size_t i = 0; i < levels; ++i) p.pack_array(1);
+      p.pack_nil();
+    }));
+    std::vector<record_glance> glances;
+    bool decoded = true, glanced = true;
+    try {
+      (void)record_batch_decode(frame);
+    } catch (const framing_error &) {
+      decoded = false;
+    }
+    try {
+      record_batch_glance(frame, glances);
+    } catch (const framing_error &) {
+      glanced = false;
+    }
+    EXPECT_EQ(glanced, decoded) << levels << " levels";
+    if (levels == 100000) EXPECT_FALSE(glanced);
+    if (levels == 10) EXPECT_TRUE(glanced);
+  }
 }

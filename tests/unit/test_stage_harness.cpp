@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include <dlpack/dlpack.h>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -288,4 +289,121 @@ TEST(stage_harness, a_recording_replayed_by_the_writer_keeps_stacks_sent_once_ac
     EXPECT_EQ(stacks["0"][0], nlohmann::ordered_json::array({"Functional.relu.0.forward"})) << step;
     EXPECT_EQ(stacks["0"][1], nlohmann::ordered_json::array({stack[0]})) << step;
   }
+}
+
+// ---- whole batches passed on unchanged (stage_io::pass_unchanged, record.h section 4) ----
+
+namespace {
+
+// A step as a capture computing statistics in place sends it: a session, an entry defining a
+// stack, then `tensors` tensors with statistics and no data (the first `with_data` of them
+// carrying data and no statistics instead), their entries referring to the stack by id, values,
+// a flush and a step end. Enough records for several batches.
+std::vector<record> step_of_numbers(size_t tensors, size_t with_data) {
+  std::vector<record> in;
+  in.push_back(session_record("/nonexistent"));
+  const nlohmann::ordered_json lines = {"File train.py, line 3, in step", "File train.py, line 9, in main"};
+  in.push_back(test::stack_entry_record("run-1", 1, 77, &lines));
+  for (size_t i = 0; i < tensors; ++i) {
+    const std::string entry = fmt::format("Functional.relu.{}.forward", i);
+    if (i % 50 == 0) {
+      record e = test::stack_entry_record("run-1", i + 2, 77, nullptr);
+      e.header.entry = entry;
+      in.push_back(std::move(e));
+    }
+    record t = float_tensor(entry, "output.0", {1, -2, static_cast<float>(i)});
+    if (i >= with_data) {
+      t.drop_payload();
+      t.header.stats = tensor_stats{};
+      t.header.stats->max = stat_value::of_real(double(i));
+    }
+    in.push_back(std::move(t));
+    record v(record_kind::value);
+    v.header.run = "run-1";
+    v.header.entry = entry;
+    v.header.slot = "kwargs.inplace";
+    v.header.meta = {{"type", "bool"}, {"value", false}};
+    in.push_back(std::move(v));
+  }
+  in.push_back(record(record_kind::flush));
+  in.push_back(record(record_kind::step_end));
+  return in;
+}
+
+// What the consumer sees of a record: its header as encoded, an entry's stack as its lines.
+std::string seen(const record &r) {
+  record_header h = r.header;
+  h.seq = 0;  // each hop numbers what it sends
+  if (const auto *lines = record_stack_lines(r.header)) h.meta["stack"] = *lines;
+  const auto frame = record_header_encode(h);
+  return std::string(static_cast<const char *>(frame.data()), frame.size()) + (r.has_payload() ? "+data" : "");
+}
+
+}  // namespace
+
+TEST(stage_harness, stats_run_passes_batches_of_finished_records_on_whole_and_the_consumer_sees_the_same) {
+  const auto in = step_of_numbers(3000, 0);
+  test::stage_harness h;
+  stats_stage_result result;
+  const auto out = h.run([&](stage_io &io) { result = stats_run(io, {}); }, in);
+  ASSERT_EQ(out.size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(seen(out[i]), seen(in[i])) << "record " << i;
+  // The first batch holds the session and the stack's lines: decoded. The others pass whole.
+  EXPECT_GT(h.counts().passed_unchanged, in.size() / 2);
+  EXPECT_LT(h.counts().passed_unchanged, in.size());
+  EXPECT_EQ(h.counts().received, in.size());
+  EXPECT_EQ(h.counts().sent, in.size());
+  EXPECT_EQ(result.records, in.size());
+  EXPECT_EQ(result.tensors, 3000u);
+  EXPECT_EQ(result.computed, 0u);
+}
+
+TEST(stage_harness, stats_run_decodes_a_batch_with_work_in_it_and_passes_the_rest) {
+  const auto in = step_of_numbers(3000, 40);  // the first 40 tensors bring data, not statistics
+  test::stage_harness h;
+  stats_stage_result result;
+  const auto out = h.run([&](stage_io &io) { result = stats_run(io, {}); }, in);
+  ASSERT_EQ(out.size(), in.size());
+  size_t computed = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].header.kind == record_kind::tensor && in[i].has_payload()) {
+      ASSERT_TRUE(out[i].header.stats) << i;
+      EXPECT_FALSE(out[i].has_payload()) << i;  // not to be saved: numbers only downstream
+      ++computed;
+      continue;
+    }
+    ASSERT_EQ(seen(out[i]), seen(in[i])) << "record " << i;
+  }
+  EXPECT_EQ(computed, 40u);
+  EXPECT_EQ(result.computed, 40u);
+  EXPECT_GT(h.counts().passed_unchanged, in.size() / 2);
+  // --recompute leaves nothing unchanged that carries data; without data a record still passes.
+  test::stage_harness again;
+  (void)again.run([&](stage_io &io) { result = stats_run(io, {.recompute = true}); }, step_of_numbers(3000, 3000));
+  EXPECT_EQ(result.computed, 3000u);
+  EXPECT_EQ(again.counts().passed_unchanged, 0u);
+}
+
+TEST(stage_harness, stats_leaves_unchanged_only_what_it_would_not_touch) {
+  record_glance g;
+  g.kind = record_kind::session;
+  EXPECT_FALSE(stats_leaves_unchanged(g, {}));  // its precision is read
+  for (auto kind : {record_kind::value, record_kind::entry, record_kind::flush, record_kind::step_end}) {
+    g.kind = kind;
+    EXPECT_TRUE(stats_leaves_unchanged(g, {})) << record_kind_name(kind);
+  }
+  g = {};
+  EXPECT_TRUE(stats_leaves_unchanged(g, {}));  // no data: nothing to compute or drop
+  g.has_payload = true;
+  EXPECT_FALSE(stats_leaves_unchanged(g, {}));  // to compute
+  g.has_stats = true;
+  EXPECT_FALSE(stats_leaves_unchanged(g, {}));  // data not to be saved: dropped
+  EXPECT_TRUE(stats_leaves_unchanged(g, {.keep_payload = true}));
+  g.flags = RECORD_FLAG_SAVE;
+  EXPECT_TRUE(stats_leaves_unchanged(g, {}));
+  EXPECT_FALSE(stats_leaves_unchanged(g, {.recompute = true}));
+  g.flags |= RECORD_FLAG_CRC32;
+  EXPECT_FALSE(stats_leaves_unchanged(g, {}));  // the CRC-32 is still to compute
+  g.has_crc32 = true;
+  EXPECT_TRUE(stats_leaves_unchanged(g, {}));
 }

@@ -26,9 +26,10 @@ int main(int argc, char **argv) {
 
     const auto &counts = io.counts();
     fmt::print(stderr,
-               "tprobe-stats: {} records ({} tensors, {} computed, {:.1f} MB read), {} producers, "
-               "{} truncated, tap dropped {}{}\n",
-               result.records, result.tensors, result.computed, result.payload_bytes / 1e6, counts.producers,
+               "tprobe-stats: {} records ({} tensors, {} computed, {:.1f} MB read; {} passed in whole batches), "
+               "{} producers, {} truncated, tap dropped {}{}\n",
+               result.records, result.tensors, result.computed, result.payload_bytes / 1e6, counts.passed_unchanged,
+               counts.producers,
                counts.truncated_producers, counts.tap_dropped, io.interrupted() ? ", interrupted" : "");
     return EXIT_OK;
   });

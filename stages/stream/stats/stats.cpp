@@ -36,9 +36,24 @@ bool stats_fill(record &r, bool high_precision, bool recompute) {
   return true;
 }
 
+bool stats_leaves_unchanged(const record_glance &g, const stats_stage_options &options) {
+  if (g.kind == record_kind::session) return false;  // its precision is read below
+  if (g.kind != record_kind::tensor || !g.has_payload) return true;
+  const bool complete = g.has_stats && (!(g.flags & RECORD_FLAG_CRC32) || g.has_crc32);
+  return complete && !options.recompute && ((g.flags & RECORD_FLAG_SAVE) || options.keep_payload);
+}
+
 stats_stage_result stats_run(stage_io &io, const stats_stage_options &options) {
   stats_stage_result result;
   std::map<std::string, bool> high_precision_by_run;  // from each session record
+  // The capture computes most statistics itself: such records pass by in whole batches.
+  io.pass_unchanged([&](const record_glance &g) { return stats_leaves_unchanged(g, options); },
+                    [&](const record_glance &g) {
+                      ++result.records;
+                      if (g.kind != record_kind::tensor) return;
+                      ++result.tensors;
+                      if (g.has_payload) result.payload_bytes += g.length;
+                    });
   while (auto r = io.receive()) {
     auto &h = r->header;
     if (h.kind == record_kind::session && h.meta.is_object())

@@ -38,6 +38,12 @@ const stage_description &stats_stage_description();
 // malformed record and system_error on a transport failure.
 stats_stage_result stats_run(stage_io &io, const stats_stage_options &options);
 
+// True when stats_run would pass a record so glanced at on exactly as it came: not a session
+// (the stage reads its precision); a tensor only without a payload, or with complete statistics
+// (the CRC-32 included when asked for), no --recompute, and a payload that stays (saved, or
+// --keep-payload).
+bool stats_leaves_unchanged(const record_glance &g, const stats_stage_options &options);
+
 // The per-record work, exposed for tests and for stages that embed it: fills header.stats from the
 // payload when needed. `high_precision` is the session's precision "high".
 bool stats_fill(record &r, bool high_precision, bool recompute);
