@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include <fcntl.h>
@@ -406,4 +407,41 @@ TEST(pipeline, run_prints_the_run_dir_and_taps_when_ready) {
   EXPECT_THAT(r.err, HasSubstr("tprobe: ready; run dir /"));
   EXPECT_THAT(r.err, HasSubstr("/writer.tap"));
   EXPECT_LT(r.err.find("tprobe: ready;"), r.err.find("tprobe: done"));
+}
+
+// tprobe-stats passes whole batches of records the capture finished (statistics in place) on
+// undecoded (stage_io::pass_unchanged): the same dump as when it decodes every record
+// (TPROBE_PASS_UNCHANGED=off), over real sockets between the real binaries.
+TEST(pipeline, stats_passing_whole_batches_writes_the_dump_decoding_writes) {
+  std::map<std::string, std::string> dumps;
+  for (const std::string pass : {"on", "off"}) {
+    SCOPED_TRACE(pass);
+    test::temp_dir dir;
+    const std::string writer_in = "ipc://" + dir.path() + "/writer.in", stats_in = "ipc://" + dir.path() + "/stats.in";
+    const std::vector<std::string> env = {"TPROBE_PASS_UNCHANGED=" + pass};
+    test::child_process writer({test::bin("tprobe-writer"), "--input", writer_in}, dir.path(), env, true);
+    writer.wait_ready();
+    test::child_process stats({test::bin("tprobe-stats"), "--input", stats_in, "--output", writer_in}, dir.path(),
+                              env, true);
+    stats.wait_ready();
+    test::child_process producer({test::bin("tprobe-example-producer"), "--steps", "60", "--endpoint", stats_in,
+                                  "--config", write_config(dir, "statistics")},
+                                 dir.path(), env);
+    ASSERT_EQ(producer.wait(), 0);
+    ASSERT_EQ(stats.wait(), 0) << stats.err();
+    ASSERT_EQ(writer.wait(), 0) << writer.err();
+    const auto passed = stats.err().find(" passed in whole batches");
+    ASSERT_NE(passed, std::string::npos) << stats.err();
+    const auto count_at = stats.err().rfind(' ', passed - 1) + 1;
+    const uint64_t count = std::stoull(stats.err().substr(count_at, passed - count_at));
+    if (pass == "on") EXPECT_GT(count, 0u) << stats.err();
+    else EXPECT_EQ(count, 0u) << stats.err();
+    check_dump(dir.path() + "/dump", 60, {-1}, false);
+    std::string all;
+    for (int step = 0; step < 60; ++step)
+      for (const char *file : {"dump.json", "stack.json", "construct.json"})
+        all += test::read_file(dir.path() + "/dump/step" + std::to_string(step) + "/rank/" + file);
+    dumps[pass] = all;
+  }
+  EXPECT_EQ(dumps["on"], dumps["off"]);
 }
