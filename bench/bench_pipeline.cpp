@@ -123,6 +123,7 @@ struct pipeline_result {
 };
 
 // Runs capture -> stats -> (writer | null sink) with `n` tensors of `elems` float32 over `steps`.
+// Each stage has a tap nobody watches, as the launcher and the direct pipeline give every stage.
 // `tensor_task`: the config's task is "tensor" (every payload saved) rather than "statistics".
 pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t elems, long steps,
                              tprobe_stats_mode mode, bool time_calls, bool async_dump = false,
@@ -154,6 +155,7 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
       o.input = sink_ep;
       o.producers = 1;
       o.producer_name = writer ? "bench-writer" : "bench-sink";
+      o.tap = "ipc://" + dir + "/sink-tap" + std::to_string(run_id);  // as tprobe run gives every stage
       tprobe::stage_io io(ctx, o);
       sink_ready.set_value();
       if (writer) {
@@ -179,6 +181,7 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
       o.producers = 1;
       o.outputs = {sink_ep};
       o.producer_name = "bench-stats";
+      o.tap = "ipc://" + dir + "/stats-tap" + std::to_string(run_id);
       tprobe::stage_io io(ctx, o);
       stats_ready.set_value();
       auto sr = tprobe::stats_run(io, tprobe::stats_stage_options{});

@@ -384,7 +384,7 @@ struct stage_io::impl {
       outputs[o]->send_frames(std::move(copy), batchable);
     }
     ++counts.sent;
-    if (tap) publish_tap(r, encoded());
+    if (tap && tap_subscribed()) publish_tap(r, encoded());
   }
 
   static bool is_barrier(const record &r) { return record_is_barrier(r.header); }
@@ -435,7 +435,13 @@ struct stage_io::impl {
   }
 
   // XPUB hands up one message per change of the subscription to "" (1: subscribed, 0: gone).
+  // Asked at most every millisecond, not per record: a non-blocking receive that finds nothing
+  // costs a system call (ZeroMQ polls its command mailbox), which was one per record in a sink.
+  // A new subscriber misses at most a millisecond more of a tap that is lossy anyway.
   bool tap_subscribed() {
+    const auto now = clock_type::now();
+    if (now - tap_checked_ < std::chrono::milliseconds(1)) return tap_subscribed_;
+    tap_checked_ = now;
     zmq::message_t m;
     try {
       while (tap.recv(m, zmq::recv_flags::dontwait))
@@ -445,6 +451,7 @@ struct stage_io::impl {
     return tap_subscribed_;
   }
   bool tap_subscribed_ = false;
+  clock_type::time_point tap_checked_{};
 
   void publish_tap(const record &r, std::vector<zmq::message_t> &frames) {
     // The header must say whether a payload frame follows: a tap without payloads gets a header
