@@ -406,13 +406,15 @@ class dump_writer {
     // positions, which a move keeps.
     top["data"] = std::move(d.data);
     std::string text;
+    text.reserve(last_text_size_ + last_text_size_ / 8);  // a step's dump.json is about the last one's size
     try {
-      text = pyjson_dump(top, 1);
+      pyjson_dump_append(text, top, 1);
     } catch (...) {
       d.data = std::move(top["data"]);
       throw;
     }
     d.data = std::move(top["data"]);
+    last_text_size_ = text.size();
     atomic_write_file(d.dir + "/" + data_file_name(d.session), text);
     if (d.stacks_dirty) {
       json stack = json::object();
@@ -431,6 +433,7 @@ class dump_writer {
 
   writer_stage_options options_;
   writer_stage_result result_;
+  size_t last_text_size_ = 0;  // of the last dump.json written
   size_t entries_expected_ = 256;  // entries reserved for a new folder: the most a finished one had
   std::string leaf_text_;  // a leaf's text while it is made (its buffer kept from record to record)
   std::map<std::string, session_info> sessions_;
