@@ -279,16 +279,18 @@ class link_impl {
   // Sends the open batch, if any (record.h, "Batches"). Blocks and throws as a send does.
   void flush() {
     if (batch_.empty()) return;
-    unsent_ = batch_.records();
-    std::vector<zmq::message_t> frames;
-    frames.push_back(batch_.take());
-    send_now(std::move(frames));
-    unsent_ = 0;
+    const size_t records = batch_.records();
+    send_batch_frame(batch_.take(), records);
   }
 
   // A batch frame passed on as it arrived (record.h section 4), after the open batch.
   void send_batch(zmq::message_t frame, size_t records) {
     flush();
+    send_batch_frame(std::move(frame), records);
+  }
+
+  // One batch frame of `records` records, counted as unsent until ZeroMQ has taken it.
+  void send_batch_frame(zmq::message_t frame, size_t records) {
     unsent_ = records;
     std::vector<zmq::message_t> frames;
     frames.push_back(std::move(frame));

@@ -315,7 +315,10 @@ zmq::message_t record_header_encode(const record_header &h) {
   return zmq::message_t(buf.data(), buf.size());
 }
 
-record_header record_header_decode(std::span<const std::byte> frame) {
+namespace {
+
+// A header frame's msgpack body, after its prefix is checked (section 1). Throws framing_error.
+std::string_view header_body(std::span<const std::byte> frame) {
   if (frame.size() < RECORD_PREFIX_SIZE)
     throw framing_error(fmt::format("header frame of {} bytes is shorter than the 4-byte prefix", frame.size()));
   const auto *bytes = reinterpret_cast<const unsigned char *>(frame.data());
@@ -324,9 +327,15 @@ record_header record_header_decode(std::span<const std::byte> frame) {
   if (bytes[2] != RECORD_VERSION_MAJOR)
     throw framing_error(fmt::format("record format major version {} is not supported (this build reads {})",
                                     bytes[2], RECORD_VERSION_MAJOR));
+  return {reinterpret_cast<const char *>(frame.data()) + RECORD_PREFIX_SIZE, frame.size() - RECORD_PREFIX_SIZE};
+}
 
-  const char *body = reinterpret_cast<const char *>(frame.data()) + RECORD_PREFIX_SIZE;
-  const size_t body_size = frame.size() - RECORD_PREFIX_SIZE;
+}  // namespace
+
+record_header record_header_decode(std::span<const std::byte> frame) {
+  const std::string_view body_text = header_body(frame);
+  const char *body = body_text.data();
+  const size_t body_size = body_text.size();
   // The unpacked objects live in this thread's zone until the header is built: a zone of its own
   // per header was an 8 KiB malloc and free per record, in every stage.
   thread_local msgpack::zone zone;
@@ -869,22 +878,17 @@ class glance_visitor : public msgpack::null_visitor {
 void record_batch_glance(const zmq::message_t &frame, std::vector<record_glance> &out) {
   out.clear();
   batch_walk(frame, [&](size_t index, std::span<const std::byte> header, size_t) -> uint64_t {
-    if (header.size() < RECORD_PREFIX_SIZE)
-      throw framing_error(fmt::format("batch record {}: header frame of {} bytes is shorter than the 4-byte prefix",
-                                      index, header.size()));
-    const auto *prefix = reinterpret_cast<const unsigned char *>(header.data());
-    if (prefix[0] != 'T' || prefix[1] != 'P')
-      throw framing_error(fmt::format("batch record {}: header frame starts with 0x{:02x}{:02x}, not the magic \"TP\"",
-                                      index, prefix[0], prefix[1]));
-    if (prefix[2] != RECORD_VERSION_MAJOR)
-      throw framing_error(fmt::format("batch record {}: record format major version {} is not supported (this build reads {})",
-                                      index, prefix[2], RECORD_VERSION_MAJOR));
+    std::string_view body;
+    try {
+      body = header_body(header);
+    } catch (const framing_error &e) {
+      throw framing_error(fmt::format("batch record {}: {}", index, e.what()));
+    }
     record_glance &g = out.emplace_back();
     glance_visitor visitor(g);
-    const char *body = reinterpret_cast<const char *>(header.data()) + RECORD_PREFIX_SIZE;
-    const size_t body_size = header.size() - RECORD_PREFIX_SIZE;
+    const size_t body_size = body.size();
     size_t offset = 0;
-    if (!msgpack::v2::parse(body, body_size, offset, visitor)) {
+    if (!msgpack::v2::parse(body.data(), body_size, offset, visitor)) {
       const std::string &why = visitor.problem();
       throw framing_error(fmt::format("batch record {}: header {}", index,
                                       why.empty() ? std::string("is not valid msgpack") : why));
