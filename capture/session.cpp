@@ -229,15 +229,23 @@ struct tprobe_session {
     if (pool) pool->release_ref();
   }
 
+  // A record on its way to the sender. A value record's leaf stays JSON text until the sender
+  // thread parses it into header.meta: the training thread only checks it (a parse without a
+  // DOM), so the tree's allocations, and their frees, happen off the training thread.
+  struct pending {
+    record r;
+    std::string value_json;  // "" for every record but values
+  };
+
   // queue: training thread → sender thread
   mutable std::mutex mutex;
   std::condition_variable not_empty, has_space;
-  std::deque<record> queue;
+  std::deque<pending> queue;
   // Records the sender is done with, handed back to be freed by the thread that allocated them:
   // freed on the sender thread, every string, vector and deque block of a record would go into
   // the sender's free lists (glibc's per-thread caches), away from the training thread's next
   // allocations.
-  std::deque<record> spent;
+  std::deque<pending> spent;
   size_t queued_bytes = 0;
   bool closing = false;
   bool sender_waiting = false;     // the sender is in a wait
@@ -257,7 +265,13 @@ struct tprobe_session {
   bool started = false;
   bool service_ended = false;  // past the last configured step
   uint64_t seq = 0;
-  std::unordered_map<std::string, bool> entries;  // this step's entries → captured
+  // Looked up by the caller's const char * without a std::string made for it: every capture call
+  // asks (slot_wanted), and most entry names are past the short-string buffer (a malloc each).
+  struct name_hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+  };
+  std::unordered_map<std::string, bool, name_hash, std::equal_to<>> entries;  // this step's entries → captured
   tprobe_session_counts counts{};
   std::optional<grad_probe_settings> grad;  // task grad_probe
 
@@ -405,11 +419,11 @@ struct tprobe_session {
 
   // Hands a record to the sender thread; false when the session has detached (the record is
   // counted as undelivered, never waited for).
-  bool enqueue(record r, bool urgent = false) {
+  bool enqueue(record r, bool urgent = false, std::string value_json = {}) {
     const size_t size = r.has_payload() ? *r.header.stored : 0;
     // Destroyed after the lock is released. Made only when there is something to free: an empty
     // std::deque allocates its map and a block, two mallocs and two frees per record otherwise.
-    std::optional<std::deque<record>> freed_here;
+    std::optional<std::deque<pending>> freed_here;
     std::unique_lock lock(mutex);
     if (!spent.empty()) freed_here.emplace().swap(spent);
     if (sender_error) std::rethrow_exception(sender_error);
@@ -433,7 +447,7 @@ struct tprobe_session {
       }
     }
     queued_bytes += size;
-    queue.push_back(std::move(r));
+    queue.push_back(pending{std::move(r), std::move(value_json)});
     ++counts.records;
     if (sender_waiting &&
         (urgent || sender_deep_sleep || queue.size() >= wake_records || queued_bytes >= wake_bytes))
@@ -471,7 +485,7 @@ struct tprobe_session {
 
   void sender_loop() {
     try {
-      std::deque<record> batch;
+      std::deque<pending> batch;
       int idle_naps = 0;
       for (;;) {
         {
@@ -491,7 +505,7 @@ struct tprobe_session {
           batch.swap(queue);  // one lock for everything that piled up
         }
         for (size_t i = 0; i < batch.size(); ++i) {
-          record &r = batch[i];
+          record &r = batch[i].r;
           const size_t size = r.has_payload() ? *r.header.stored : 0;
           if (options.lz4 && r.has_payload() && r.header.codec == record_codec::raw) {
             if (auto packed = record_payload_lz4(r.payload_bytes())) {
@@ -507,6 +521,17 @@ struct tprobe_session {
               std::lock_guard lock(mutex);
               barriers_done = r.header.meta["barrier"].get<uint64_t>();
               has_space.notify_all();
+            } else if (!batch[i].value_json.empty()) {
+              // Checked by capture_value unless the caller vouched for it. The tree is freed
+              // here, on the thread that built it.
+              try {
+                r.header.meta = nlohmann::ordered_json::parse(batch[i].value_json);
+              } catch (const nlohmann::json::exception &e) {  // tprobe_capture_value_unchecked's
+                throw usage_error(fmt::format("{} {}: value is not valid JSON: {}", r.header.entry, r.header.slot,
+                                              e.what()));
+              }
+              for (auto &s : senders) s->send(r);
+              r.header.meta = nullptr;
             } else {
               for (auto &s : senders) s->send(r);
             }
@@ -755,8 +780,8 @@ struct tprobe_session {
     if (!entry || !*entry) throw usage_error("entry name is empty");
     poll_control();
     if (!active()) return false;
-    auto [it, inserted] = entries.try_emplace(entry, false);
-    if (!inserted) return it->second;
+    if (const auto known = entries.find(std::string_view(entry)); known != entries.end()) return known->second;
+    const auto it = entries.emplace(entry, false).first;
     // Checked once per entry and step, here rather than in the writer, which would have to die
     // on it and lose the rest of the dump.
     if (std::string problem = dump_name_problem(entry, TPROBE_ENTRY_NAME_MAX); !problem.empty()) {
@@ -771,6 +796,7 @@ struct tprobe_session {
     record r(header(record_kind::entry));
     r.header.entry = entry;
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    meta.get_ref<nlohmann::ordered_json::object_t &>().reserve(3);  // one allocation, not three
     // By reference (record.h section 5): the links send the lines once per id where they can.
     if (stack_len) meta["stack_id"] = stack_id_of(stack, stack_len);
     meta["parent"] = parent ? nlohmann::ordered_json(parent) : nlohmann::ordered_json(nullptr);
@@ -908,20 +934,23 @@ struct tprobe_session {
     return enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 
-  int capture_value(const char *entry, const char *slot, const char *json_text) {
+  int capture_value(const char *entry, const char *slot, const char *json_text, bool checked = true) {
     if (!slot_wanted(entry, slot)) {
       ++counts.skipped;
       return TPROBE_SKIPPED;
     }
+    const char *text = json_text ? json_text : "null";
+    if (checked && !nlohmann::ordered_json::accept(text)) {
+      try {
+        (void)nlohmann::ordered_json::parse(text);  // for its message
+      } catch (const nlohmann::json::exception &e) {
+        throw usage_error(fmt::format("{} {}: value is not valid JSON: {}", entry, slot, e.what()));
+      }
+    }
     record r(header(record_kind::value));
     r.header.entry = entry;
     r.header.slot = slot;
-    try {
-      r.header.meta = nlohmann::ordered_json::parse(json_text ? json_text : "null");
-    } catch (const nlohmann::json::exception &e) {
-      throw usage_error(fmt::format("{} {}: value is not valid JSON: {}", entry, slot, e.what()));
-    }
-    return enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
+    return enqueue(std::move(r), false, text) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 };
 
@@ -1012,6 +1041,11 @@ int tprobe_capture_tensor_content(tprobe_session *s, const char *entry, const ch
 int tprobe_capture_value(tprobe_session *s, const char *entry, const char *slot, const char *json) {
   if (!s) return null_session();
   return guarded([&] { return s->capture_value(entry, slot, json); });
+}
+
+int tprobe_capture_value_unchecked(tprobe_session *s, const char *entry, const char *slot, const char *json) {
+  if (!s) return null_session();
+  return guarded([&] { return s->capture_value(entry, slot, json, false); });
 }
 
 int tprobe_session_counts_get(const tprobe_session *s, tprobe_session_counts *counts) {

@@ -130,6 +130,13 @@ int tprobe_capture_tensor_content(tprobe_session *session, const char *entry, co
    "null" for None. */
 int tprobe_capture_value(tprobe_session *session, const char *entry, const char *slot, const char *json);
 
+/* tprobe_capture_value for a caller that vouches for its text (tprobe's own PyTorch capture, whose
+   leaves come from core's encoders): the training thread does not check it, and the sender thread
+   parses it. Invalid JSON then breaks the session: its next call fails with the error, naming the
+   entry and slot, and nothing more is sent. */
+int tprobe_capture_value_unchecked(tprobe_session *session, const char *entry, const char *slot,
+                                   const char *json);
+
 /* Counters since open. */
 typedef struct tprobe_session_counts {
   uint64_t records;        /* records handed to the sender thread */

@@ -302,9 +302,81 @@ nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t) {
   return j;
 }
 
-nlohmann::ordered_json value_bool(bool v) { return ojson{{"type", "bool"}, {"value", v}}; }
+namespace {
+// A JSON string: quotes, backslashes and control characters escaped; other bytes as they are
+// (UTF-8 passes through, as nlohmann's dump writes it).
+void json_string_append(std::string &out, std::string_view text) {
+  out += '"';
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char esc[7];
+      std::snprintf(esc, sizeof esc, "\\u%04x", u);
+      out.append(esc, 6);
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
 
-nlohmann::ordered_json value_int(int64_t v, std::string_view type) { return ojson{{"type", type}, {"value", v}}; }
+void leaf_open_append(std::string &out, std::string_view type) {
+  out += R"({"type":)";
+  json_string_append(out, type);
+  out += R"(,"value":)";
+}
+}  // namespace
+
+void value_bool_append(std::string &out, bool v) { out += v ? R"({"type":"bool","value":true})" : R"({"type":"bool","value":false})"; }
+
+void value_int_append(std::string &out, int64_t v, std::string_view type) {
+  leaf_open_append(out, type);
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+  out.append(digits, end);
+  out += '}';
+}
+
+void value_real_append(std::string &out, double v, std::string_view type) {
+  leaf_open_append(out, type);
+  if (const auto text = non_finite_text(v)) {
+    json_string_append(out, *text);
+  } else {
+    // The shortest text that reads back as the same double, with a point or an exponent so that
+    // it reads back as a float (2.0, not the integer 2).
+    char digits[32];
+    const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+    out.append(digits, end);
+    if (std::string_view(digits, static_cast<size_t>(end - digits)).find_first_of(".e") == std::string_view::npos)
+      out += ".0";
+  }
+  out += '}';
+}
+
+void value_text_append(std::string &out, std::string_view type, std::string_view text) {
+  leaf_open_append(out, type);
+  json_string_append(out, text);
+  out += '}';
+}
+
+namespace {
+ojson parsed_leaf(const std::string &text) { return ojson::parse(text); }
+}  // namespace
+
+nlohmann::ordered_json value_bool(bool v) {
+  std::string text;
+  value_bool_append(text, v);
+  return parsed_leaf(text);
+}
+
+nlohmann::ordered_json value_int(int64_t v, std::string_view type) {
+  std::string text;
+  value_int_append(text, v, type);
+  return parsed_leaf(text);
+}
 
 nlohmann::ordered_json value_real_number(double v) {
   if (const auto text = non_finite_text(v)) return *text;
@@ -312,11 +384,15 @@ nlohmann::ordered_json value_real_number(double v) {
 }
 
 nlohmann::ordered_json value_real(double v, std::string_view type) {
-  return ojson{{"type", type}, {"value", value_real_number(v)}};
+  std::string text;
+  value_real_append(text, v, type);
+  return parsed_leaf(text);
 }
 
 nlohmann::ordered_json value_text(std::string_view type, std::string_view text) {
-  return ojson{{"type", type}, {"value", text}};
+  std::string json;
+  value_text_append(json, type, text);
+  return parsed_leaf(json);
 }
 
 nlohmann::ordered_json value_memory_format(std::string_view name) {

@@ -232,6 +232,14 @@ void tensor_leaf_fields(const tensor_facts &t, Emit &&emit) {
 // Non-tensor values (§1.7), built from typed facts. Reals: NaN and ±Inf cannot travel as JSON
 // text (the capture's value records are JSON), so they are spelled as Python prints them:
 // "nan", "inf", "-inf".
+//
+// The four commonest leaves are defined once, as JSON text appended to `out`: the capture's hot
+// path hands a leaf to the C API as text, and this builds it with no DOM and, once `out` has
+// grown, no allocation. value_bool, value_int, value_real and value_text are those texts parsed.
+void value_bool_append(std::string &out, bool v);
+void value_int_append(std::string &out, int64_t v, std::string_view type = "int");
+void value_real_append(std::string &out, double v, std::string_view type = "float");
+void value_text_append(std::string &out, std::string_view type, std::string_view text);
 nlohmann::ordered_json value_bool(bool v);                                      // {"type":"bool","value":v}
 nlohmann::ordered_json value_int(int64_t v, std::string_view type = "int");    // numpy ints: type "int64"
 nlohmann::ordered_json value_real(double v, std::string_view type = "float");  // numpy: "float32"

@@ -112,7 +112,7 @@ bool state::backward_begin(backward_link &link) {
   if (!entry_begin(link.entry, link.parent, -1, -1)) return false;
   if (!link.nulls_sent) {
     link.nulls_sent = true;
-    for (const auto &slot : link.null_slots) capture_value(link.entry, slot, nullptr);
+    for (const auto &slot : link.null_slots) capture_null(link.entry, slot);
   }
   return true;
 }
@@ -157,7 +157,7 @@ void state::backward_node(const at::RecordFunction &fn) {
       if (!backward_begin(*sub.link)) continue;
       for (const auto &[nr, slot] : sub.slots) {
         if (nr < grads.size() && grads[nr].isTensor()) capture_tensor(sub.link->entry, slot, grads[nr].toTensor());
-        else capture_value(sub.link->entry, slot, nullptr);
+        else capture_null(sub.link->entry, slot);
       }
     }
   } catch (const std::exception &e) {

@@ -72,6 +72,7 @@ struct state {
   uint64_t operators = 0, unsupported = 0, device_summaries = 0, errors = 0;
   tprobe_session_counts final_counts{};  // the session's, kept when it closes
   std::string failure;  // the first failure: capture is off from then on
+  std::string leaf_text;  // capture_leaf's scratch: a value's JSON text, its capacity kept
   std::atomic<bool> forked{false};  // in a child of fork(): the session belongs to the parent
 
   // ---- activity (torch_capture.cpp) ----
@@ -98,6 +99,10 @@ struct state {
   // ---- values and tensors (torch_values.cpp) ----
 
   bool capture_value(const std::string &entry, const std::string &slot, const nlohmann::ordered_json &leaf);
+  // The hot path: a leaf already in text (tprobe_capture_value's form), or built into leaf_text.
+  bool capture_value_text(const std::string &entry, const std::string &slot, const std::string &text);
+  bool capture_null(const std::string &entry, const std::string &slot) { return capture_value_text(entry, slot, "null"); }
+  bool capture_leaf(const std::string &entry, const std::string &slot, const c10::IValue &v, std::string_view arg);
   // A tensor tprobe cannot read (fp8, quantized, sparse, …): its facts (tprobe_capture_facts).
   bool capture_unsupported(const std::string &entry, const std::string &slot, const at::Tensor &t);
   bool capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,

@@ -123,8 +123,12 @@ int walk_frames() {
   // The frames are keyed by instruction offset where CPython tells it: a line number costs a
   // walk of the code's line table, per frame and operator, and is needed only for a new stack.
   const bool by_offset = PyFrame_GetLasti && PyCode_Addr2Line;
-  std::vector<frame_ref> frames;
-  std::string key;
+  // Kept from one walk to the next: the walk runs for every operator, and growing them anew
+  // was a dozen allocations a walk.
+  thread_local std::vector<frame_ref> frames;
+  thread_local std::string key;
+  frames.clear();
+  key.clear();
   _frame *f = PyEval_GetFrame();  // borrowed
   if (f) Py_IncRef(reinterpret_cast<_object *>(f));
   while (f && frames.size() < max_frames) {

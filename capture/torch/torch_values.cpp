@@ -39,55 +39,64 @@ std::string python_dtype_name(c10::ScalarType t) {
   return "torch." + name;
 }
 
-// msprobe's JSON leaf of a non-tensor argument (msprobe-compat.md §1.7). `arg` is the schema's
-// argument name: ints named dtype / memory_format / layout are enums.
-json ivalue_leaf(const c10::IValue &v, std::string_view arg) {
-  if (v.isNone()) return nullptr;
-  if (v.isBool()) return value_bool(v.toBool());
-  if (v.isInt()) {
-    const int64_t i = v.toInt();
-    if (arg == "dtype" && i >= 0 && i < static_cast<int64_t>(c10::ScalarType::NumOptions))
-      return value_text("torch.dtype", python_dtype_name(static_cast<c10::ScalarType>(i)));
-    if (arg == "memory_format") {
-      static const char *names[] = {"contiguous_format", "preserve_format", "channels_last", "channels_last_3d"};
-      if (i >= 0 && i < 4) return value_memory_format(names[i]);
+// msprobe's JSON leaf of a non-tensor argument (msprobe-compat.md §1.7), as text. `arg` is the
+// schema's argument name: ints named dtype / memory_format / layout are enums.
+void ivalue_leaf_append(std::string &out, const c10::IValue &v, std::string_view arg) {
+  // A list of leaves: "[leaf,leaf,…]".
+  auto list = [&out](const auto &items, auto &&leaf) {
+    out += '[';
+    bool first = true;
+    for (const auto &item : items) {
+      if (!first) out += ',';
+      first = false;
+      leaf(item);
     }
-    if (arg == "layout") return value_text("torch.layout", i == 0 ? "torch.strided" : "torch.sparse_coo");
-    return value_int(i);
-  }
-  if (v.isDouble()) return value_real(v.toDouble());
-  if (v.isComplexDouble()) {
+    out += ']';
+  };
+  if (v.isNone()) {
+    out += "null";
+  } else if (v.isBool()) {
+    value_bool_append(out, v.toBool());
+  } else if (v.isInt()) {
+    const int64_t i = v.toInt();
+    if (arg == "dtype" && i >= 0 && i < static_cast<int64_t>(c10::ScalarType::NumOptions)) {
+      value_text_append(out, "torch.dtype", python_dtype_name(static_cast<c10::ScalarType>(i)));
+    } else if (arg == "memory_format" && i >= 0 && i < 4) {
+      static const char *const names[] = {"contiguous_format", "preserve_format", "channels_last", "channels_last_3d"};
+      out += value_memory_format(names[i]).dump();
+    } else if (arg == "layout") {
+      value_text_append(out, "torch.layout", i == 0 ? "torch.strided" : "torch.sparse_coo");
+    } else {
+      value_int_append(out, i);
+    }
+  } else if (v.isDouble()) {
+    value_real_append(out, v.toDouble());
+  } else if (v.isComplexDouble()) {
     const auto c = v.toComplexDouble();
-    return value_complex(c.real(), c.imag());
+    out += value_complex(c.real(), c.imag()).dump();
+  } else if (v.isString()) {
+    value_text_append(out, "str", v.toStringRef());
+  } else if (v.isDevice()) {
+    value_text_append(out, "torch.device", v.toDevice().str());
+  } else if (v.isIntList()) {
+    list(v.toIntList(), [&out](int64_t i) { value_int_append(out, i); });
+  } else if (v.isDoubleList()) {
+    list(v.toDoubleList(), [&out](double d) { value_real_append(out, d); });
+  } else if (v.isBoolList()) {
+    list(v.toBoolList(), [&out](bool b) { value_bool_append(out, b); });
+  } else if (v.isList()) {
+    list(v.toListRef(), [&out](const c10::IValue &e) { ivalue_leaf_append(out, e, {}); });
+  } else if (v.isTuple()) {
+    list(v.toTupleRef().elements(), [&out](const c10::IValue &e) { ivalue_leaf_append(out, e, {}); });
+  } else {
+    out += "null";  // generators, objects: msprobe writes null for unsupported types
   }
-  if (v.isString()) return value_text("str", v.toStringRef());
-  if (v.isDevice()) return value_text("torch.device", v.toDevice().str());
-  if (v.isIntList()) {
-    json a = json::array();
-    for (int64_t i : v.toIntVector()) a.push_back(value_int(i));
-    return a;
-  }
-  if (v.isDoubleList()) {
-    json a = json::array();
-    for (double d : v.toDoubleVector()) a.push_back(value_real(d));
-    return a;
-  }
-  if (v.isBoolList()) {
-    json a = json::array();
-    for (bool b : v.toBoolList()) a.push_back(value_bool(b));
-    return a;
-  }
-  if (v.isList()) {
-    json a = json::array();
-    for (const c10::IValue &e : v.toListRef()) a.push_back(ivalue_leaf(e, {}));
-    return a;
-  }
-  if (v.isTuple()) {
-    json a = json::array();
-    for (const c10::IValue &e : v.toTupleRef().elements()) a.push_back(ivalue_leaf(e, {}));
-    return a;
-  }
-  return nullptr;  // generators, objects: msprobe writes null for unsupported types
+}
+
+json ivalue_leaf(const c10::IValue &v, std::string_view arg) {
+  std::string text;
+  ivalue_leaf_append(text, v, arg);
+  return json::parse(text);
 }
 
 // ---- tensors ----
@@ -115,21 +124,32 @@ bool dl_dtype_of(c10::ScalarType t, DLDataType &out) {
 }
 
 // A Python number that torch wrapped into a 0-d CPU tensor (`x + 1`): dumped as the number.
-std::optional<json> wrapped_number_leaf(const at::Tensor &t) {
-  if (!t.unsafeGetTensorImpl()->is_wrapped_number() || !t.device().is_cpu() || t.dim() != 0) return std::nullopt;
+bool wrapped_number_append(std::string &out, const at::Tensor &t) {
+  if (!t.unsafeGetTensorImpl()->is_wrapped_number() || !t.device().is_cpu() || t.dim() != 0) return false;
   switch (t.scalar_type()) {
-    case c10::ScalarType::Double: return value_real(*static_cast<const double *>(t.data_ptr()));
-    case c10::ScalarType::Long: return value_int(*static_cast<const int64_t *>(t.data_ptr()));
-    case c10::ScalarType::Bool: return value_bool(*static_cast<const bool *>(t.data_ptr()));
-    default: return std::nullopt;
+    case c10::ScalarType::Double: value_real_append(out, *static_cast<const double *>(t.data_ptr())); return true;
+    case c10::ScalarType::Long: value_int_append(out, *static_cast<const int64_t *>(t.data_ptr())); return true;
+    case c10::ScalarType::Bool: value_bool_append(out, *static_cast<const bool *>(t.data_ptr())); return true;
+    default: return false;
   }
 }
 
 // ---- state: entries and tensors (mutex held) ----
 
 bool state::capture_value(const std::string &entry, const std::string &slot, const json &leaf) {
-  return checked(tprobe_capture_value(session, entry.c_str(), slot.c_str(), leaf.dump().c_str()), "value") ==
+  return capture_value_text(entry, slot, leaf.dump());
+}
+
+bool state::capture_value_text(const std::string &entry, const std::string &slot, const std::string &text) {
+  // Every caller's text comes from core's encoders (value_*_append, or a leaf's dump).
+  return checked(tprobe_capture_value_unchecked(session, entry.c_str(), slot.c_str(), text.c_str()), "value") ==
          TPROBE_OK;
+}
+
+bool state::capture_leaf(const std::string &entry, const std::string &slot, const c10::IValue &v, std::string_view arg) {
+  leaf_text.clear();
+  ivalue_leaf_append(leaf_text, v, arg);
+  return capture_value_text(entry, slot, leaf_text);
 }
 
 bool state::capture_unsupported(const std::string &entry, const std::string &slot, const at::Tensor &t) {
@@ -265,8 +285,9 @@ bool still_uninitialized(const at::Tensor &t) {
 // read (the uninitialised output of empty/empty_like) is decided here, before any branch touches
 // its data.
 bool state::capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t) {
-  if (!t.defined()) return capture_value(entry, slot, nullptr);
-  if (auto number = wrapped_number_leaf(t)) return capture_value(entry, slot, *number);
+  if (!t.defined()) return capture_null(entry, slot);
+  leaf_text.clear();
+  if (wrapped_number_append(leaf_text, t)) return capture_value_text(entry, slot, leaf_text);
   if (DLDataType dl{}; dl_dtype_of(t.scalar_type(), dl) && !t.is_sparse() && !t.is_quantized() && !t.is_meta()) {
     const bool allocated_here = slot_io_of(slot) == slot_io::output && entry_allocates_only(entry);
     if (allocated_here) remember_uninitialized(t);
@@ -340,7 +361,7 @@ void state::capture_ivalue(const std::string &entry, const std::string &slot, co
     if (edges) note_edge(*edges, slot, t);
   } else if (v.isTensorList()) {
     const auto list = v.toTensorList();
-    if (capture && list.size() == 0) capture_value(entry, slot, json::array());
+    if (capture && list.size() == 0) capture_value_text(entry, slot, "[]");
     for (size_t j = 0; j < list.size(); ++j)
       capture_ivalue(entry, slot + "." + std::to_string(j), c10::IValue(list.get(j)), {}, capture, edges);
   } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
@@ -348,13 +369,13 @@ void state::capture_ivalue(const std::string &entry, const std::string &slot, co
     bool has_tensor = false;
     for (const auto &e : list) has_tensor = has_tensor || e.isTensor();
     if (!has_tensor) {
-      if (capture) capture_value(entry, slot, ivalue_leaf(v, arg));
+      if (capture) capture_leaf(entry, slot, v, arg);
       return;
     }
     for (size_t j = 0; j < list.size(); ++j)
       capture_ivalue(entry, slot + "." + std::to_string(j), list[j], {}, capture, edges);
   } else if (capture) {
-    capture_value(entry, slot, ivalue_leaf(v, arg));
+    capture_leaf(entry, slot, v, arg);
   }
 }
 

@@ -18,14 +18,17 @@ namespace tprobe::torch_capture {
 // str(dtype) as Python prints it: "torch.float32", "torch.bfloat16", …
 std::string python_dtype_name(c10::ScalarType t);
 
-// msprobe's JSON leaf of a non-tensor argument. `arg` is the schema's argument name: ints named
-// dtype / memory_format / layout are enums.
+// msprobe's JSON leaf of a non-tensor argument, appended to `out` as text (the form the C API
+// takes; built without a DOM). `arg` is the schema's argument name: ints named dtype /
+// memory_format / layout are enums. ivalue_leaf: the same, parsed.
+void ivalue_leaf_append(std::string &out, const c10::IValue &v, std::string_view arg);
 nlohmann::ordered_json ivalue_leaf(const c10::IValue &v, std::string_view arg);
 
 // The DLPack type of a scalar type tprobe reads; false for the others (fp8, quantized, …).
 bool dl_dtype_of(c10::ScalarType t, DLDataType &out);
 
-// A Python number that torch wrapped into a 0-d CPU tensor (`x + 1`): dumped as the number.
-std::optional<nlohmann::ordered_json> wrapped_number_leaf(const at::Tensor &t);
+// A Python number that torch wrapped into a 0-d CPU tensor (`x + 1`): dumped as the number, its
+// leaf appended to `out`; false (nothing appended) for any other tensor.
+bool wrapped_number_append(std::string &out, const at::Tensor &t);
 
 }  // namespace tprobe::torch_capture

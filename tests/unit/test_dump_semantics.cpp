@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -273,6 +274,45 @@ TEST(DumpSemantics, TensorLeafTextIsTheTreesText) {
   std::string text;
   tensor_leaf_text_append(text, {"torch.Tensor", "torch.int8", nullptr, nullptr, false, ""});
   EXPECT_EQ(text, pyjson_dump(tensor_leaf_json({"torch.Tensor", "torch.int8", nullptr, nullptr, false, ""}), 1));
+}
+
+// The hot leaves are defined as text (value_*_append); the text must parse back to exactly the
+// value it encodes: a float stays a float (2.0, not 2), every double round-trips bit for bit,
+// and strings of any bytes survive.
+TEST(DumpSemantics, ValueLeafTextsParseBackExactly) {
+  const double reals[] = {0.5, 2.0, -0.0, 0.1, 1e20, 1e-7, 123456789.0, 9007199254740993.0, 5e-324,
+                          std::numeric_limits<double>::max(), -std::numeric_limits<double>::min(), 1.0 / 3.0};
+  for (const double d : reals) {
+    std::string text;
+    value_real_append(text, d, "float32");
+    const auto leaf = nlohmann::ordered_json::parse(text);
+    ASSERT_TRUE(leaf["value"].is_number_float()) << text;
+    const double back = leaf["value"].get<double>();
+    EXPECT_EQ(std::memcmp(&back, &d, sizeof d), 0) << text;
+    EXPECT_EQ(leaf["type"], "float32");
+  }
+  for (const double d : {std::nan(""), std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+    std::string text;
+    value_real_append(text, d);
+    EXPECT_EQ(nlohmann::ordered_json::parse(text), value_real(d)) << text;
+    EXPECT_TRUE(nlohmann::ordered_json::parse(text)["value"].is_string()) << text;
+  }
+  for (const int64_t i : {int64_t{0}, int64_t{-7}, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}) {
+    std::string text;
+    value_int_append(text, i, "int64");
+    const auto leaf = nlohmann::ordered_json::parse(text);
+    EXPECT_EQ(leaf["value"].get<int64_t>(), i) << text;
+    EXPECT_EQ(leaf.dump(), text);  // the same spelling nlohmann writes
+  }
+  const std::string odd = std::string("quote\" backslash\\ newline\n tab\t bell\x07 nul") + '\0' + " utf-8 \xc3\xa9";
+  std::string text;
+  value_text_append(text, "str", odd);
+  EXPECT_EQ(nlohmann::ordered_json::parse(text)["value"].get<std::string>(), odd) << text;
+  text.clear();
+  value_bool_append(text, true);
+  text += ',';  // appends, never replaces
+  value_bool_append(text, false);
+  EXPECT_EQ(text, R"({"type":"bool","value":true},{"type":"bool","value":false})");
 }
 
 TEST(DumpSemantics, ValueLeaves) {

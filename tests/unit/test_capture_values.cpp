@@ -1,0 +1,93 @@
+// Non-tensor values through the capture's C API (tprobe_capture.h): the checked call refuses
+// invalid JSON at the call, naming the entry and slot; the unchecked one (tprobe's own PyTorch
+// capture) leaves the parse to the sender thread, and what arrives is the same either way. An
+// invalid text given to the unchecked call breaks the session, loudly, at its next call.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dump_semantics.h"
+#include "record.h"
+#include "tprobe_capture.h"
+#include "test_support.h"
+
+using namespace tprobe;
+
+namespace {
+
+struct file_session {
+  test::temp_dir dir;
+  std::string stream = dir / "values.tpr";
+  tprobe_session *s = nullptr;
+
+  file_session() {
+    const std::string config = dir / "config.json";
+    test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
+    tprobe_open_options o = tprobe_open_options_default();
+    o.endpoint = stream.c_str();
+    EXPECT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
+    EXPECT_EQ(tprobe_start(s), TPROBE_OK) << tprobe_last_error();
+  }
+  ~file_session() { tprobe_session_close(s); }
+
+  // The value records of the stream, once the session is closed: slot → meta.
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> values() {
+    EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
+    s = nullptr;
+    std::vector<std::pair<std::string, nlohmann::ordered_json>> out;
+    record_file_reader reader(stream);
+    while (auto r = reader.read())
+      if (r->header.kind == record_kind::value) out.emplace_back(r->header.slot, r->header.meta);
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST(capture_values, checked_and_unchecked_texts_arrive_as_the_same_leaves) {
+  file_session f;
+  std::string real, list;
+  value_real_append(real, 0.1);
+  list = "[";
+  value_int_append(list, 2);
+  list += ",";
+  value_bool_append(list, false);
+  list += "]";
+  const char *entry = "Torch.add.0.forward";
+  ASSERT_EQ(tprobe_capture_value(f.s, entry, "input.1", real.c_str()), TPROBE_OK) << tprobe_last_error();
+  ASSERT_EQ(tprobe_capture_value_unchecked(f.s, entry, "input.2", real.c_str()), TPROBE_OK) << tprobe_last_error();
+  ASSERT_EQ(tprobe_capture_value_unchecked(f.s, entry, "kwargs.size", list.c_str()), TPROBE_OK);
+  ASSERT_EQ(tprobe_capture_value_unchecked(f.s, entry, "kwargs.out", nullptr), TPROBE_OK);  // None
+  ASSERT_EQ(tprobe_stop(f.s), TPROBE_OK) << tprobe_last_error();
+  const auto got = f.values();
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].first, "input.1");
+  EXPECT_EQ(got[0].second, value_real(0.1));
+  EXPECT_TRUE(got[0].second["value"].is_number_float());
+  EXPECT_EQ(got[1].second, got[0].second);
+  EXPECT_EQ(got[2].second.dump(), R"([{"type":"int","value":2},{"type":"bool","value":false}])");
+  EXPECT_TRUE(got[3].second.is_null());
+}
+
+TEST(capture_values, the_checked_call_refuses_invalid_json_at_the_call) {
+  file_session f;
+  EXPECT_EQ(tprobe_capture_value(f.s, "Torch.add.0.forward", "input.1", R"({"type":"int","value":)"), TPROBE_ERROR);
+  const std::string error = tprobe_last_error();
+  EXPECT_NE(error.find("Torch.add.0.forward input.1: value is not valid JSON"), std::string::npos) << error;
+  // Nothing was lost or broken: the session goes on.
+  EXPECT_EQ(tprobe_capture_value(f.s, "Torch.add.0.forward", "input.2", "null"), TPROBE_OK) << tprobe_last_error();
+  EXPECT_EQ(tprobe_stop(f.s), TPROBE_OK) << tprobe_last_error();
+  EXPECT_EQ(f.values().size(), 1u);
+}
+
+TEST(capture_values, invalid_json_given_unchecked_breaks_the_session_at_its_next_call) {
+  file_session f;
+  EXPECT_EQ(tprobe_capture_value_unchecked(f.s, "Torch.mul.0.forward", "input.1", "{not json"), TPROBE_OK);
+  // The sender finds it: close, which joins the sender, reports it at the latest.
+  (void)tprobe_stop(f.s);
+  EXPECT_EQ(tprobe_session_close(f.s), TPROBE_ERROR);
+  f.s = nullptr;
+  const std::string error = tprobe_last_error();
+  EXPECT_NE(error.find("Torch.mul.0.forward input.1: value is not valid JSON"), std::string::npos) << error;
+}
