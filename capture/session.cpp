@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <vector>
 #include <random>
 #include <thread>
 #include <string_view>
@@ -237,15 +237,21 @@ struct tprobe_session {
     std::string value_json;  // "" for every record but values
   };
 
-  // queue: training thread → sender thread
+  // queue: training thread → sender thread. Vectors, not deques: a record is larger than a
+  // deque's 512-byte block, so a deque allocates and frees a block per record. These three
+  // vectors, and the sender's batch, swap their storage round (queue → batch → spent → recycled
+  // → spent …) and keep its capacity, so that in a steady state no record costs an allocation
+  // to queue.
   mutable std::mutex mutex;
   std::condition_variable not_empty, has_space;
-  std::deque<pending> queue;
+  std::vector<pending> queue;
   // Records the sender is done with, handed back to be freed by the thread that allocated them:
-  // freed on the sender thread, every string, vector and deque block of a record would go into
-  // the sender's free lists (glibc's per-thread caches), away from the training thread's next
-  // allocations.
-  std::deque<pending> spent;
+  // freed on the sender thread, every string and vector of a record would go into the sender's
+  // free lists (glibc's per-thread caches), away from the training thread's next allocations.
+  std::vector<pending> spent;
+  // The caller's (one thread at a time, tprobe_capture.h): spent records taken by enqueue, freed
+  // once its lock is released; always empty between calls.
+  std::vector<pending> recycled;
   size_t queued_bytes = 0;
   bool closing = false;
   bool sender_waiting = false;     // the sender is in a wait
@@ -421,11 +427,13 @@ struct tprobe_session {
   // counted as undelivered, never waited for).
   bool enqueue(record r, bool urgent = false, std::string value_json = {}) {
     const size_t size = r.has_payload() ? *r.header.stored : 0;
-    // Destroyed after the lock is released. Made only when there is something to free: an empty
-    // std::deque allocates its map and a block, two mallocs and two frees per record otherwise.
-    std::optional<std::deque<pending>> freed_here;
+    // Spent records are freed after the lock is released (declared before it, destroyed after).
+    struct free_recycled {
+      std::vector<pending> &spent_records;
+      ~free_recycled() { spent_records.clear(); }  // the elements go, the storage stays
+    } free_after_unlock{recycled};
     std::unique_lock lock(mutex);
-    if (!spent.empty()) freed_here.emplace().swap(spent);
+    if (!spent.empty()) spent.swap(recycled);
     if (sender_error) std::rethrow_exception(sender_error);
     if (detached.load(std::memory_order_relaxed)) {
       ++counts.undelivered;
@@ -485,7 +493,7 @@ struct tprobe_session {
 
   void sender_loop() {
     try {
-      std::deque<pending> batch;
+      std::vector<pending> batch;
       int idle_naps = 0;
       for (;;) {
         {
