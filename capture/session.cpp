@@ -948,6 +948,8 @@ struct tprobe_session {
       return TPROBE_SKIPPED;
     }
     const char *text = json_text ? json_text : "null";
+    // Never empty from here on: the sender tells a value's text by its being non-empty.
+    if (!*text) throw usage_error(fmt::format("{} {}: value is empty, not JSON", entry, slot));
     if (checked && !nlohmann::ordered_json::accept(text)) {
       try {
         (void)nlohmann::ordered_json::parse(text);  // for its message

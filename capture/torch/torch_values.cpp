@@ -93,12 +93,6 @@ void ivalue_leaf_append(std::string &out, const c10::IValue &v, std::string_view
   }
 }
 
-json ivalue_leaf(const c10::IValue &v, std::string_view arg) {
-  std::string text;
-  ivalue_leaf_append(text, v, arg);
-  return json::parse(text);
-}
-
 // ---- tensors ----
 
 bool dl_dtype_of(c10::ScalarType t, DLDataType &out) {

@@ -20,9 +20,8 @@ std::string python_dtype_name(c10::ScalarType t);
 
 // msprobe's JSON leaf of a non-tensor argument, appended to `out` as text (the form the C API
 // takes; built without a DOM). `arg` is the schema's argument name: ints named dtype /
-// memory_format / layout are enums. ivalue_leaf: the same, parsed.
+// memory_format / layout are enums.
 void ivalue_leaf_append(std::string &out, const c10::IValue &v, std::string_view arg);
-nlohmann::ordered_json ivalue_leaf(const c10::IValue &v, std::string_view arg);
 
 // The DLPack type of a scalar type tprobe reads; false for the others (fp8, quantized, …).
 bool dl_dtype_of(c10::ScalarType t, DLDataType &out);

@@ -5,9 +5,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
+#include <vector>
 
 #include <signal.h>
 
@@ -66,8 +66,11 @@ struct stage_io::impl {
   std::optional<barrier_from> barrier_received;
   std::vector<output_link *> barrier_outputs;
   uint64_t barrier_token = 0;  // of barriers sent downstream
-  // Records of a batch received and not yet returned, with their producer's id.
-  std::deque<std::pair<std::string, record>> batched;
+  // Records of a batch received and not yet returned (from batched_next on), with their
+  // producer's id. A vector read by index, not a deque: a record is larger than a deque's block,
+  // so a deque cost a malloc and a free per record; this keeps its storage from batch to batch.
+  std::vector<std::pair<std::string, record>> batched;
+  size_t batched_next = 0;
 
   impl(zmq::context_t &c, const stage_io_options &o) : options(o), ctx(c) {}
 
@@ -207,9 +210,12 @@ struct stage_io::impl {
         ended = interrupted = true;
         return std::nullopt;
       }
-      if (!batched.empty()) {
-        auto [id, r] = std::move(batched.front());
-        batched.pop_front();
+      if (batched_next < batched.size()) {
+        auto [id, r] = std::move(batched[batched_next++]);
+        if (batched_next == batched.size()) {
+          batched.clear();
+          batched_next = 0;
+        }
         if (auto out = accept(id, std::move(r))) return out;
         continue;
       }

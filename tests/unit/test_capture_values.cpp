@@ -75,6 +75,10 @@ TEST(capture_values, the_checked_call_refuses_invalid_json_at_the_call) {
   EXPECT_EQ(tprobe_capture_value(f.s, "Torch.add.0.forward", "input.1", R"({"type":"int","value":)"), TPROBE_ERROR);
   const std::string error = tprobe_last_error();
   EXPECT_NE(error.find("Torch.add.0.forward input.1: value is not valid JSON"), std::string::npos) << error;
+  // An empty text is refused at the call by either door.
+  EXPECT_EQ(tprobe_capture_value(f.s, "Torch.add.0.forward", "input.3", ""), TPROBE_ERROR);
+  EXPECT_NE(std::string(tprobe_last_error()).find("input.3: value is empty"), std::string::npos) << tprobe_last_error();
+  EXPECT_EQ(tprobe_capture_value_unchecked(f.s, "Torch.add.0.forward", "input.3", ""), TPROBE_ERROR);
   // Nothing was lost or broken: the session goes on.
   EXPECT_EQ(tprobe_capture_value(f.s, "Torch.add.0.forward", "input.2", "null"), TPROBE_OK) << tprobe_last_error();
   EXPECT_EQ(tprobe_stop(f.s), TPROBE_OK) << tprobe_last_error();
