@@ -1,5 +1,6 @@
 #include "dump_semantics.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -28,18 +29,6 @@ bool has_module_prefix(std::string_view name) {
 }
 
 std::string_view first_segment(std::string_view s) { return s.substr(0, s.find('.')); }
-
-// Splits "a.b.c" into its segments (an empty string is one empty segment).
-std::vector<std::string_view> segments(std::string_view s) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  for (;;) {
-    const size_t dot = s.find('.', start);
-    parts.push_back(s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
-    if (dot == std::string_view::npos) return parts;
-    start = dot + 1;
-  }
-}
 
 // Python's repr of a non-finite float, which the value leaves carry as text.
 std::optional<std::string_view> non_finite_text(double v) {
@@ -169,8 +158,10 @@ slot_location slot_locate(const entry_name &entry, std::string_view slot) {
     loc.path.emplace_back(int64_t{0});  // each parameter maps to a one-element list
     return loc;
   }
-  const auto parts = segments(slot);
-  const std::string_view first = parts.front();
+  // The slot's dot-separated segments, walked in place: the writer locates every record, and a
+  // vector of them cost allocations per record.
+  const size_t first_dot = slot.find('.');
+  const std::string_view first = slot.substr(0, first_dot);
   if (entry.is_backward() || entry.direction == entry_direction::none) loc.section = first;
   else if (first == "input") loc.section = "input_args";
   else if (first == "kwargs") loc.section = "input_kwargs";
@@ -178,19 +169,23 @@ slot_location slot_locate(const entry_name &entry, std::string_view slot) {
   // A saved variable ("x.0.debug", PrecisionDebugger.save) is the entry's value itself: slot
   // "debug" is the entry, "debug.0" / "debug.key" its elements.
   loc.whole_entry = entry.direction == entry_direction::none && first == "debug";
-  for (size_t i = 1; i < parts.size(); ++i) {
+  if (first_dot == std::string_view::npos) return loc;
+  loc.path.reserve(static_cast<size_t>(std::count(slot.begin(), slot.end(), '.')));
+  size_t start = first_dot + 1;
+  for (size_t i = 1;; ++i) {
+    const size_t dot = slot.find('.', start);
+    const std::string_view part =
+        slot.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
     const bool key_only = loc.section == "parameters" || (loc.section == "input_kwargs" && i == 1);
-    if (all_digits(parts[i]) && !key_only) {
-      int64_t index = 0;
-      const auto [p, ec] = std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), index);
-      if (ec == std::errc() && p == parts[i].data() + parts[i].size()) {
-        loc.path.emplace_back(index);
-        continue;
-      }
-    }
-    loc.path.emplace_back(std::string(parts[i]));
+    int64_t index = 0;
+    if (const auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+        all_digits(part) && !key_only && ec == std::errc() && p == part.data() + part.size())
+      loc.path.emplace_back(index);
+    else
+      loc.path.emplace_back(std::string(part));
+    if (dot == std::string_view::npos) return loc;
+    start = dot + 1;
   }
-  return loc;
 }
 
 slot_io slot_io_of(std::string_view slot) {
