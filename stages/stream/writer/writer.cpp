@@ -418,8 +418,12 @@ class dump_writer {
     atomic_write_file(d.dir + "/" + data_file_name(d.session), text);
     if (d.stacks_dirty) {
       json stack = json::object();
+      // Appended to the ordered map's vector, reserved: operator[] searched the keys, and a
+      // growing vector copied every stack's lines each time it doubled (a key is const).
+      auto &stacks = static_cast<json::object_t::Container &>(stack.get_ref<json::object_t &>());
+      stacks.reserve(d.stacks.size());
       for (size_t i = 0; i < d.stacks.size(); ++i)
-        stack[std::to_string(i)] = json::array({d.stacks[i].first, d.stacks[i].second});
+        stacks.emplace_back(std::to_string(i), json::array({d.stacks[i].first, d.stacks[i].second}));
       atomic_write_file(d.dir + "/stack.json", pyjson_dump(stack, 1));
       d.stacks_dirty = false;
     }
