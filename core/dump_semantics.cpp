@@ -299,7 +299,8 @@ nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t) {
 
 namespace {
 // A JSON string: quotes, backslashes and control characters escaped; other bytes as they are
-// (UTF-8 passes through, as nlohmann's dump writes it).
+// (UTF-8 passes through, as nlohmann's dump writes it). Not pyjson_string_append: this file is
+// also compiled into the PyTorch capture, which has nothing of core but it (see the header).
 void json_string_append(std::string &out, std::string_view text) {
   out += '"';
   for (const char c : text) {
@@ -325,7 +326,9 @@ void leaf_open_append(std::string &out, std::string_view type) {
 }
 }  // namespace
 
-void value_bool_append(std::string &out, bool v) { out += v ? R"({"type":"bool","value":true})" : R"({"type":"bool","value":false})"; }
+void value_bool_append(std::string &out, bool v) {
+  out += v ? R"({"type":"bool","value":true})" : R"({"type":"bool","value":false})";
+}
 
 void value_int_append(std::string &out, int64_t v, std::string_view type) {
   leaf_open_append(out, type);
