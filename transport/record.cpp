@@ -757,9 +757,11 @@ class glance_visitor : public msgpack::null_visitor {
   bool visit_bin(const char *, uint32_t) { return in_key_ ? key_not_string() : true; }
   bool visit_ext(const char *, uint32_t) { return in_key_ ? key_not_string() : true; }
 
+  // A container may be a key deeper down (msgpack allows it, and the decoder ignores what it does
+  // not read): it is opened and closed like any other, or the depth would be off from there on.
   bool start_array(uint32_t) {
-    if (in_key_) return key_not_string();
-    if (depth_ == 2 && top_ == top_key::meta && sub_ == "stack") g_.has_stack_lines = true;
+    if (in_key_ && depth_ == 1) return key_not_string();
+    if (!in_key_ && depth_ == 2 && top_ == top_key::meta && sub_ == "stack") g_.has_stack_lines = true;
     return open();
   }
   bool end_array() { return close(); }
@@ -767,8 +769,8 @@ class glance_visitor : public msgpack::null_visitor {
     if (depth_ == 0) {
       top_level_map_ = true;
     } else {
-      if (in_key_) return key_not_string();
-      if (depth_ == 1 && top_ == top_key::stats) g_.has_stats = true;
+      if (in_key_ && depth_ == 1) return key_not_string();
+      if (!in_key_ && depth_ == 1 && top_ == top_key::stats) g_.has_stats = true;
     }
     return open();
   }
