@@ -403,6 +403,7 @@ record_header record_header_decode(std::span<const std::byte> frame) {
       have_dtype = true;
     } else if (key_is(key, "shape")) {
       if (v.type != msgpack::type::ARRAY) bad_key(key, "an array");
+      h.shape.clear();  // a key given twice counts by its last value, as every other key
       h.shape.reserve(v.via.array.size);
       for (uint32_t j = 0; j < v.via.array.size; ++j) {
         const int64_t d = as_int(v.via.array.ptr[j], key);
@@ -751,7 +752,12 @@ class glance_visitor : public msgpack::null_visitor {
   }
   bool visit_nil() { return in_key_ ? key_not_string() : true; }
   bool visit_boolean(bool) { return in_key_ ? key_not_string() : true; }
-  bool visit_negative_integer(int64_t) { return in_key_ ? key_not_string() : true; }
+  // msgpack-c reports every signed format as negative, 0 and up included; the decoder's object
+  // tree has those as unsigned integers, and so must the glance.
+  bool visit_negative_integer(int64_t v) {
+    if (v >= 0) return visit_positive_integer(static_cast<uint64_t>(v));
+    return in_key_ ? key_not_string() : true;
+  }
   bool visit_float32(float) { return in_key_ ? key_not_string() : true; }
   bool visit_float64(double) { return in_key_ ? key_not_string() : true; }
   bool visit_bin(const char *, uint32_t) { return in_key_ ? key_not_string() : true; }

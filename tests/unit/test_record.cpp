@@ -861,3 +861,128 @@ TEST(record_glance, nesting_is_bounded_where_the_decoder_bounds_it) {
     if (levels == 10) EXPECT_TRUE(glanced);
   }
 }
+
+// ---- the decoder's reading of each key (record.h section 2), as hand-written msgpack ----
+
+TEST(record_decode, signed_formats_of_non_negative_numbers_are_unsigned_integers) {
+  // msgpack allows 5 as int8 (0xd0 0x05); a writer other than msgpack-c's may choose it.
+  const auto header = raw_header([](auto &p) {
+    p.pack_map(4), p.pack("kind"), p.pack("flush");
+    p.pack("flags"), p.pack_fix_int8(5);
+    p.pack("seq"), p.pack_fix_int16(7);
+    p.pack("step"), p.pack_fix_int64(-2);
+  });
+  const record_header h = record_header_decode(header);
+  EXPECT_EQ(h.flags, 5u);
+  EXPECT_EQ(h.seq, 7u);
+  EXPECT_EQ(h.step, -2);
+  // The glance reads them as the decoder does (it refused the flags as "not an unsigned int").
+  const auto frame = batch_of_header(header);
+  std::vector<record_glance> glances;
+  record_batch_glance(frame, glances);
+  ASSERT_EQ(glances.size(), 1u);
+  EXPECT_EQ(glances[0].flags, 5u);
+}
+
+TEST(record_decode, a_key_given_twice_counts_by_its_last_value) {
+  const record_header h = record_header_decode(raw_header([](auto &p) {
+    p.pack_map(6), p.pack("kind"), p.pack("tensor"), p.pack("dtype"), p.pack("float32");
+    p.pack("shape"), p.pack_array(2), p.pack(2), p.pack(3);
+    p.pack("shape"), p.pack_array(1), p.pack(4);
+    p.pack("meta"), p.pack_map(1), p.pack("a"), p.pack(1);
+    p.pack("meta"), p.pack_array(1), p.pack("b");
+  }));
+  EXPECT_EQ(h.shape, (std::vector<int64_t>{4}));
+  EXPECT_EQ(h.meta, nlohmann::ordered_json::array({"b"}));
+}
+
+TEST(record_decode, meta_keeps_every_msgpack_type_and_order) {
+  const std::vector<uint8_t> blob = {0, 1, 255};
+  const record_header h = record_header_decode(raw_header([&](auto &p) {
+    p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta");
+    p.pack_map(9);
+    p.pack("z"), p.pack_nil();
+    p.pack("y"), p.pack(true);
+    p.pack("x"), p.pack(uint64_t{18446744073709551615u});
+    p.pack("w"), p.pack(int64_t{-9223372036854775807 - 1});
+    p.pack("v"), p.pack(0.25f);
+    p.pack("u"), p.pack_bin_body("\xcb\x80\0\0\0\0\0\0\0", 9);  // float64 -0.0 (msgpack-c would pack 0)
+    p.pack("t"), p.pack_bin(3), p.pack_bin_body(reinterpret_cast<const char *>(blob.data()), 3);
+    p.pack("s"), p.pack_array(3), p.pack("a"), p.pack_map(1), p.pack("k"), p.pack_array(0), p.pack_map(0);
+    p.pack("z"), p.pack("last");  // a key given twice keeps its place and takes the last value
+  }));
+  nlohmann::ordered_json expected = nlohmann::ordered_json::object();
+  expected["z"] = "last";
+  expected["y"] = true;
+  expected["x"] = uint64_t{18446744073709551615u};
+  expected["w"] = int64_t{-9223372036854775807 - 1};
+  expected["v"] = 0.25;
+  expected["u"] = -0.0;
+  expected["t"] = nlohmann::ordered_json::binary(blob);
+  expected["s"] = nlohmann::ordered_json::array(
+      {"a", nlohmann::ordered_json{{"k", nlohmann::ordered_json::array()}}, nlohmann::ordered_json::object()});
+  EXPECT_EQ(h.meta, expected);
+  EXPECT_TRUE(h.meta["u"].is_number_float());
+  EXPECT_TRUE(std::signbit(h.meta["u"].get<double>()));
+  EXPECT_TRUE(h.meta["x"].is_number_unsigned());
+}
+
+TEST(record_decode, an_unknown_key_is_passed_over_whatever_it_holds) {
+  const record_header h = record_header_decode(raw_header([](auto &p) {
+    p.pack_map(3), p.pack("kind"), p.pack("flush");
+    // A newer minor's key: a map with container keys and an ext, none of which this build reads.
+    p.pack("future"), p.pack_map(2), p.pack_array(1), p.pack_map(0), p.pack_ext(1, 1), p.pack_ext_body("x", 1);
+    p.pack(3), p.pack_array(1), p.pack_nil();
+    p.pack("seq"), p.pack(9);
+  }));
+  EXPECT_EQ(h.kind, record_kind::flush);
+  EXPECT_EQ(h.seq, 9u);
+}
+
+TEST(record_decode, a_mistyped_value_is_named_by_its_key) {
+  const auto message = [](auto &&pack) {
+    try {
+      (void)record_header_decode(raw_header(pack));
+    } catch (const framing_error &e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const auto with_kind = [&](auto &&rest) {
+    return message([&](auto &p) {
+      p.pack_map(2), p.pack("kind"), p.pack("tensor");
+      rest(p);
+    });
+  };
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("shape"), p.pack_map(0); }), "header key \"shape\" is not an array");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("shape"), p.pack_array(1), p.pack(-1); }),
+            "header key \"shape\" is not an array of non-negative ints");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("shape"), p.pack_array(1), p.pack_array(0); }),
+            "header key \"shape\" is not an integer");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("path"), p.pack_array(1), p.pack(1.5); }),
+            "header key \"path\" is not an integer");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("rank"), p.pack(int64_t{1} << 40); }),
+            "header key \"rank\" is not a rank (-1 or a non-negative int32)");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("step"), p.pack(uint64_t{1} << 63); }), "header key \"step\" is not an int64");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("seq"), p.pack_array(0); }), "header key \"seq\" is not an unsigned integer");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("entry"), p.pack(3); }), "header key \"entry\" is not a string");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("requires_grad"), p.pack(1); }), "header key \"requires_grad\" is not a bool");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("stats"), p.pack_map(1), p.pack("max"), p.pack_array(0); }),
+            "header key \"stats.max\" is not nil, a bool or a number");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("stats"), p.pack_map(1), p.pack(1), p.pack(2); }),
+            "header key \"stats\" is not a map with string keys");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("stats"), p.pack_map(1), p.pack("crc32"), p.pack(uint64_t{1} << 33); }),
+            "header key \"stats.crc32\" is not a 32-bit value");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("shm"), p.pack_map(1), p.pack("id"), p.pack("one"); }),
+            "header key \"shm.id\" is not an unsigned integer");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("shm"), p.pack_map(1), p.pack("id"), p.pack(1); }),
+            "header key \"shm\" is not a map of path, id and offset");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("meta"), p.pack_map(1), p.pack(1), p.pack(2); }),
+            "meta map key is not a string");
+  EXPECT_EQ(with_kind([](auto &p) { p.pack("meta"), p.pack_array(1), p.pack_ext(1, 1), p.pack_ext_body("x", 1); }),
+            "meta holds a msgpack ext value, which tprobe does not use");
+  EXPECT_EQ(message([](auto &p) { p.pack_map(1), p.pack_array(0), p.pack(1); }),
+            "header map has a key that is not a string");
+  EXPECT_EQ(message([](auto &p) { p.pack(1); }), "header is not a msgpack map");
+  EXPECT_EQ(message([](auto &p) { p.pack_map(2), p.pack("kind"); }), "header is not valid msgpack (insufficient bytes)");
+}
