@@ -692,22 +692,32 @@ size_t batch_walk(const zmq::message_t &frame, Each &&each) {
 
 std::vector<record> record_batch_decode(const zmq::message_t &frame) {
   std::vector<record> out;
-  const auto *bytes = static_cast<const std::byte *>(frame.data());
-  batch_walk(frame, [&](size_t index, std::span<const std::byte> header, size_t at) -> uint64_t {
-    record r(record_header_decode(header));
-    if (!record_batchable(r.header))
-      throw framing_error(fmt::format("batch record {}: {} may not travel in a batch (control, barrier or shm)",
-                                      index, r.describe()));
-    const uint64_t stored = r.header.stored.value_or(0);
-    if (r.header.stored && stored <= frame.size() - at) {
-      const uint64_t length = r.header.length;
-      r.set_payload_frame(zmq::message_t(bytes + at, static_cast<size_t>(stored)));
-      r.header.length = length;
-    }
-    out.push_back(std::move(r));
-    return stored;
-  });
+  record_batch_decode(frame, out);
   return out;
+}
+
+void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out) {
+  const size_t kept = out.size();
+  const auto *bytes = static_cast<const std::byte *>(frame.data());
+  try {
+    batch_walk(frame, [&](size_t index, std::span<const std::byte> header, size_t at) -> uint64_t {
+      record &r = out.emplace_back();
+      r.header = record_header_decode(header);
+      if (!record_batchable(r.header))
+        throw framing_error(fmt::format("batch record {}: {} may not travel in a batch (control, barrier or shm)",
+                                        index, r.describe()));
+      const uint64_t stored = r.header.stored.value_or(0);
+      if (r.header.stored && stored <= frame.size() - at) {
+        const uint64_t length = r.header.length;
+        r.set_payload_frame(zmq::message_t(bytes + at, static_cast<size_t>(stored)));
+        r.header.length = length;
+      }
+      return stored;
+    });
+  } catch (...) {
+    out.resize(kept);
+    throw;
+  }
 }
 
 namespace {

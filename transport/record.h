@@ -370,6 +370,10 @@ bool record_frame_is_batch(const zmq::message_t &frame);
 // The records of a batch frame, in order; payloads are copied out of the frame. Throws
 // framing_error (bad magic or major, a length past the end, a record that may not be batched).
 std::vector<record> record_batch_decode(const zmq::message_t &frame);
+// The same, appended to `out`, which is left as it was when the batch is rejected: a stage decodes
+// each batch into the records it keeps from batch to batch, each record built where it stays
+// (a returned vector was a move of every record, and more as the vector grew).
+void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out);
 
 // A record of a batch as record_batch_glance sees it: the keys that tell whether a stage would
 // pass it on unchanged, without decoding the rest. `run` points into the batch frame.

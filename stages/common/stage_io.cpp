@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <time.h>
 
 #include <fmt/format.h>
 
@@ -66,10 +67,12 @@ struct stage_io::impl {
   std::optional<barrier_from> barrier_received;
   std::vector<output_link *> barrier_outputs;
   uint64_t barrier_token = 0;  // of barriers sent downstream
-  // Records of a batch received and not yet returned (from batched_next on), with their
-  // producer's id. A vector read by index, not a deque: a record is larger than a deque's block,
-  // so a deque cost a malloc and a free per record; this keeps its storage from batch to batch.
-  std::vector<std::pair<std::string, record>> batched;
+  // Records of a batch received and not yet returned (from batched_next on), from producer
+  // batched_from. A vector read by index, not a deque: a record is larger than a deque's block,
+  // so a deque cost a malloc and a free per record; this keeps its storage from batch to batch,
+  // and each record is decoded into its place there and moved once, to the stage.
+  std::vector<record> batched;
+  std::string batched_from;
   size_t batched_next = 0;
 
   impl(zmq::context_t &c, const stage_io_options &o) : options(o), ctx(c) {}
@@ -211,12 +214,14 @@ struct stage_io::impl {
         return std::nullopt;
       }
       if (batched_next < batched.size()) {
-        auto [id, r] = std::move(batched[batched_next++]);
+        record &r = batched[batched_next++];
+        std::optional<record> out;
+        if (accept(batched_from, r, false)) out.emplace(std::move(r));
         if (batched_next == batched.size()) {
           batched.clear();
           batched_next = 0;
         }
-        if (auto out = accept(id, std::move(r))) return out;
+        if (out) return out;
         continue;
       }
       // A busy stream is drained without a poll per record (a poll is a system call or two);
@@ -255,7 +260,10 @@ struct stage_io::impl {
       if (frames.size() == 1 && record_frame_is_batch(frames[0])) {
         try {
           if (pass_batch(id, frames[0])) continue;
-          for (auto &r : record_batch_decode(frames[0])) batched.emplace_back(id, std::move(r));
+          record_batch_decode(frames[0], batched);
+          batched_from = id;
+          // The producer is seen once for the batch, not at each of its records.
+          if (auto p = producers.find(id); p != producers.end()) p->second.last_seen = clock_type::now();
         } catch (const framing_error &e) {
           throw framing_error(fmt::format("malformed batch from {} on {}: {}", producer_label(id), input_endpoint,
                                           e.what()));
@@ -269,7 +277,7 @@ struct stage_io::impl {
         throw framing_error(fmt::format("malformed record from {} on {}: {}", producer_label(id), input_endpoint,
                                         e.what()));
       }
-      if (auto out = accept(id, std::move(r))) return out;
+      if (accept(id, r, true)) return r;
     }
   }
 
@@ -305,25 +313,26 @@ struct stage_io::impl {
     return true;
   }
 
-  // One record from producer `id`: connection control is answered here (nullopt), a data record
-  // is returned for the stage.
-  std::optional<record> accept(const std::string &id, record r) {
+  // One record from producer `id`: connection control is answered here (false), a data record
+  // is made ready for the stage (true). `seen`: note the producer as seen now (a batch's records
+  // were, when the batch came).
+  bool accept(const std::string &id, record &r, bool seen) {
     auto it = producers.find(id);
-    if (it != producers.end()) it->second.last_seen = clock_type::now();
+    if (seen && it != producers.end()) it->second.last_seen = clock_type::now();
     switch (r.header.kind) {
       case record_kind::hello:
         register_producer(id, r);
         send_ack(id);
-        return std::nullopt;
+        return false;
       case record_kind::final:
         registration_closed = true;
         send_ack(id);
-        return std::nullopt;
+        return false;
       case record_kind::eos:
         if (it != producers.end()) it->second.done = true;
         if (r.header.meta.is_object()) counts.upstream_dropped += r.header.meta.value("dropped", uint64_t{0});
         send_ack(id);  // tells the producer that everything before eos arrived
-        return std::nullopt;
+        return false;
       case record_kind::ack:
       case record_kind::synced:
       case record_kind::control:
@@ -352,13 +361,13 @@ struct stage_io::impl {
             if (!it->second.lost_payloads++)
               fmt::print(stderr, "{}: warning: producer {} (pid {}) exited with payloads in shared memory; they are lost\n",
                          options.producer_name, it->second.name, it->second.pid);
-            return std::nullopt;
+            return false;
           }
         }
         ++counts.received;
         note_stack(r);
         if (tap && outputs.empty()) publish_consumed(r);
-        return r;
+        return true;
     }
   }
 
@@ -441,11 +450,11 @@ struct stage_io::impl {
   }
 
   // XPUB hands up one message per change of the subscription to "" (1: subscribed, 0: gone).
-  // Asked at most every millisecond, not per record: a non-blocking receive that finds nothing
-  // costs a system call (ZeroMQ polls its command mailbox), which was one per record in a sink.
-  // A new subscriber misses at most a millisecond more of a tap that is lossy anyway.
+  // Asked at most once a clock tick (1-4 ms), not per record: a non-blocking receive that finds
+  // nothing costs a system call (ZeroMQ polls its command mailbox), which was one per record in a
+  // sink. A new subscriber misses a few milliseconds more of a tap that is lossy anyway.
   bool tap_subscribed() {
-    const auto now = clock_type::now();
+    const auto now = coarse_steady_now();
     if (now - tap_checked_ < std::chrono::milliseconds(1)) return tap_subscribed_;
     tap_checked_ = now;
     zmq::message_t m;
@@ -539,6 +548,13 @@ stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
 
 stage_io::~stage_io() = default;
 std::optional<record> stage_io::receive() { return impl_->receive(); }
+
+std::chrono::steady_clock::time_point coarse_steady_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
 void stage_io::send(const record &r) { impl_->send(r); }
 void stage_io::send_alone(const record &r) { impl_->send(r, false); }
 void stage_io::pass_unchanged(std::function<bool(const record_glance &)> unchanged,

@@ -416,6 +416,22 @@ TEST(record_batch, wrong_major_version_is_rejected_naming_it) {
   EXPECT_EQ(record_batch_decode(message_of(bytes)).size(), 1u);
 }
 
+TEST(record_batch, decoding_into_a_vector_appends_or_leaves_it_as_it_was) {
+  std::vector<record> out;
+  out.push_back(tensor_record({3}));
+  record_batch_decode(batch_of(tensor_record({4}), record(record_kind::flush)), out);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].header.shape, (std::vector<int64_t>{3}));
+  expect_same(out[1], tensor_record({4}));
+  EXPECT_EQ(out[2].header.kind, record_kind::flush);
+  // A batch whose second record is cut short: the first is not kept either.
+  auto bytes = bytes_of(batch_of(tensor_record({4}), tensor_record({5})));
+  bytes.resize(bytes.size() - 3);
+  EXPECT_THROW(record_batch_decode(message_of(bytes), out), framing_error);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2].header.kind, record_kind::flush);
+}
+
 TEST(record_batch, corrupt_batch_is_rejected) {
   const auto good = bytes_of(batch_of(tensor_record({2}), tensor_record({2})));
   {  // a header length past the end
