@@ -196,9 +196,10 @@ struct tensor_facts {
 // §1.6, PyTorch key order: type, dtype, shape, Max, Min, Mean, Norm, requires_grad,
 // [data_name], [md5] (md5 = the CRC-32 as 8 lowercase hex digits, when computed).
 nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t);
-// The same leaf as text, appended to `out`: exactly pyjson_dump(tensor_leaf_json(t), 1), without
-// the tree (for pyjson_fragment; the writer keeps its leaves so). Defined in dump_text.cpp.
-void tensor_leaf_text_append(std::string &out, const tensor_facts &t);
+// The same leaf as text, appended to `out`: exactly pyjson_dump_append(out, tensor_leaf_json(t), 1,
+// level), without the tree (for pyjson_fragment; the writer keeps its leaves so, made for the
+// depth they sit at). Defined in dump_text.cpp.
+void tensor_leaf_text_append(std::string &out, const tensor_facts &t, int level = 0);
 
 // The leaf's fields in the order above, for every rendering of it: emit(key, value) with a value
 // that is a std::string_view, the shape (const std::vector<int64_t> &) or a scalar ordered_json

@@ -10,14 +10,20 @@
 
 namespace tprobe {
 
-void tensor_leaf_text_append(std::string &out, const tensor_facts &t) {
-  // Python's json.dump(leaf, indent=1) at level 0: one key a line at one space, the shape's
-  // items at two.
+void tensor_leaf_text_append(std::string &out, const tensor_facts &t, int level) {
+  // Python's json.dump(leaf, indent=1) where the leaf sits `level` levels deep: one key a line at
+  // level + 1 spaces, the shape's items at level + 2.
+  const auto newline = [&](int spaces) {
+    out.push_back('\n');
+    out.append(static_cast<size_t>(spaces), ' ');
+  };
   out.push_back('{');
   bool first = true;
   tensor_leaf_fields(t, [&](std::string_view key, const auto &value) {
-    out.append(first ? "\n \"" : ",\n \"");
+    if (!first) out.push_back(',');
     first = false;
+    newline(level + 1);
+    out.push_back('"');
     out.append(key);  // the keys above are plain ASCII
     out.append("\": ");
     using value_type = std::decay_t<decltype(value)>;
@@ -30,17 +36,20 @@ void tensor_leaf_text_append(std::string &out, const tensor_facts &t) {
       }
       out.push_back('[');
       for (size_t i = 0; i < value.size(); ++i) {
-        out.append(i == 0 ? "\n  " : ",\n  ");
+        if (i != 0) out.push_back(',');
+        newline(level + 2);
         char buf[24];
         const auto r = std::to_chars(buf, buf + sizeof buf, value[i]);
         out.append(buf, static_cast<size_t>(r.ptr - buf));
       }
-      out.append("\n ]");
+      newline(level + 1);
+      out.push_back(']');
     } else {
       pyjson_dump_append(out, value, 1);
     }
   });
-  out.append("\n}");
+  newline(level);
+  out.push_back('}');
 }
 
 }  // namespace tprobe

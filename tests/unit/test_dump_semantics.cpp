@@ -267,6 +267,13 @@ TEST(DumpSemantics, TensorLeafTextIsTheTreesText) {
               tensor_leaf_text_append(text, facts);
               ASSERT_EQ(text, "kept" + pyjson_dump(tensor_leaf_json(facts), 1))
                   << "shape size " << shape.size() << ", stats " << si << ", name " << data_name;
+              // Made for the depth it goes to (the writer's leaves: level 4 under a section).
+              for (const int level : {1, 4}) {
+                std::string deep, tree;
+                tensor_leaf_text_append(deep, facts, level);
+                pyjson_dump_append(tree, tensor_leaf_json(facts), 1, level);
+                ASSERT_EQ(deep, tree) << "level " << level;
+              }
               ++cases;
             }
   EXPECT_EQ(cases, 6 * 7 * 2 * 2 * 2 * 2);

@@ -290,8 +290,9 @@ class dump_writer {
     d.dirty = true;
   }
 
-  // The leaf as a fragment (pyjson.h): its text, made once, copied into every rewrite of dump.json.
-  json tensor_leaf(const record &r, dump_doc &d, const std::string &data_name) {
+  // The leaf as a fragment (pyjson.h): its text, made once for the depth it goes to, copied whole
+  // into every rewrite of dump.json.
+  json tensor_leaf(const record &r, dump_doc &d, const std::string &data_name, int level) {
     const auto &h = r.header;
     const std::string type = h.tensor_type.empty() ? tensor_type_default(d.session.framework) : h.tensor_type;
     // A foreign dtype (no payload, no stats) is already named as the framework names it.
@@ -299,9 +300,11 @@ class dump_writer {
         h.foreign_dtype.empty() ? dtype_framework_name(h.type, d.session.framework) : h.foreign_dtype;
     // No stats: a statistics-less tensor, Max/Min/Mean/Norm null.
     leaf_text_.clear();
-    tensor_leaf_text_append(leaf_text_, {type, dtype, &h.shape, h.stats ? &*h.stats : nullptr, h.requires_grad,
-                                         data_name, (h.flags & RECORD_FLAG_UNINITIALIZED) != 0});
-    return pyjson_fragment(leaf_text_);
+    tensor_leaf_text_append(leaf_text_,
+                            {type, dtype, &h.shape, h.stats ? &*h.stats : nullptr, h.requires_grad, data_name,
+                             (h.flags & RECORD_FLAG_UNINITIALIZED) != 0},
+                            level);
+    return pyjson_fragment(leaf_text_, level);
   }
 
   std::string save_tensor(const record &r, dump_doc &d) {
@@ -356,15 +359,18 @@ class dump_writer {
     const std::string &section = where.section;
     auto &path = where.path;
 
+    // The leaf's depth in dump.json: the document {"data": {entry: {section: ...}}} puts a
+    // section's value at level 3 (the entry itself at 2), and each path element one deeper.
+    const int level = (where.whole_entry ? 2 : 3) + static_cast<int>(path.size());
     json leaf;
     if (h.kind == record_kind::tensor) {
       std::string data_name;
       if (r.has_payload() && (h.flags & RECORD_FLAG_SAVE)) data_name = save_tensor(r, d);
-      leaf = tensor_leaf(r, d, data_name);
+      leaf = tensor_leaf(r, d, data_name, level);
     } else {
       leaf_text_.clear();
-      pyjson_dump_append(leaf_text_, h.meta, 1);
-      leaf = pyjson_fragment(leaf_text_);
+      pyjson_dump_append(leaf_text_, h.meta, 1, level);
+      leaf = pyjson_fragment(leaf_text_, level);
     }
 
     // A module forward keeps is_recompute last, after a section that arrives later (parameters),
