@@ -530,15 +530,15 @@ struct tprobe_session {
               barriers_done = r.header.meta["barrier"].get<uint64_t>();
               has_space.notify_all();
             } else if (!batch[i].value_json.empty()) {
-              // Checked by capture_value unless the caller vouched for it. The tree is freed
-              // here, on the thread that built it.
+              // Checked by capture_value unless the caller vouched for it; packed from its text
+              // as the record is encoded, with no tree in between.
+              r.header.meta = record_meta_text(batch[i].value_json);
               try {
-                r.header.meta = nlohmann::ordered_json::parse(batch[i].value_json);
-              } catch (const nlohmann::json::exception &e) {  // tprobe_capture_value_unchecked's
+                for (auto &s : senders) s->send(r);
+              } catch (const std::invalid_argument &e) {  // tprobe_capture_value_unchecked's
                 throw usage_error(fmt::format("{} {}: value is not valid JSON: {}", r.header.entry, r.header.slot,
                                               e.what()));
               }
-              for (auto &s : senders) s->send(r);
               r.header.meta = nullptr;
             } else {
               for (auto &s : senders) s->send(r);

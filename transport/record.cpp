@@ -52,6 +52,65 @@ void pack_str(packer_t &p, std::string_view s) {
   p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
 
+// "tpmt": marks a meta held as JSON text (record_meta_text).
+constexpr std::uint64_t meta_text_subtype = 0x74706d74;
+
+// nlohmann's SAX events of a JSON text, packed as msgpack as they come. msgpack puts a container's
+// count before its elements and SAX tells it only at the end, so containers are written as map32
+// and array32 and their counts filled in when they close (valid msgpack; every reader takes them).
+class json_text_packer {
+ public:
+  using json = nlohmann::ordered_json;
+  json_text_packer(packer_t &p, msgpack::sbuffer &buf) : p_(p), buf_(buf) {}
+
+  bool null() { return element(), p_.pack_nil(), true; }
+  bool boolean(bool v) { return element(), p_.pack(v), true; }
+  bool number_integer(json::number_integer_t v) { return element(), p_.pack(v), true; }
+  bool number_unsigned(json::number_unsigned_t v) { return element(), p_.pack(v), true; }
+  bool number_float(json::number_float_t v, const json::string_t &) { return element(), pack_float64(p_, v), true; }
+  bool string(json::string_t &v) { return element(), pack_str(p_, v), true; }
+  bool binary(json::binary_t &) { throw std::logic_error("JSON text holds no binary value"); }
+  bool start_object(std::size_t) { return open(0xdf), true; }
+  bool key(json::string_t &k) {
+    ++open_.back().count;
+    pack_str(p_, k);
+    return true;
+  }
+  bool end_object() { return close(), true; }
+  bool start_array(std::size_t) { return open(0xdd), true; }
+  bool end_array() { return close(), true; }
+  bool parse_error(std::size_t, const std::string &, const nlohmann::detail::exception &e) {
+    throw std::invalid_argument(fmt::format("meta text is not JSON: {}", e.what()));
+  }
+
+ private:
+  struct container {
+    size_t at;  // of its marker in the buffer
+    bool is_array;
+    uint32_t count = 0;
+  };
+  // A value begins: one more element of the array it is in (a map counts its keys).
+  void element() {
+    if (!open_.empty() && open_.back().is_array) ++open_.back().count;
+  }
+  void open(uint8_t marker) {
+    element();
+    open_.push_back({buf_.size(), marker == 0xdd});
+    const char header[5] = {static_cast<char>(marker), 0, 0, 0, 0};
+    buf_.write(header, sizeof header);
+  }
+  void close() {
+    const container c = open_.back();
+    open_.pop_back();
+    char *count = buf_.data() + c.at + 1;
+    for (int i = 0; i < 4; ++i) count[i] = static_cast<char>(c.count >> (24 - 8 * i));
+  }
+
+  packer_t &p_;
+  msgpack::sbuffer &buf_;
+  std::vector<container> open_;
+};
+
 void pack_json(packer_t &p, const nlohmann::ordered_json &j) {
   switch (j.type()) {
     case nlohmann::json::value_t::null:
@@ -63,6 +122,8 @@ void pack_json(packer_t &p, const nlohmann::ordered_json &j) {
     case nlohmann::json::value_t::string: pack_str(p, j.get_ref<const std::string &>()); break;
     case nlohmann::json::value_t::binary: {
       const auto &b = j.get_binary();
+      if (b.has_subtype() && b.subtype() == meta_text_subtype)
+        throw std::logic_error("record_meta_text is a whole meta, not a value inside one");
       p.pack_bin(static_cast<uint32_t>(b.size()));
       p.pack_bin_body(reinterpret_cast<const char *>(b.data()), static_cast<uint32_t>(b.size()));
       break;
@@ -209,6 +270,11 @@ uint64_t record_header::element_count() const {
   return n;
 }
 
+nlohmann::ordered_json record_meta_text(std::string_view json_text) {
+  const auto *p = reinterpret_cast<const std::uint8_t *>(json_text.data());
+  return nlohmann::ordered_json::binary(std::vector<std::uint8_t>(p, p + json_text.size()), meta_text_subtype);
+}
+
 nlohmann::ordered_json tensor_stats_to_json(const tensor_stats &s) {
   nlohmann::ordered_json j{{"max", stat_json(s.max)},   {"min", stat_json(s.min)}, {"mean", stat_json(s.mean)},
                            {"norm", stat_json(s.norm)}, {"nan", s.nan_count},      {"inf", s.inf_count}};
@@ -310,7 +376,13 @@ zmq::message_t record_header_encode(const record_header &h) {
   }
   if (!h.meta.is_null()) {
     pack_str(p, "meta");
-    pack_json(p, h.meta);
+    if (h.meta.is_binary() && h.meta.get_binary().has_subtype() && h.meta.get_binary().subtype() == meta_text_subtype) {
+      const auto &text = h.meta.get_binary();
+      json_text_packer packer(p, buf);
+      nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &packer);
+    } else {
+      pack_json(p, h.meta);
+    }
   }
   return zmq::message_t(buf.data(), buf.size());
 }

@@ -315,6 +315,14 @@ class record {
 
 // Encode the header frame (prefix + msgpack map).
 zmq::message_t record_header_encode(const record_header &h);
+
+// A meta given as the JSON text of its value (header.meta = record_meta_text(text)), for a
+// producer that holds its meta as text already (the capture's non-tensor values): encoding packs
+// the value the text holds, parsed straight into msgpack, with no tree built and freed for it.
+// Encoding throws std::invalid_argument, naming the error, for a text that is not JSON. Only
+// encoding reads it: the rest of the header's readers see a binary value, and a decoded meta is
+// always the tree.
+nlohmann::ordered_json record_meta_text(std::string_view json_text);
 // Decode a header frame. Throws framing_error.
 record_header record_header_decode(std::span<const std::byte> frame);
 

@@ -190,6 +190,43 @@ TEST(record, incompressible_payload_is_not_lz4) {
   EXPECT_FALSE(record_payload_lz4(noise).has_value());
 }
 
+// A meta given as JSON text is sent as the value the text holds: decoded, it is that tree.
+TEST(record, meta_given_as_json_text_arrives_as_its_value) {
+  const std::vector<std::string> texts = {
+      R"({"type":"float","value":2.0})",
+      R"({"type":"int","value":-9223372036854775808,"u":18446744073709551615})",
+      R"({"n":[1,-2,{"a":null,"b":[true,false]}],"s":"q\"uote \u00e9","e":{},"l":[],"d":{"d":{"d":[[[]]]}}})",
+      R"([1.5e300,-0.0,0.1])", R"("just text")", "7", "null",
+      // a key given twice: as the tree has it, in its first place with its last value
+      R"({"k":1,"j":2,"k":3})"};
+  for (const auto &text : texts) {
+    record_header h = record_header_of(record_kind::value);
+    h.entry = "Torch.add.0.forward";
+    h.slot = "kwargs.alpha";
+    h.meta = record_meta_text(text);
+    const record_header back = record_header_decode(header_bytes(h));
+    const auto expected = nlohmann::ordered_json::parse(text);
+    EXPECT_EQ(back.meta, expected) << text;
+    EXPECT_EQ(back.meta.dump(), expected.dump()) << text;  // floats stay floats, order kept
+  }
+  // Containers of more elements than a fixmap or a map16 holds.
+  std::string big = "{";
+  for (int i = 0; i < 70000; ++i) big += (i ? ",\"" : "\"") + std::to_string(i) + "\":[" + std::to_string(i) + "]";
+  big += "}";
+  record_header h = record_header_of(record_kind::value);
+  h.meta = record_meta_text(big);
+  EXPECT_EQ(record_header_decode(header_bytes(h)).meta.size(), 70000u);
+  // Not JSON: encoding says so, and the next header encodes as if nothing happened.
+  h.meta = record_meta_text(R"({"type":"int","value":)");
+  EXPECT_THROW((void)record_header_encode(h), std::invalid_argument);
+  h.meta = record_meta_text("[1] 2");
+  EXPECT_THROW((void)record_header_encode(h), std::invalid_argument);
+  EXPECT_EQ(record_header_decode(header_bytes(tensor_record({2}).header)).shape, (std::vector<int64_t>{2}));
+  // Only a whole meta may be text.
+  h.meta = {{"inner", record_meta_text("1")}};
+  EXPECT_THROW((void)record_header_encode(h), std::logic_error);
+}
+
 TEST(record, truncated_header_is_rejected) {
   auto bytes = header_bytes(tensor_record({2}).header);
   for (size_t cut : {size_t{0}, size_t{3}, bytes.size() / 2, bytes.size() - 1}) {
