@@ -230,7 +230,10 @@ class link_impl {
       file_->write(r);
       return;
     }
-    if (!send_by_reference(r)) send_frames(record_encode(r), record_batchable(r.header));
+    if (send_by_reference(r)) return;
+    // A small record goes into the open batch as it is encoded, with no frame of its own.
+    if (batches() && record_batchable(r.header) && batch_append(r)) return;
+    send_frames(record_encode(r), record_batchable(r.header));
   }
 
   // A payload already in shared memory goes by reference (shm.h) to a consumer that maps it:
@@ -267,13 +270,27 @@ class link_impl {
         const auto now = clock_type::now();
         if (batch_.empty()) batch_opened_ = now;
         batch_.append(frames);
-        if (batch_.bytes() >= RECORD_BATCH_BYTES || now - batch_opened_ >= std::chrono::milliseconds(RECORD_BATCH_MAX_AGE_MS))
-          flush();
+        flush_if_full(now);
         return;
       }
     }
     flush();
     send_now(std::move(frames));
+  }
+
+  // The record into the open batch (record_batch_builder::append): false when it is too large.
+  bool batch_append(const record &r) {
+    const auto now = clock_type::now();
+    const bool opening = batch_.empty();
+    if (!batch_.append(r)) return false;
+    if (opening) batch_opened_ = now;
+    flush_if_full(now);
+    return true;
+  }
+
+  void flush_if_full(clock_type::time_point now) {
+    if (batch_.bytes() >= RECORD_BATCH_BYTES || now - batch_opened_ >= std::chrono::milliseconds(RECORD_BATCH_MAX_AGE_MS))
+      flush();
   }
 
   // Sends the open batch, if any (record.h, "Batches"). Blocks and throws as a send does.

@@ -282,16 +282,25 @@ nlohmann::ordered_json tensor_stats_to_json(const tensor_stats &s) {
   return j;
 }
 
-zmq::message_t record_header_encode(const record_header &h) {
-  // Kept per thread: a buffer of its own per header was a malloc, and a realloc or two for the
-  // larger ones, per record at every hop. One that grew for a huge header is not kept.
+namespace {
+
+// The buffer headers are encoded in, kept per thread: a buffer of its own per header was a
+// malloc, and a realloc or two for the larger ones, per record at every hop. Emptied when the
+// guard goes; one that grew for a huge header is not kept.
+msgpack::sbuffer &header_buffer() {
   thread_local msgpack::sbuffer buf(1024);
-  struct buffer_reset {
-    ~buffer_reset() {
-      if (buf.size() > 64 * 1024) buf = msgpack::sbuffer(1024);
-      else buf.clear();
-    }
-  } reset_at_return;
+  return buf;
+}
+struct header_buffer_reset {
+  ~header_buffer_reset() {
+    auto &buf = header_buffer();
+    if (buf.size() > 64 * 1024) buf = msgpack::sbuffer(1024);
+    else buf.clear();
+  }
+};
+
+// The header frame (prefix + msgpack map), appended to `buf`.
+void header_encode_into(msgpack::sbuffer &buf, const record_header &h) {
   const char prefix[RECORD_PREFIX_SIZE] = {'T', 'P', static_cast<char>(RECORD_VERSION_MAJOR),
                                            static_cast<char>(RECORD_VERSION_MINOR)};
   buf.write(prefix, sizeof prefix);
@@ -384,6 +393,14 @@ zmq::message_t record_header_encode(const record_header &h) {
       pack_json(p, h.meta);
     }
   }
+}
+
+}  // namespace
+
+zmq::message_t record_header_encode(const record_header &h) {
+  const header_buffer_reset reset_at_return;
+  auto &buf = header_buffer();
+  header_encode_into(buf, h);
   return zmq::message_t(buf.data(), buf.size());
 }
 
@@ -997,6 +1014,27 @@ record_batch_builder::record_batch_builder() {
                                                    RECORD_VERSION_MINOR};
   buffer_.insert(buffer_.end(), reinterpret_cast<const std::byte *>(prefix),
                  reinterpret_cast<const std::byte *>(prefix) + BATCH_PREFIX_SIZE);
+}
+
+bool record_batch_builder::append(const record &r) {
+  if (!record_batchable(r.header)) throw std::logic_error("record_batch_builder: a record that may not be batched");
+  const size_t payload = r.has_payload() ? r.payload_frame()->size() : 0;
+  if (payload > RECORD_BATCH_RECORD_MAX) return false;
+  const header_buffer_reset reset_at_return;
+  auto &buf = header_buffer();
+  header_encode_into(buf, r.header);
+  if (buf.size() + payload > RECORD_BATCH_RECORD_MAX) return false;
+  const auto length = static_cast<uint32_t>(buf.size());
+  const auto *l = reinterpret_cast<const std::byte *>(&length);
+  buffer_.insert(buffer_.end(), l, l + 4);
+  const auto *h = reinterpret_cast<const std::byte *>(buf.data());
+  buffer_.insert(buffer_.end(), h, h + buf.size());
+  if (payload) {
+    const auto *p = static_cast<const std::byte *>(r.payload_frame()->data());
+    buffer_.insert(buffer_.end(), p, p + payload);
+  }
+  ++records_;
+  return true;
 }
 
 void record_batch_builder::append(const std::vector<zmq::message_t> &frames) {

@@ -453,6 +453,37 @@ TEST(record_batch, wrong_major_version_is_rejected_naming_it) {
   EXPECT_EQ(record_batch_decode(message_of(bytes)).size(), 1u);
 }
 
+TEST(record_batch, a_record_appended_as_it_is_encoded_is_the_bytes_of_its_frames) {
+  record value(record_kind::value);
+  value.header.entry = "Torch.add.0.forward";
+  value.header.slot = "kwargs.alpha";
+  value.header.meta = record_meta_text(R"({"type":"int","value":1})");
+  record_batch_builder direct, framed;
+  for (const record *r : {&value, &value}) {
+    ASSERT_TRUE(direct.append(*r));
+    framed.append(record_encode(*r));
+  }
+  record small = tensor_record({16});
+  ASSERT_TRUE(direct.append(small));
+  framed.append(record_encode(small));
+  EXPECT_EQ(direct.records(), 3u);
+  EXPECT_EQ(bytes_of(direct.take()), bytes_of(framed.take()));
+  // Too large for a batch (a payload, or a header, past RECORD_BATCH_RECORD_MAX): refused, and
+  // the batch stays as it was.
+  ASSERT_TRUE(direct.append(small));
+  const size_t before = direct.bytes();
+  EXPECT_FALSE(direct.append(tensor_record({4096})));
+  record wordy(record_kind::value);
+  wordy.header.meta = {{"text", std::string(RECORD_BATCH_RECORD_MAX, 'x')}};
+  EXPECT_FALSE(direct.append(wordy));
+  EXPECT_EQ(direct.bytes(), before);
+  EXPECT_EQ(direct.records(), 1u);
+  const auto decoded = record_batch_decode(direct.take());
+  ASSERT_EQ(decoded.size(), 1u);
+  expect_same(decoded[0], small);
+  EXPECT_THROW((void)direct.append(record(record_kind::eos)), std::logic_error);
+}
+
 TEST(record_batch, decoding_into_a_vector_appends_or_leaves_it_as_it_was) {
   std::vector<record> out;
   out.push_back(tensor_record({3}));
