@@ -1018,6 +1018,7 @@ record_batch_builder::record_batch_builder() {
 
 bool record_batch_builder::append(const record &r) {
   if (!record_batchable(r.header)) throw std::logic_error("record_batch_builder: a record that may not be batched");
+  if (r.has_payload() && !r.payload_frame()) throw std::logic_error("record header says stored but has no payload frame");
   const size_t payload = r.has_payload() ? r.payload_frame()->size() : 0;
   if (payload > RECORD_BATCH_RECORD_MAX) return false;
   const header_buffer_reset reset_at_return;

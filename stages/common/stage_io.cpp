@@ -549,12 +549,6 @@ stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
 stage_io::~stage_io() = default;
 std::optional<record> stage_io::receive() { return impl_->receive(); }
 
-std::chrono::steady_clock::time_point coarse_steady_now() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
-}
 void stage_io::send(const record &r) { impl_->send(r); }
 void stage_io::send_alone(const record &r) { impl_->send(r, false); }
 void stage_io::pass_unchanged(std::function<bool(const record_glance &)> unchanged,
@@ -593,5 +587,12 @@ void stage_install_signal_handlers() {
 bool stop_requested() { return transport_interrupted(); }
 
 void request_stop() { transport_interrupt(); }
+
+std::chrono::steady_clock::time_point coarse_steady_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
 
 }  // namespace tprobe

@@ -265,3 +265,18 @@ TEST(control, a_bad_command_is_ignored_and_the_capture_goes_on) {
   EXPECT_EQ(tprobe_capture_tensor(s, "Torch.keep.0.forward", "output.0", &x.t, 0), TPROBE_OK);
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
 }
+
+// The coarse clock the stages ask once a record (stage_io.h) is steady_clock's time, at most a
+// kernel tick behind (a tick is 10 ms at the slowest HZ), and never goes back.
+TEST(stage_clock, coarse_time_is_the_steady_clock_a_tick_behind_at_most) {
+  auto last = tprobe::coarse_steady_now();
+  for (int i = 0; i < 2000; ++i) {
+    const auto before = std::chrono::steady_clock::now();
+    const auto coarse = tprobe::coarse_steady_now();
+    const auto after = std::chrono::steady_clock::now();
+    EXPECT_LE(coarse, after);
+    EXPECT_GE(coarse, before - std::chrono::milliseconds(10));
+    EXPECT_GE(coarse, last);
+    last = coarse;
+  }
+}
