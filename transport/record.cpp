@@ -52,8 +52,9 @@ void pack_str(packer_t &p, std::string_view s) {
   p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
 
-// "tpmt": marks a meta held as JSON text (record_meta_text).
-constexpr std::uint64_t meta_text_subtype = 0x74706d74;
+// "tmtx": marks a meta held as JSON text (record_meta_text); apart from pyjson's fragments'
+// subtypes ("tpjs" and the levels above it), so neither is ever taken for the other.
+constexpr std::uint64_t meta_text_subtype = 0x746d7478;
 
 // nlohmann's SAX events of a JSON text, packed as msgpack as they come. msgpack puts a container's
 // count before its elements and SAX tells it only at the end, so containers are written as map32

@@ -12,6 +12,7 @@
 #include <msgpack.hpp>
 
 #include "errors.h"
+#include "pyjson.h"
 #include "record.h"
 #include "test_support.h"
 
@@ -209,19 +210,29 @@ TEST(record, meta_given_as_json_text_arrives_as_its_value) {
     EXPECT_EQ(back.meta, expected) << text;
     EXPECT_EQ(back.meta.dump(), expected.dump()) << text;  // floats stay floats, order kept
   }
-  // Containers of more elements than a fixmap or a map16 holds.
-  std::string big = "{";
-  for (int i = 0; i < 70000; ++i) big += (i ? ",\"" : "\"") + std::to_string(i) + "\":[" + std::to_string(i) + "]";
-  big += "}";
+  // Counts past a byte and past two (every container is written with a 4-byte count): an array
+  // of 70,000, a map of 300 keys. (A map that large would take the decoder's tree seconds.)
+  std::string big = "[";
+  for (int i = 0; i < 70000; ++i) big += (i ? "," : "") + std::to_string(i);
+  big += "]";
   record_header h = record_header_of(record_kind::value);
   h.meta = record_meta_text(big);
-  EXPECT_EQ(record_header_decode(header_bytes(h)).meta.size(), 70000u);
+  const auto back = record_header_decode(header_bytes(h)).meta;
+  ASSERT_EQ(back.size(), 70000u);
+  EXPECT_EQ(back[69999], 69999);
+  std::string keys = "{";
+  for (int i = 0; i < 300; ++i) keys += (i ? ",\"" : "\"") + std::to_string(i) + "\":" + std::to_string(i);
+  keys += "}";
+  h.meta = record_meta_text(keys);
+  EXPECT_EQ(record_header_decode(header_bytes(h)).meta, nlohmann::ordered_json::parse(keys));
   // Not JSON: encoding says so, and the next header encodes as if nothing happened.
   h.meta = record_meta_text(R"({"type":"int","value":)");
   EXPECT_THROW((void)record_header_encode(h), std::invalid_argument);
   h.meta = record_meta_text("[1] 2");
   EXPECT_THROW((void)record_header_encode(h), std::invalid_argument);
   EXPECT_EQ(record_header_decode(header_bytes(tensor_record({2}).header)).shape, (std::vector<int64_t>{2}));
+  // A meta given as text is not a pyjson fragment (a text at a depth).
+  EXPECT_FALSE(pyjson_is_fragment(record_meta_text("1")));
   // Only a whole meta may be text.
   h.meta = {{"inner", record_meta_text("1")}};
   EXPECT_THROW((void)record_header_encode(h), std::logic_error);
