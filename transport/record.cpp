@@ -56,6 +56,10 @@ void pack_str(packer_t &p, std::string_view s) {
 // subtypes ("tpjs" and the levels above it), so neither is ever taken for the other.
 constexpr std::uint64_t meta_text_subtype = 0x746d7478;
 
+bool is_meta_text(const nlohmann::ordered_json &j) {
+  return j.is_binary() && j.get_binary().has_subtype() && j.get_binary().subtype() == meta_text_subtype;
+}
+
 // nlohmann's SAX events of a JSON text, packed as msgpack as they come. msgpack puts a container's
 // count before its elements and SAX tells it only at the end, so containers are written as map32
 // and array32 and their counts filled in when they close (valid msgpack; every reader takes them).
@@ -122,9 +126,8 @@ void pack_json(packer_t &p, const nlohmann::ordered_json &j) {
     case nlohmann::json::value_t::number_float: pack_float64(p, j.get<double>()); break;
     case nlohmann::json::value_t::string: pack_str(p, j.get_ref<const std::string &>()); break;
     case nlohmann::json::value_t::binary: {
+      if (is_meta_text(j)) throw std::logic_error("record_meta_text is a whole meta, not a value inside one");
       const auto &b = j.get_binary();
-      if (b.has_subtype() && b.subtype() == meta_text_subtype)
-        throw std::logic_error("record_meta_text is a whole meta, not a value inside one");
       p.pack_bin(static_cast<uint32_t>(b.size()));
       p.pack_bin_body(reinterpret_cast<const char *>(b.data()), static_cast<uint32_t>(b.size()));
       break;
@@ -386,7 +389,7 @@ void header_encode_into(msgpack::sbuffer &buf, const record_header &h) {
   }
   if (!h.meta.is_null()) {
     pack_str(p, "meta");
-    if (h.meta.is_binary() && h.meta.get_binary().has_subtype() && h.meta.get_binary().subtype() == meta_text_subtype) {
+    if (is_meta_text(h.meta)) {
       const auto &text = h.meta.get_binary();
       json_text_packer packer(p, buf);
       nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &packer);
@@ -1017,41 +1020,43 @@ record_batch_builder::record_batch_builder() {
                  reinterpret_cast<const std::byte *>(prefix) + BATCH_PREFIX_SIZE);
 }
 
+namespace {
+
+// One record of a batch (section 4): its header's length, the header, the payload.
+void batch_append_bytes(std::vector<std::byte> &batch, std::span<const std::byte> header,
+                        std::span<const std::byte> payload) {
+  if (header.size() > UINT32_MAX) throw std::logic_error("a header frame over 4 GiB");
+  const auto length = static_cast<uint32_t>(header.size());
+  const auto *l = reinterpret_cast<const std::byte *>(&length);
+  batch.insert(batch.end(), l, l + 4);
+  batch.insert(batch.end(), header.begin(), header.end());
+  batch.insert(batch.end(), payload.begin(), payload.end());
+}
+
+std::span<const std::byte> bytes_of(const zmq::message_t &m) {
+  return {static_cast<const std::byte *>(m.data()), m.size()};
+}
+
+}  // namespace
+
 bool record_batch_builder::append(const record &r) {
   if (!record_batchable(r.header)) throw std::logic_error("record_batch_builder: a record that may not be batched");
   if (r.has_payload() && !r.payload_frame()) throw std::logic_error("record header says stored but has no payload frame");
-  const size_t payload = r.has_payload() ? r.payload_frame()->size() : 0;
-  if (payload > RECORD_BATCH_RECORD_MAX) return false;
+  const auto payload = r.has_payload() ? bytes_of(*r.payload_frame()) : std::span<const std::byte>{};
+  if (payload.size() > RECORD_BATCH_RECORD_MAX) return false;
   const header_buffer_reset reset_at_return;
   auto &buf = header_buffer();
   header_encode_into(buf, r.header);
-  if (buf.size() + payload > RECORD_BATCH_RECORD_MAX) return false;
-  const auto length = static_cast<uint32_t>(buf.size());
-  const auto *l = reinterpret_cast<const std::byte *>(&length);
-  buffer_.insert(buffer_.end(), l, l + 4);
-  const auto *h = reinterpret_cast<const std::byte *>(buf.data());
-  buffer_.insert(buffer_.end(), h, h + buf.size());
-  if (payload) {
-    const auto *p = static_cast<const std::byte *>(r.payload_frame()->data());
-    buffer_.insert(buffer_.end(), p, p + payload);
-  }
+  if (buf.size() + payload.size() > RECORD_BATCH_RECORD_MAX) return false;
+  batch_append_bytes(buffer_, {reinterpret_cast<const std::byte *>(buf.data()), buf.size()}, payload);
   ++records_;
   return true;
 }
 
 void record_batch_builder::append(const std::vector<zmq::message_t> &frames) {
   if (frames.empty() || frames.size() > 2) throw std::logic_error("a record has 1 or 2 frames");
-  const auto &header = frames[0];
-  if (header.size() > UINT32_MAX) throw std::logic_error("a header frame over 4 GiB");
-  const auto length = static_cast<uint32_t>(header.size());
-  const auto *l = reinterpret_cast<const std::byte *>(&length);
-  buffer_.insert(buffer_.end(), l, l + 4);
-  const auto *h = static_cast<const std::byte *>(header.data());
-  buffer_.insert(buffer_.end(), h, h + header.size());
-  if (frames.size() == 2) {
-    const auto *p = static_cast<const std::byte *>(frames[1].data());
-    buffer_.insert(buffer_.end(), p, p + frames[1].size());
-  }
+  batch_append_bytes(buffer_, bytes_of(frames[0]),
+                     frames.size() == 2 ? bytes_of(frames[1]) : std::span<const std::byte>{});
   ++records_;
 }
 
