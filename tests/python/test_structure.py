@@ -3,6 +3,8 @@ stack.json; counts restarting at 0 every step."""
 
 import unittest
 
+import torch
+
 import tprobe_testing as tt
 
 # Forward and backward only: optimizer internals differ between torch versions.
@@ -129,6 +131,56 @@ class StructureTest(tt.CaptureTest):
         names = list(run.data())
         self.assertIn("Functional.linear.0.forward", names)
         self.assertTrue(any(n.startswith("Aten.") for n in names), names)
+
+    def test_module_leaves_keep_their_order(self):
+        """A module's forward entry holds its leaves in order: tensors and values among the
+        arguments and results, keyword arguments where torch shows them to hooks, then the
+        parameters; a gradient hook's entry holds each parameter's gradient."""
+        script = """
+import torch
+from tprobe import PrecisionDebugger
+
+class Mixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+    def forward(self, x, n, scale=1.0):
+        return self.fc(x) * scale, None, n + 1
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mixed = Mixed()
+    def forward(self, x):
+        return self.mixed(x, 3, scale=2.0)[0].sum()
+
+torch.manual_seed(0)
+model = Net()
+debugger = PrecisionDebugger(config_path="./config.json")
+for step in range(STEPS):
+    debugger.start(model)
+    model(torch.randn(2, 4)).backward()
+    debugger.stop()
+    debugger.step()
+"""
+        run = self.run_script(script, config=tt.default_config(level="L0"))
+        data = run.data()
+        mixed = data["Module.mixed.Mixed.forward.0"]
+        self.assertEqual([a.get("type") for a in mixed["input_args"]], ["torch.Tensor", "int"])
+        self.assertEqual(mixed["input_args"][1]["value"], 3)
+        if "scale" in mixed["input_kwargs"] or not torch.__version__.startswith("1."):
+            # torch >= 2.0 shows keyword arguments to hooks; 1.13's hooks do not see them.
+            self.assertEqual(mixed["input_kwargs"]["scale"], {"type": "float", "value": 2.0})
+        self.assertEqual(mixed["output"][0]["shape"], [2, 4])
+        self.assertEqual(mixed["output"][1:], [None, {"type": "int", "value": 4}])
+        fc = data["Module.mixed.fc.Linear.forward.0"]
+        self.assertEqual(list(fc), ["input_args", "input_kwargs", "output", "parameters", "is_recompute"])
+        self.assertEqual([a["shape"] for a in fc["input_args"]], [[2, 4]])
+        self.assertEqual(list(fc["parameters"]), ["weight", "bias"])
+        self.assertEqual(fc["parameters"]["bias"]["shape"], [4])
+        grads = data["Module.mixed.fc.Linear.parameters_grad.0"]
+        self.assertEqual(sorted(grads), ["bias", "weight"])
+        self.assertEqual(grads["weight"][0]["shape"], [4, 4])
 
 
 if __name__ == "__main__":
