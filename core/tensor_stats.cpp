@@ -93,12 +93,13 @@ struct src_c64 {
 };
 
 // Blocks are small enough to stay in L1, so that the rare rescan below costs no memory traffic.
-constexpr size_t block_elems = 4096;
+constexpr size_t block_elems = stats_block_elems;
 // Explicit lanes rather than `omp simd reduction(max:)`: g++ keeps a float max/min reduction's
-// lanes in memory (a store-forwarding chain per iteration), while these stay in registers. Eight
-// lanes also give four independent double add chains per accumulator with 16-byte vectors, and a
-// fixed summation order, so every ISA clone below returns bit-identical results.
-constexpr size_t lanes = 8;
+// lanes in memory (a store-forwarding chain per iteration), while these stay in registers. Sixteen
+// lanes give each double accumulator four independent add chains with 32-byte vectors (AVX2) and
+// two with 64-byte ones (AVX-512), and one order for all (tensor_stats.h): with eight, an AVX2
+// pass over data in cache waited on its add latency, and AVX-512 gained nothing on AVX2.
+constexpr size_t lanes = stats_sum_lanes;
 
 struct real_acc {
   float max = -INFINITY, min = INFINITY;
@@ -174,11 +175,12 @@ template <class Src>
   }
 }
 
-// The hot loops are also built for x86-64-v3 (AVX2, 32-byte vectors) and picked at load time.
+// The hot loops are also built for x86-64-v3 (AVX2, 32-byte vectors) and x86-64-v4 (AVX-512) and
+// picked at load time.
 // -DTPROBE_SIMD_CLONES= builds the baseline alone (to test or time it on an AVX2 machine).
 #ifndef TPROBE_SIMD_CLONES
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
-#define TPROBE_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define TPROBE_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define TPROBE_SIMD_CLONES
 #endif

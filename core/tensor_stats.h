@@ -56,6 +56,15 @@ class parallel_runner {
 // them in order) agree bit for bit.
 inline constexpr size_t stats_part_bytes = size_t{1} << 20;
 
+// The order of the sums, fixed so that every build and instruction set (the SSE2 baseline, and
+// the AVX2 and AVX-512 clones picked at load time) gives the same bits, on whichever host a
+// capture or a stage runs: within a part, blocks of stats_block_elems elements; element k of a
+// block goes into lane k % stats_sum_lanes (a float64 sum and a float64 sum of squares each); a
+// block's lane sums are added in lane order into the block's sum, which is added to the part's
+// sum, and its lane sums of squares one by one into the part's.
+inline constexpr size_t stats_block_elems = 4096;
+inline constexpr size_t stats_sum_lanes = 16;
+
 struct stats_options {
   bool high_precision = false;  // config "precision": "high": results rounded to float32, not the dtype
   bool crc32 = false;           // also compute the CRC-32 of the raw bytes

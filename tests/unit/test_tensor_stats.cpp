@@ -123,6 +123,50 @@ TEST(TensorStats, Float32RandomMatchesReference) {
   }
 }
 
+// The sums of tensor_stats.h's documented order, written out one element at a time: a part's
+// blocks, each element into lane k % stats_sum_lanes, lanes added in order.
+void ordered_part_sums(const float *v, size_t n, double &sum, double &sumsq) {
+  for (size_t start = 0; start < n; start += stats_block_elems) {
+    const size_t block = std::min(stats_block_elems, n - start);
+    double lane_sum[stats_sum_lanes] = {}, lane_sumsq[stats_sum_lanes] = {};
+    for (size_t k = 0; k < block; ++k) {
+      const double d = v[start + k];
+      lane_sum[k % stats_sum_lanes] += d;
+      lane_sumsq[k % stats_sum_lanes] += d * d;
+    }
+    double block_sum = 0.0;
+    for (size_t j = 0; j < stats_sum_lanes; ++j) block_sum += lane_sum[j], sumsq += lane_sumsq[j];
+    sum += block_sum;
+  }
+}
+
+TEST(TensorStats, Float32SumsInTheDocumentedOrderOnEveryInstructionSet) {
+  // Whichever clone this CPU runs (AVX-512, AVX2 or the baseline) must give these bits. Up to two
+  // parts of stats_part_bytes, summed part by part; magnitudes from 1e-3 to 1e7.
+  const size_t part = stats_part_bytes / sizeof(float);
+  for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{4095}, size_t{4096}, size_t{4097},
+                   size_t{70001}, part, part + 4097}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    std::mt19937 gen(static_cast<uint32_t>(n));
+    std::uniform_real_distribution<float> mantissa(-1.f, 1.f);
+    std::uniform_int_distribution<int> exponent(-3, 7);
+    std::vector<float> v(n);
+    for (auto &x : v) x = mantissa(gen) * std::pow(10.f, static_cast<float>(exponent(gen)));
+    // And a pair ±2^60 in each block: the elements sharing their lanes vanish into them, so
+    // another lane count or block size would lose other elements and change the mean outright.
+    for (size_t start = 0; start + 5 < n; start += stats_block_elems) v[start + 3] = 0x1p60f, v[start + 4] = -0x1p60f;
+    double sum = 0.0, sumsq = 0.0;
+    for (size_t start = 0; start < n; start += part) {
+      double part_sum = 0.0, part_sumsq = 0.0;
+      ordered_part_sums(v.data() + start, std::min(part, n - start), part_sum, part_sumsq);
+      sum += part_sum, sumsq += part_sumsq;
+    }
+    const tensor_stats s = stats_of(v, dtype::float32);
+    EXPECT_EQ(s.mean.real, static_cast<double>(static_cast<float>(sum / static_cast<double>(n))));
+    EXPECT_EQ(s.norm.real, static_cast<double>(static_cast<float>(std::sqrt(sumsq))));
+  }
+}
+
 TEST(TensorStats, Float32SingleElementIsNotZeroDim) {
   const tensor_stats s = stats_of(std::vector<float>{-2.5f}, dtype::float32);
   expect_real(s.max, -2.5, "max");
