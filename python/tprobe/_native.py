@@ -44,7 +44,10 @@ def load():
             try:
                 torch.ops.load_library(path)
             except OSError as e:
-                raise RuntimeError(f"tprobe: cannot load {path}: {e}") from None
+                # torch 2.x says only "Could not load this library"; the loader's reason (a
+                # dependency not found, another architecture) is what it raised from.
+                reason = f"{e} ({e.__cause__})" if e.__cause__ is not None else str(e)
+                raise RuntimeError(f"tprobe: cannot load {path}: {reason}") from None
             _library_path = path
             _ops = torch.ops.tprobe
             return _ops

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import tprobe_testing as tt
@@ -95,6 +96,19 @@ for step in range(STEPS):
                              capture_output=True, text=True)
         self.assertNotEqual(bad.returncode, 0)
         self.assertIn("TPROBE_TORCH_LIBRARY=/nonexistent/lib.so does not exist", bad.stderr)
+
+    def test_a_library_that_cannot_load_says_why(self):
+        # The loader's own reason, which torch 2.x hides behind "Could not load this library".
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TPROBE_TEST_TMP")) as d:
+            fake = os.path.join(d, "libtprobe_torch.so")
+            with open(fake, "w") as f:
+                f.write("not a library\n" * 400)
+            env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), TPROBE_TORCH_LIBRARY=fake)
+            bad = subprocess.run([sys.executable, "-c", "import tprobe; tprobe.PrecisionDebugger()"], env=env,
+                                 capture_output=True, text=True)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn(f"tprobe: cannot load {fake}", bad.stderr)
+        self.assertIn("invalid ELF header", bad.stderr)
 
 
 if __name__ == "__main__":
