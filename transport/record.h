@@ -408,9 +408,10 @@ class record_batch_builder {
   record_batch_builder();
   // Appends a record given as its frames: [header] or [header, payload].
   void append(const std::vector<zmq::message_t> &frames);
-  // Appends a batchable record (record_batchable), its header encoded straight into the batch,
-  // when header and payload together are at most RECORD_BATCH_RECORD_MAX bytes; false, and the
-  // batch as it was, when larger (such a record travels alone).
+  // Appends a batchable record (record_batchable): its header encoded in the thread's header
+  // buffer and copied once into the batch, with no frame of its own, when header and payload
+  // together are at most RECORD_BATCH_RECORD_MAX bytes; false, and the batch as it was, when
+  // larger (such a record travels alone).
   bool append(const record &r);
   size_t records() const { return records_; }
   size_t bytes() const { return buffer_.size(); }
