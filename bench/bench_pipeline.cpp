@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -36,6 +37,15 @@ using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// CPU seconds of the calling thread, or of the whole process: where the records/s rows spend
+// their CPU (the stages here are threads, so the process's CPU less theirs is the capture's
+// sender and ZeroMQ's I/O threads).
+double cpu_seconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
 struct args {
@@ -120,6 +130,9 @@ struct pipeline_result {
   tprobe_session_counts counts{};
   std::vector<double> latencies_ns;  // per capture call, when asked for
   std::vector<double> step_ns;       // per step() call
+  // CPU seconds: the capturing thread (capture calls, start/stop/step), each stage's thread,
+  // and the whole process over the run (the rest is the sender and ZeroMQ's I/O threads).
+  double cpu_capture = 0, cpu_stats = 0, cpu_sink = 0, cpu_process = 0;
 };
 
 // Runs capture -> stats -> (writer | null sink) with `n` tensors of `elems` float32 over `steps`.
@@ -158,6 +171,12 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
       o.tap = "ipc://" + dir + "/sink-tap" + std::to_string(run_id);  // as tprobe run gives every stage
       tprobe::stage_io io(ctx, o);
       sink_ready.set_value();
+      const double cpu0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+      struct at_exit {
+        double cpu0;
+        double &out;
+        ~at_exit() { out = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0; }
+      } account{cpu0, res.cpu_sink};
       if (writer) {
         tprobe::writer_stage_options wo;
         wo.dump_path = dump;
@@ -184,7 +203,9 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
       o.tap = "ipc://" + dir + "/stats-tap" + std::to_string(run_id);
       tprobe::stage_io io(ctx, o);
       stats_ready.set_value();
+      const double cpu0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
       auto sr = tprobe::stats_run(io, tprobe::stats_stage_options{});
+      res.cpu_stats = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
       stats_records = sr.records;
     } catch (const std::exception &e) {
       std::fprintf(stderr, "stats stage failed: %s\n", e.what());
@@ -225,6 +246,8 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
   for (long i = 0; i < per_step; ++i) names[i] = "Functional.relu." + std::to_string(i) + ".forward";
 
   auto t0 = clock_type::now();
+  const double cpu_capture0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+  const double cpu_process0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
   long done = 0;
   for (long st = 0; st < steps && done < n; ++st) {
     check(tprobe_start(s), "tprobe_start");
@@ -252,12 +275,14 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
   }
   tprobe_session_counts_get(s, &res.counts);
   check(tprobe_session_close(s), "tprobe_session_close");
+  res.cpu_capture = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - cpu_capture0;
   stats_thread.join();
   if (std::getenv("TPROBE_BENCH_DEBUG"))
     std::fprintf(stderr, "[debug] capture records %llu, stats stage passed on %llu\n",
                  static_cast<unsigned long long>(res.counts.records), static_cast<unsigned long long>(stats_records));
   sink_thread.join();
   res.seconds = seconds_since(t0);
+  res.cpu_process = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu_process0;
   if (err_stats) std::rethrow_exception(err_stats);
   if (err_sink) std::rethrow_exception(err_sink);
   res.received = sink_count;
@@ -327,6 +352,13 @@ int main(int argc, char **argv) try {
                   mode == TPROBE_STATS_AUTO ? "statistics in place" : "statistics in the stage", rps, goal,
                   rps >= goal ? "MET" : "NOT MET", a.records, a.steps, r.seconds,
                   static_cast<unsigned long long>(r.received), static_cast<unsigned long long>(r.counts.waits));
+      // Which thread bounds the row: on 2 cores the busiest one, or the sum over 2.
+      const double us = 1e6 / static_cast<double>(a.records);
+      std::printf("  CPU us a record: capture thread %.2f, stats %.2f, writer %.2f, sender and ZeroMQ I/O %.2f; "
+                  "all %.2f (%.2f cores busy)\n",
+                  r.cpu_capture * us, r.cpu_stats * us, r.cpu_sink * us,
+                  (r.cpu_process - r.cpu_capture - r.cpu_stats - r.cpu_sink) * us, r.cpu_process * us,
+                  r.cpu_process / r.seconds);
       std::fflush(stdout);
     }
   }
