@@ -511,6 +511,9 @@ struct tprobe_session {
           if (queue.empty()) return;  // closing, and everything sent
           idle_naps = 0;
           batch.swap(queue);  // one lock for everything that piled up
+          // An empty queue lets a waiting producer in (a payload larger than the whole budget
+          // waits for exactly that), and records without payload release no bytes to wake it.
+          if (producer_waiting) has_space.notify_one();
         }
         for (size_t i = 0; i < batch.size(); ++i) {
           record &r = batch[i].r;
@@ -548,6 +551,10 @@ struct tprobe_session {
             return;
           }
           r.drop_payload();  // our reference to the payload goes now, not at the end of the batch
+          // Only bytes count against the queue's budget: a record without a payload (most of
+          // them: statistics in place) frees nothing a waiting producer could use, and taking the
+          // lock for it made the training thread's next enqueue wait on this thread.
+          if (size == 0) continue;
           std::lock_guard lock(mutex);
           queued_bytes -= size;
           if (producer_waiting) has_space.notify_one();

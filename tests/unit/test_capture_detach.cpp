@@ -120,6 +120,51 @@ TEST(capture_detach, a_stalled_stage_holds_it_no_longer_than_the_deadline) {
   ::waitpid(stage, nullptr, 0);
 }
 
+// A payload larger than the whole queue budget waits for the queue to empty, no longer. Records
+// without payload (values here; statistics in place in a real run) free no bytes when sent, so
+// the sender must let the waiting call in when it takes the queue, or the call waits forever. Run
+// in a child with a deadline: a hang is a failure, not a stuck test.
+TEST(capture_detach, a_payload_larger_than_the_queue_waits_only_for_the_queue_to_empty) {
+  test::temp_dir dir;
+  const std::string config_path = dir / "config.json";
+  test::write_file(config_path, R"({"task": "tensor", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
+  const std::string file = dir / "records.tpr";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    tprobe_open_options o = tprobe_open_options_default();
+    o.endpoint = file.c_str();  // a record file: the sender is never held up by a reader
+    o.queue_bytes = 1 << 20;
+    tprobe_session *s = nullptr;
+    if (tprobe_session_open(config_path.c_str(), &o, &s) != TPROBE_OK || tprobe_start(s) != TPROBE_OK) ::_exit(2);
+    std::vector<float> big((2u << 20) / sizeof(float), 1.0f);  // 2 MiB: twice the budget
+    int64_t shape[] = {static_cast<int64_t>(big.size())};
+    const DLTensor t = test::float_tensor(big.data(), shape);
+    for (int round = 0; round < 20; ++round) {
+      for (int i = 0; i < 2000; ++i) {
+        const std::string entry = "Torch.size." + std::to_string(round * 2000 + i) + ".forward";
+        if (tprobe_capture_value(s, entry.c_str(), "output.0", R"({"type": "int", "value": 3})") != TPROBE_OK)
+          ::_exit(3);
+      }
+      const std::string entry = "Torch.add." + std::to_string(round) + ".forward";
+      if (tprobe_capture_tensor(s, entry.c_str(), "output.0", &t, 0) != TPROBE_OK) ::_exit(4);
+    }
+    ::_exit(tprobe_session_close(s) == TPROBE_OK ? 0 : 5);
+  }
+  int status = 0;
+  const auto deadline = clock_type::now() + std::chrono::seconds(30);
+  while (::waitpid(child, &status, WNOHANG) == 0) {
+    if (clock_type::now() > deadline) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      FAIL() << "the capture did not finish in 30 s: a call waits for queue space that never comes";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a child's exit, not a wait between processes
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(capture_detach, names_the_writer_cannot_use_are_refused_at_the_call) {
   for (const char *bad : {"a/b", "/abs", "a b", ""}) EXPECT_EQ(tprobe_entry_name_check(bad), TPROBE_ERROR) << bad;
   EXPECT_EQ(tprobe_entry_name_check(std::string(300, 'x').c_str()), TPROBE_ERROR);
