@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
@@ -617,56 +618,53 @@ void py_float_repr_append(std::string &out, double d) {
     out.append(d > 0 ? "inf" : "-inf");
     return;
   }
-  // Shortest round-trip digits in scientific form: "-d.ddde+XX" or "de-XX".
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
-  const char *p = buf;
-  const char *end = r.ptr;
-  if (*p == '-') {
-    out.push_back('-');
-    ++p;
-  }
-  char digits[32];
-  int n = 0;
-  digits[n++] = *p++;
-  if (*p == '.') {
-    ++p;
-    while (*p != 'e') digits[n++] = *p++;
-  }
-  ++p;  // 'e'
-  const bool exp_negative = *p == '-';
-  ++p;  // sign
+  // Shortest round-trip digits in scientific form, "[-]d[.ddd]e(+|-)XX[X]" (two exponent digits
+  // at least), rearranged the way Python's repr places the point. Built in a local buffer and
+  // appended once: a leaf of dump.json has four of these, and growing `out` a character at a
+  // time cost as much as finding the digits.
+  char sci[40];
+  const char *const sci_end = std::to_chars(sci, sci + sizeof sci, d, std::chars_format::scientific).ptr;
+  const char *p = sci;
+  char text[48];
+  char *o = text;
+  if (*p == '-') *o++ = *p++;
+  const char *e = sci_end - 1;
+  while (*e != 'e') --e;
+  const char lead = *p;
+  const char *frac = p[1] == '.' ? p + 2 : p + 1;  // the digits after the first
+  const auto frac_len = static_cast<int>(e - frac);
   int exp10 = 0;
-  std::from_chars(p, end, exp10);
-  if (exp_negative) exp10 = -exp10;
+  for (const char *q = e + 2; q < sci_end; ++q) exp10 = exp10 * 10 + (*q - '0');
+  if (e[1] == '-') exp10 = -exp10;
 
   if (exp10 < -4 || exp10 >= 16) {
-    out.push_back(digits[0]);
-    if (n > 1) {
-      out.push_back('.');
-      out.append(digits + 1, static_cast<size_t>(n - 1));
+    *o++ = lead;
+    if (frac_len > 0) {
+      *o++ = '.';
+      o = std::copy(frac, e, o);
     }
-    out.push_back('e');
-    out.push_back(exp10 < 0 ? '-' : '+');
-    const int a = exp10 < 0 ? -exp10 : exp10;
-    if (a < 10) out.push_back('0');
-    append_int(out, a);
-    return;
+    o = std::copy(e, sci_end, o);  // "e+16", "e-05", "e+300": as to_chars wrote it
+  } else if (exp10 < 0) {  // 0.000ddd: 1 to 4 zeros after the point, then every digit
+    *o++ = '0';
+    *o++ = '.';
+    for (int i = -1; i > exp10; --i) *o++ = '0';
+    *o++ = lead;
+    o = std::copy(frac, e, o);
+  } else {  // exp10 + 1 digits before the point (zeros past the last digit), at least one after
+    *o++ = lead;
+    const int before = exp10;  // digits of frac before the point
+    if (frac_len <= before) {
+      o = std::copy(frac, e, o);
+      for (int i = frac_len; i < before; ++i) *o++ = '0';
+      *o++ = '.';
+      *o++ = '0';
+    } else {
+      o = std::copy(frac, frac + before, o);
+      *o++ = '.';
+      o = std::copy(frac + before, e, o);
+    }
   }
-  const int decpt = exp10 + 1;  // digits before the decimal point
-  if (decpt <= 0) {
-    out.append("0.", 2);
-    out.append(static_cast<size_t>(-decpt), '0');
-    out.append(digits, static_cast<size_t>(n));
-  } else if (decpt >= n) {
-    out.append(digits, static_cast<size_t>(n));
-    out.append(static_cast<size_t>(decpt - n), '0');
-    out.append(".0", 2);
-  } else {
-    out.append(digits, static_cast<size_t>(decpt));
-    out.push_back('.');
-    out.append(digits + decpt, static_cast<size_t>(n - decpt));
-  }
+  out.append(text, static_cast<size_t>(o - text));
 }
 
 std::string py_float_repr(double d) {

@@ -2,6 +2,7 @@
 // Every expected string below is what CPython 3.11's json module printed for the same value.
 #include "pyjson.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "errors.h"
@@ -74,6 +76,35 @@ TEST(PyJson, FloatsAreWrittenLikePythonRepr) {
     const double d = from_bits(c.bits);
     EXPECT_EQ(pyjson_dump(json(d)), c.python) << std::hex << c.bits;
     EXPECT_EQ(py_float_repr(d), c.python) << std::hex << c.bits;
+  }
+}
+
+// An independent cross-check over many values: fmt's shortest form ("{}", Dragonbox) places the
+// point as Python's repr does (exponent below -4 or from 16 on), but writes an integral value
+// without Python's ".0". Random bit patterns, float32 values (what statistics of float32 tensors
+// are) and values near every power of ten.
+TEST(PyJson, FloatsAgreeWithAnIndependentShortestFormatting) {
+  std::mt19937_64 rng(20261127);
+  const auto reference = [](double d) {
+    std::string s = fmt::format("{}", d);
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    return s;
+  };
+  int failures = 0;
+  for (int i = 0; i < 400000 && failures < 10; ++i) {
+    const uint64_t bits = rng();
+    double d = 0;
+    switch (i % 3) {
+      case 0: d = from_bits(bits); break;
+      case 1: d = static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(bits))); break;
+      default: d = static_cast<double>(static_cast<int64_t>(bits >> 11) % 100000) * std::pow(10.0, static_cast<int>(bits % 50) - 25);
+    }
+    if (!std::isfinite(d)) continue;
+    const std::string got = py_float_repr(d), want = reference(d);
+    if (got != want) {
+      ++failures;
+      ADD_FAILURE() << std::hex << std::bit_cast<uint64_t>(d) << ": " << got << " != " << want;
+    }
   }
 }
 

@@ -217,7 +217,8 @@ class dump_writer {
     return fmt::format("{} record {} (rank {}, step {})", record_kind_name(h.kind), h.entry, h.rank, h.step);
   }
 
-  json &entry_json(dump_doc &d, const std::string &entry, const json *meta) {
+  // `parsed`: entry_parse(entry), when the caller has it already.
+  json &entry_json(dump_doc &d, const std::string &entry, const json *meta, const entry_name *parsed = nullptr) {
     if (entry.empty()) throw usage_error("a record without an entry name cannot be placed in dump.json");
     // The ordered map is a vector underneath: index it directly, and append with the vector's
     // emplace_back (ordered_map::emplace would search for the key again).
@@ -228,7 +229,7 @@ class dump_writer {
     auto &sections = static_cast<json::object_t::Container &>(e.get_ref<json::object_t &>());
     sections.reserve(4);
     const data_mode_filter &modes = d.session.data_mode;
-    const entry_name name = entry_parse(entry);
+    const entry_name name = parsed ? *parsed : entry_parse(entry);
     const json *is_recompute = nullptr;
     if (meta && meta->is_object())
       if (const auto it = meta->find("is_recompute"); it != meta->end()) is_recompute = &*it;
@@ -349,8 +350,8 @@ class dump_writer {
   void place(record &r) {
     const auto &h = r.header;
     dump_doc &d = doc(h);
-    json &e = entry_json(d, h.entry, nullptr);
     const entry_name name = entry_parse(h.entry);
+    json &e = entry_json(d, h.entry, nullptr, &name);
     if (!d.session.data_mode.allows(name, h.slot)) return;
 
     // Where in the entry: section and nesting path (the record's own path when it has one).
