@@ -959,7 +959,9 @@ struct tprobe_session {
     if (!*text) throw usage_error(fmt::format("{} {}: value is empty, not JSON", entry, slot));
     if (checked && !nlohmann::ordered_json::accept(text)) {
       try {
-        (void)nlohmann::ordered_json::parse(text);  // for its message
+        // For its message: it throws, since accept() refused the text. ((void) does not quiet
+        // GCC's warn_unused_result.)
+        [[maybe_unused]] const auto parsed = nlohmann::ordered_json::parse(text);
       } catch (const nlohmann::json::exception &e) {
         throw usage_error(fmt::format("{} {}: value is not valid JSON: {}", entry, slot, e.what()));
       }

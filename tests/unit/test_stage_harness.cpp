@@ -3,6 +3,8 @@
 // capture API (capture/tprobe_capture.h) wrote, with their outputs, barriers and files checked.
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <random>
 
 #include <dlpack/dlpack.h>
 #include <fmt/format.h>
@@ -119,6 +121,33 @@ TEST(stage_harness, stats_run_keeps_saved_data) {
   ASSERT_EQ(out.size(), 2u);
   ASSERT_TRUE(out[1].has_payload());
   EXPECT_EQ(out[1].payload_bytes().size(), 8u);
+}
+
+// A payload larger than a part (stats_part_bytes) is read on --threads threads; the statistics
+// are the same bit for bit with any number of them, and equal core's one-thread computation.
+TEST(stage_harness, stats_run_reads_large_payloads_on_threads_with_the_same_statistics) {
+  std::vector<float> values((size_t{5} << 20) / sizeof(float) + 77);  // 5 parts and a ragged end
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.f, 1e4f);
+  for (auto &v : values) v = dist(rng);
+  values[123456] = std::numeric_limits<float>::infinity();
+  auto reference = float_tensor("Functional.relu.0.forward", "output.0", values);
+  reference.header.flags |= RECORD_FLAG_CRC32;
+  const tensor_stats expected = tensor_stats_compute(reference.payload_bytes().data(), dtype::float32, values.size(),
+                                                     false, stats_options{.crc32 = true});
+  for (const unsigned threads : {1u, 2u, 3u}) {
+    test::stage_harness h;
+    auto tensor = float_tensor("Functional.relu.0.forward", "output.0", values);
+    tensor.header.flags |= RECORD_FLAG_CRC32;
+    stats_stage_options options;
+    options.threads = threads;
+    const auto out = h.run([&](stage_io &io) { EXPECT_EQ(stats_run(io, options).computed, 1u); },
+                           list_of(session_record("/x"), std::move(tensor)));
+    ASSERT_EQ(out.size(), 2u);
+    ASSERT_TRUE(out[1].header.stats) << threads << " threads";
+    EXPECT_EQ(*out[1].header.stats, expected) << threads << " threads";
+    EXPECT_EQ(out[1].header.stats->inf_count, 1u);
+  }
 }
 
 TEST(stage_harness, writer_run_answers_the_step_barrier_and_writes_the_dump) {

@@ -17,6 +17,7 @@ int main(int argc, char **argv) {
     stage_check_declared_options(description, values);
     options.keep_payload = values.flag("keep-payload");
     options.recompute = values.flag("recompute");
+    options.threads = static_cast<unsigned>(values.integer("threads"));
 
     stage_install_signal_handlers();
     zmq::context_t ctx;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "errors.h"
+#include "part_runner.h"
 
 namespace tprobe {
 
@@ -17,11 +18,15 @@ const stage_description &stats_stage_description() {
       {
           {"keep-payload", "bool", "false", "pass tensor data on even when it is not to be saved"},
           {"recompute", "bool", "false", "recompute statistics that arrive already computed"},
+          {"threads", "int", "0",
+           "threads reading a tensor larger than 1 MiB, in parts (the same statistics with any number); "
+           "0: 2 where the machine has two cores or more",
+           0, 64},
       }};
   return d;
 }
 
-bool stats_fill(record &r, bool high_precision, bool recompute) {
+bool stats_fill(record &r, bool high_precision, bool recompute, parallel_runner *runner) {
   auto &h = r.header;
   const bool want_crc = (h.flags & RECORD_FLAG_CRC32) != 0;
   const bool complete = h.stats && (!want_crc || h.stats->crc32);
@@ -32,7 +37,7 @@ bool stats_fill(record &r, bool high_precision, bool recompute) {
     throw framing_error(fmt::format("{}: payload is {} bytes, shape needs {}", r.describe(), bytes.size(),
                                     count * dtype_size(h.type)));
   h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(),
-                                 stats_options{.high_precision = high_precision, .crc32 = want_crc});
+                                 stats_options{.high_precision = high_precision, .crc32 = want_crc, .runner = runner});
   return true;
 }
 
@@ -45,6 +50,7 @@ bool stats_leaves_unchanged(const record_glance &g, const stats_stage_options &o
 
 stats_stage_result stats_run(stage_io &io, const stats_stage_options &options) {
   stats_stage_result result;
+  part_runner runner(options.threads ? options.threads : part_runner_default_threads());
   std::map<std::string, bool> high_precision_by_run;  // from each session record
   // The capture computes most statistics itself: such records pass by in whole batches.
   io.pass_unchanged([&](const record_glance &g) { return stats_leaves_unchanged(g, options); },
@@ -62,7 +68,8 @@ stats_stage_result stats_run(stage_io &io, const stats_stage_options &options) {
       ++result.tensors;
       if (r->has_payload()) result.payload_bytes += h.length;
       const auto it = high_precision_by_run.find(h.run);
-      if (stats_fill(*r, it != high_precision_by_run.end() && it->second, options.recompute)) ++result.computed;
+      if (stats_fill(*r, it != high_precision_by_run.end() && it->second, options.recompute, &runner))
+        ++result.computed;
       if (r->has_payload() && !(h.flags & RECORD_FLAG_SAVE) && !options.keep_payload) {
         r->drop_payload();
         ++result.payloads_dropped;

@@ -22,6 +22,9 @@ namespace tprobe {
 struct stats_stage_options {
   bool keep_payload = false;  // pass payloads on even when not saved
   bool recompute = false;     // recompute statistics that arrived already computed
+  // Threads reading a payload larger than stats_part_bytes, in parts (part_runner.h): the stage's
+  // own and threads - 1 helpers. 0: part_runner_default_threads().
+  unsigned threads = 0;
 };
 
 struct stats_stage_result {
@@ -45,7 +48,8 @@ stats_stage_result stats_run(stage_io &io, const stats_stage_options &options);
 bool stats_leaves_unchanged(const record_glance &g, const stats_stage_options &options);
 
 // The per-record work, exposed for tests and for stages that embed it: fills header.stats from the
-// payload when needed. `high_precision` is the session's precision "high".
-bool stats_fill(record &r, bool high_precision, bool recompute);
+// payload when needed. `high_precision` is the session's precision "high"; `runner` reads a large
+// payload's parts (none: all on this thread).
+bool stats_fill(record &r, bool high_precision, bool recompute, parallel_runner *runner = nullptr);
 
 }  // namespace tprobe

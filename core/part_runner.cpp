@@ -67,6 +67,8 @@ void part_runner::run(size_t parts, void (*part)(void *, size_t), void *context)
   while (joined_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
+unsigned part_runner_default_threads() { return std::thread::hardware_concurrency() >= 2 ? 2 : 1; }
+
 unsigned part_runner_threads_from_env() {
   if (const char *v = std::getenv("TPROBE_CAPTURE_THREADS"); v && *v) {
     char *end = nullptr;
@@ -76,7 +78,7 @@ unsigned part_runner_threads_from_env() {
     std::fprintf(stderr, "tprobe: TPROBE_CAPTURE_THREADS=\"%s\" is not a number from 1 to 64; reading with 1 thread\n", v);
     return 1;
   }
-  return std::thread::hardware_concurrency() >= 2 ? 2 : 1;
+  return part_runner_default_threads();
 }
 
 }  // namespace tprobe

@@ -1,6 +1,9 @@
-// part_runner.h: the capture's helper threads for reading a large tensor's parts
-// (tensor_stats.h, parallel_runner). The training thread is blocked in the capture while a tensor
-// is read, so its cores are idle then; the helpers use one of them to halve that wait.
+// part_runner.h: helper threads for reading a large tensor's parts (tensor_stats.h,
+// parallel_runner). The capture's: the training thread is blocked in the capture while a tensor is
+// read, so its cores are idle then; the helpers use one of them to halve that wait. tprobe-stats':
+// while the stage reads a large payload the capture usually waits for ring space (the stage is
+// the slower), so a second reader uses the core the capture leaves idle. The parts' results are
+// combined in part order, so the statistics are the same bit for bit with any number of threads.
 //
 // Contract:
 // - run() returns once every part has run exactly once. The calling thread claims parts too, so
@@ -56,8 +59,11 @@ class part_runner final : public parallel_runner {
   std::vector<std::thread> helpers_;
 };
 
-// TPROBE_CAPTURE_THREADS (1 turns the helpers off), else 2 where the machine has two cores. A
-// value that is not a number from 1 to 64 is named on stderr and read as 1.
+// 2 where the machine has two cores or more, else 1.
+unsigned part_runner_default_threads();
+
+// TPROBE_CAPTURE_THREADS (1 turns the helpers off), else part_runner_default_threads(). A value
+// that is not a number from 1 to 64 is named on stderr and read as 1.
 unsigned part_runner_threads_from_env();
 
 }  // namespace tprobe
