@@ -2,7 +2,7 @@
 // process, reported against a memcpy bandwidth baseline measured in the same run.
 //
 //   tprobe-bench-pipeline [--records N] [--steps N] [--big-count N] [--big-mib N]
-//                         [--lat-count N] [--memcpy-reps N] [--keep]
+//                         [--lat-count N] [--memcpy-reps N] [--queue-mib N] [--keep]
 //
 // All links are ipc:// endpoints in a fresh temporary directory: the capture session creates its
 // own ZeroMQ context, so inproc:// cannot reach the stages from it.
@@ -56,6 +56,7 @@ struct args {
   long big_mib = 16;
   long lat_count = 20000;  // capture calls timed per size
   long memcpy_reps = 20;
+  long queue_mib = 0;      // the capture's queue and shared-memory ring; 0: its default (256 MiB)
   bool keep = false;
 };
 
@@ -73,10 +74,12 @@ args parse(int argc, char **argv) {
     else if (k == "--big-mib") a.big_mib = next();
     else if (k == "--lat-count") a.lat_count = next();
     else if (k == "--memcpy-reps") a.memcpy_reps = next();
+    else if (k == "--queue-mib") a.queue_mib = next();
     else if (k == "--keep") a.keep = true;
     else if (k == "-h" || k == "--help") {
       std::printf("usage: %s [--records N] [--steps N] [--big-count N] [--big-mib N] [--lat-count N] "
-                  "[--memcpy-reps N] [--keep]\n(a count of 0 leaves its rows out)\n", argv[0]);
+                  "[--memcpy-reps N] [--queue-mib N] [--keep]\n(a count of 0 leaves its rows out; --queue-mib: the "
+                  "capture's queue and shared-memory ring, default 256)\n", argv[0]);
       std::exit(0);
     } else throw std::runtime_error("unknown argument " + k);
   }
@@ -123,6 +126,9 @@ double memcpy_rotating_gbps(size_t bytes, long rounds) {
   }
   return static_cast<double>(bytes) * destinations / best / 1e9;
 }
+
+// --queue-mib, for every pipeline of the run (0: the capture's default).
+size_t queue_bytes = 0;
 
 struct pipeline_result {
   double seconds = 0;   // first capture to last stage exit
@@ -237,6 +243,7 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
   const std::string ep = stats_ep;
   opts.endpoint = ep.c_str();
   opts.stats_mode = mode;
+  opts.queue_bytes = queue_bytes;  // 0: the capture's default
   tprobe_session *s = nullptr;
   check(tprobe_session_open(config.c_str(), &opts, &s), "tprobe_session_open");
 
@@ -320,6 +327,7 @@ std::vector<double> memcpy_latencies(size_t bytes, long n, size_t destinations) 
 int main(int argc, char **argv) try {
   tprobe::stage_tune_allocator();  // the stage threads here stand for stage processes
   const args a = parse(argc, argv);
+  queue_bytes = static_cast<size_t>(a.queue_mib) << 20;
   // $TMPDIR, as mkdtemp(1) reads it: a tmpfs there keeps the file system's metadata costs (see
   // docs/performance.md, "A deleted dump slows the next file creations") out of the figures.
   const char *tmpdir = std::getenv("TMPDIR");
