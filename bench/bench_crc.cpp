@@ -1,7 +1,7 @@
 // bench_crc.cpp: CRC-32 (summary_mode md5) throughput against one read pass over the same memory,
 // measured in the same run: the goal is a checksum at memory speed (issue 16). Then statistics
 // with and without CRC as the capture reads a large tensor: in parts, on the calling thread and
-// the capture's helper (capture/part_runner.h), against the calling thread alone; and statistics
+// the capture's helper (core/part_runner.h), against the calling thread alone; and statistics
 // over data in L2, against a read pass over the same.
 //
 //   tprobe-bench-crc [--mib N] [--reps N]

@@ -1,4 +1,4 @@
-// The capture's helper threads (capture/part_runner.h) and the statistics of a large tensor read
+// The capture's helper threads (core/part_runner.h) and the statistics of a large tensor read
 // in parts (core/tensor_stats.h, parallel_runner): every part runs once, run() never depends on a
 // helper, and the statistics do not depend on which threads read the parts.
 #include "part_runner.h"
