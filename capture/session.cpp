@@ -24,6 +24,7 @@
 #include "errors.h"
 #include "grad_record.h"
 #include "part_runner.h"
+#include "quiet_thread.h"
 #include "shm.h"
 #include "tprobe_capture.h"
 
@@ -658,7 +659,7 @@ struct tprobe_session {
       s->send(session);
       s->flush();  // the stages learn of the session now, not with the first data
     }
-    sender = std::thread([this] { sender_loop(); });
+    sender = quiet_thread([this] { sender_loop(); });  // Ctrl-C is the training's, not ours
   }
 
   // One copy of a large tensor in all: into shared memory that the stages read (shm.h). LZ4 is

@@ -4,10 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "quiet_thread.h"
+
 namespace tprobe {
 
 part_runner::part_runner(unsigned threads) {
-  for (unsigned i = 1; i < threads; ++i) helpers_.emplace_back([this] { helper_loop(); });
+  // Quiet: a signal meant for the caller's thread must not land in a helper asleep between parts.
+  for (unsigned i = 1; i < threads; ++i) helpers_.push_back(quiet_thread([this] { helper_loop(); }));
 }
 
 part_runner::~part_runner() {

@@ -11,6 +11,8 @@
 //   part itself. It waits only for parts a helper has already claimed (each stats_part_bytes).
 // - A helper never touches a job after run() has returned.
 // - One run() at a time (the session's mutex); helpers sleep on a condition variable between runs.
+// - Helpers run with every signal blocked (quiet_thread.h): signals go to the threads that expect
+//   them.
 // - The destructor stops and joins the helpers. A forked child has no helpers, but run() never
 //   needs them (see the first point).
 #pragma once

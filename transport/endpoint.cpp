@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "errors.h"
+#include "quiet_thread.h"
 #include "shm.h"
 
 namespace tprobe {
@@ -836,7 +837,7 @@ control_listener::control_listener(zmq::context_t &ctx, const std::string &spec)
   s.wake_sender = zmq::socket_t(ctx, zmq::socket_type::pair);
   s.wake_sender.set(zmq::sockopt::linger, 0);
   s.wake_sender.connect(s.wake_endpoint);
-  s.thread = std::thread([&s, w = std::move(wake)]() mutable {
+  s.thread = quiet_thread([&s, w = std::move(wake)]() mutable {  // signals are the host thread's
     s.loop(w);
     w.set(zmq::sockopt::linger, 0);
     w.close();

@@ -270,4 +270,22 @@ uint64_t number_after(const std::string &text, const std::string &prefix) {
   return std::stoull(text.substr(at + prefix.size()));
 }
 
+std::vector<std::string> thread_ids() {
+  std::vector<std::string> out;
+  for (const auto &task : std::filesystem::directory_iterator("/proc/self/task")) out.push_back(task.path().filename());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> threads_taking_signal(int signal) {
+  std::vector<std::string> out;
+  for (const auto &tid : thread_ids()) {
+    std::ifstream status("/proc/self/task/" + tid + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("SigBlk:", 0) == 0 && ((std::stoull(line.substr(7), nullptr, 16) >> (signal - 1)) & 1) == 0)
+        out.push_back(tid);
+  }
+  return out;
+}
+
 }  // namespace tprobe::test

@@ -96,4 +96,10 @@ uint64_t number_after(const std::string &text, const std::string &prefix);
 std::string read_file(const std::string &path);
 void write_file(const std::string &path, const std::string &content);
 
+// The ids of this process's threads that would take `signal` (it is not blocked in them), from
+// /proc/self/task/TID/status ("SigBlk:", a hex mask whose bit n-1 is signal n), sorted.
+std::vector<std::string> threads_taking_signal(int signal);
+// All this process's thread ids, sorted.
+std::vector<std::string> thread_ids();
+
 }  // namespace tprobe::test

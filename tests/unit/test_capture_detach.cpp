@@ -2,6 +2,7 @@
 // thread. The session detaches, counts what it could not deliver, and every call returns at once;
 // stop/step/close report it. Also: entry names the writer could not use are refused up front, and
 // a dump_path that cannot be used fails at open.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <string>
@@ -163,6 +164,35 @@ TEST(capture_detach, a_payload_larger_than_the_queue_waits_only_for_the_queue_to
   }
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Ctrl-C and a scheduler's SIGTERM are the training's: every thread the capture starts (its
+// sender, its part reader, ZeroMQ's) blocks them, so the training thread gets them and a blocking
+// call there is interrupted at once.
+TEST(capture_detach, the_capture_s_threads_take_no_signals) {
+  test::temp_dir dir;
+  const std::string config = config_in(dir, dir / "dump");
+  const auto before = test::thread_ids();
+  tprobe_open_options o = tprobe_open_options_default();
+  const std::string file = dir / "records.tpr";
+  o.endpoint = file.c_str();
+  tprobe_session *s = nullptr;
+  ASSERT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
+  std::vector<float> data((size_t{4} << 20) / sizeof(float), 1.0f);  // large: read in parts
+  int64_t shape[] = {static_cast<int64_t>(data.size())};
+  const DLTensor t = test::float_tensor(data.data(), shape);
+  ASSERT_EQ(tprobe_start(s), TPROBE_OK);
+  ASSERT_EQ(tprobe_capture_tensor(s, "Torch.add.0.forward", "output.0", &t, 0), TPROBE_OK) << tprobe_last_error();
+  const auto after = test::thread_ids();
+  EXPECT_GT(after.size(), before.size());  // a sender at least
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const auto taking = test::threads_taking_signal(sig);
+    for (const auto &tid : after) {
+      if (std::binary_search(before.begin(), before.end(), tid)) continue;
+      EXPECT_FALSE(std::binary_search(taking.begin(), taking.end(), tid)) << "capture thread " << tid << ", signal " << sig;
+    }
+  }
+  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
 }
 
 TEST(capture_detach, names_the_writer_cannot_use_are_refused_at_the_call) {

@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <random>
 #include <string>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "tensor_stats.h"
+#include "test_support.h"
 
 namespace tprobe {
 namespace {
@@ -52,6 +56,27 @@ TEST(PartRunner, HelpersTakeAShareOfSlowParts) {
   for (auto &r : job.runs) ASSERT_EQ(r.load(), 1);
   // 200 ms of parts: the helper, woken at the start, reads some of them even on a loaded machine.
   EXPECT_GT(runner.parts_by_helpers(), 0u);
+}
+
+// A signal meant for the caller's thread (a stage's main thread, the training process's) must not
+// land in a helper asleep between parts: helpers block them all (quiet_thread.h), and their
+// creator's mask is as it was.
+TEST(PartRunner, HelpersTakeNoSignalsAndLeaveTheCallersMaskAlone) {
+  const auto before = test::thread_ids();
+  part_runner runner(3);
+  const auto after = test::thread_ids();
+  ASSERT_EQ(after.size(), before.size() + 2);
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const auto taking = test::threads_taking_signal(sig);
+    for (const auto &tid : after) {
+      if (std::binary_search(before.begin(), before.end(), tid)) continue;
+      EXPECT_FALSE(std::binary_search(taking.begin(), taking.end(), tid)) << "helper " << tid << ", signal " << sig;
+    }
+  }
+  sigset_t mine;
+  pthread_sigmask(SIG_SETMASK, nullptr, &mine);
+  EXPECT_EQ(sigismember(&mine, SIGTERM), 0);
+  EXPECT_EQ(sigismember(&mine, SIGINT), 0);
 }
 
 // A helper that never gets a core (here: none at all) is never waited for.
