@@ -25,6 +25,7 @@
 #include "config.h"
 #include "endpoint.h"
 #include "errors.h"
+#include "quiet_thread.h"
 #include "run/manifest.h"
 
 extern char **environ;
@@ -324,7 +325,7 @@ std::string volume_text(uint64_t records, uint64_t bytes) {
 class progress_meter {
  public:
   progress_meter(zmq::context_t &ctx, std::string tap, console &out)
-      : thread_([this, &ctx, tap = std::move(tap), &out] { loop(ctx, tap, out); }) {}
+      : thread_(quiet_thread([this, &ctx, tap = std::move(tap), &out] { loop(ctx, tap, out); })) {}
   ~progress_meter() {
     stop_ = true;
     thread_.join();
