@@ -68,6 +68,9 @@ struct dump_doc {
   // (entry name -> position in data's ordered map, which only ever appends).
   std::unordered_map<std::string, size_t> entry_index;
   json construct = json::object();
+  // construct's keys → their positions in its ordered map (which only ever appends): a new entry
+  // was looked up key by key, so a step of n entries cost n²/2 string compares at L0 and mix.
+  std::unordered_map<std::string, size_t> construct_index;
   std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> stacks;  // names, lines
   std::unordered_map<std::string, size_t> stack_index;  // joined lines → index in stacks
   std::unordered_map<uint64_t, size_t> stack_id_index;  // the run's stack id → index in stacks
@@ -188,7 +191,13 @@ class dump_writer {
         for (size_t i = 0; i < entries.size(); ++i) d.entry_index.emplace(entries[i].first, i);
       }
       const std::string construct = d.dir + "/construct.json";
-      if (std::filesystem::exists(construct)) d.construct = pyjson_load_file(construct);
+      if (std::filesystem::exists(construct)) {
+        d.construct = pyjson_load_file(construct);
+        if (!d.construct.is_object())
+          throw usage_error(fmt::format("{}: not a JSON object; move it away to write this folder again", construct));
+        const auto &parents = static_cast<const json::object_t::Container &>(d.construct.get_ref<const json::object_t &>());
+        for (size_t i = 0; i < parents.size(); ++i) d.construct_index.emplace(parents[i].first, i);
+      }
       load_stacks(d);
     }
     reopened_.insert(d.dir);
@@ -255,12 +264,18 @@ class dump_writer {
   static bool has_structure(const dump_doc &d) { return d.session.level == "L0" || d.session.level == "mix"; }
 
   // Sets construct.json's parent of entry. The entry is almost always the last one added, which is
-  // checked first so that a long construct.json is not searched key by key.
+  // checked first; any other is found through construct_index, and a new one appended.
   static void construct_set(dump_doc &d, const std::string &entry, json parent) {
     d.construct_dirty = true;
     auto &entries = static_cast<json::object_t::Container &>(d.construct.get_ref<json::object_t &>());
-    if (!entries.empty() && entries.back().first == entry) entries.back().second = std::move(parent);
-    else d.construct[entry] = std::move(parent);
+    if (!entries.empty() && entries.back().first == entry) {
+      entries.back().second = std::move(parent);
+    } else if (const auto it = d.construct_index.find(entry); it != d.construct_index.end()) {
+      entries[it->second].second = std::move(parent);
+    } else {
+      d.construct_index.emplace(entry, entries.size());
+      entries.emplace_back(entry, std::move(parent));
+    }
   }
 
   void entry_metadata(const record &r) {
