@@ -29,7 +29,7 @@ work="${FUZZ_WORK:-$build/fuzz-work}"
 # scripts/setup.sh without g++ and LibTorch, which a fuzz build does not use).
 packages=(
   clang libclang-rt-dev cmake make pkg-config
-  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev nlohmann-json3-dev liblz4-dev libfmt-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libmsgpuck-dev nlohmann-json3-dev liblz4-dev libfmt-dev
   libcli11-dev zlib1g-dev libxlsxwriter-dev libdlpack-dev
 )
 . "$root/scripts/apt-ensure.sh"

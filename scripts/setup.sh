@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   g++ cmake make pkg-config
-  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev nlohmann-json3-dev liblz4-dev libfmt-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libmsgpuck-dev nlohmann-json3-dev liblz4-dev libfmt-dev
   libcli11-dev zlib1g-dev libisal-dev libxlsxwriter-dev libdlpack-dev libgtest-dev libgmock-dev
   libtorch-dev python3-torch python3-torchvision python3-numpy
   # stages written in Python (python/tprobe/stage.py, docs/stage-protocol.md)

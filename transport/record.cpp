@@ -13,6 +13,12 @@
 #include <fmt/format.h>
 #include <lz4.h>
 #include <msgpack.hpp>
+// msgpuck is a header library: this file, its one user, holds its tables (MP_SOURCE), hidden so
+// that the capture's shared library exports none of its names.
+#pragma GCC visibility push(hidden)
+#define MP_SOURCE 1
+#include <msgpuck.h>
+#pragma GCC visibility pop
 
 #include "dump_semantics.h"
 #include "errors.h"
@@ -146,38 +152,6 @@ void pack_json(packer_t &p, const nlohmann::ordered_json &j) {
   }
 }
 
-nlohmann::ordered_json object_to_json(const msgpack::object &o) {
-  switch (o.type) {
-    case msgpack::type::NIL: return nullptr;
-    case msgpack::type::BOOLEAN: return o.via.boolean;
-    case msgpack::type::POSITIVE_INTEGER: return o.via.u64;
-    case msgpack::type::NEGATIVE_INTEGER: return o.via.i64;
-    case msgpack::type::FLOAT32:
-    case msgpack::type::FLOAT64: return o.via.f64;
-    case msgpack::type::STR: return std::string(o.via.str.ptr, o.via.str.size);
-    case msgpack::type::BIN: {
-      std::vector<uint8_t> bytes(o.via.bin.ptr, o.via.bin.ptr + o.via.bin.size);
-      return nlohmann::ordered_json::binary(std::move(bytes));
-    }
-    case msgpack::type::ARRAY: {
-      auto arr = nlohmann::ordered_json::array();
-      for (uint32_t i = 0; i < o.via.array.size; ++i) arr.push_back(object_to_json(o.via.array.ptr[i]));
-      return arr;
-    }
-    case msgpack::type::MAP: {
-      auto obj = nlohmann::ordered_json::object();
-      for (uint32_t i = 0; i < o.via.map.size; ++i) {
-        const auto &kv = o.via.map.ptr[i];
-        if (kv.key.type != msgpack::type::STR) throw framing_error("meta map key is not a string");
-        obj[std::string(kv.key.via.str.ptr, kv.key.via.str.size)] = object_to_json(kv.val);
-      }
-      return obj;
-    }
-    case msgpack::type::EXT: break;
-  }
-  throw framing_error("meta holds a msgpack ext value, which tprobe does not use");
-}
-
 void pack_stat(packer_t &p, const stat_value &v) {
   switch (v.k) {
     case stat_value::kind::null: p.pack_nil(); break;
@@ -194,69 +168,6 @@ inline bool key_is(std::string_view key, const char (&literal)[N]) {
   return key.size() == N - 1 && std::memcmp(key.data(), literal, N - 1) == 0;
 }
 
-// Decoding helpers: each names the key so that a framing_error says what was wrong.
-[[noreturn]] void bad_key(std::string_view key, std::string_view expected) {
-  throw framing_error(fmt::format("header key \"{}\" is not {}", key, expected));
-}
-
-std::string as_str(const msgpack::object &o, std::string_view key) {
-  if (o.type != msgpack::type::STR) bad_key(key, "a string");
-  return {o.via.str.ptr, o.via.str.size};
-}
-
-int64_t as_int(const msgpack::object &o, std::string_view key) {
-  if (o.type == msgpack::type::POSITIVE_INTEGER) {
-    if (o.via.u64 > static_cast<uint64_t>(INT64_MAX)) bad_key(key, "an int64");
-    return static_cast<int64_t>(o.via.u64);
-  }
-  if (o.type == msgpack::type::NEGATIVE_INTEGER) return o.via.i64;
-  bad_key(key, "an integer");
-}
-
-uint64_t as_uint(const msgpack::object &o, std::string_view key) {
-  if (o.type != msgpack::type::POSITIVE_INTEGER) bad_key(key, "an unsigned integer");
-  return o.via.u64;
-}
-
-bool as_bool(const msgpack::object &o, std::string_view key) {
-  if (o.type != msgpack::type::BOOLEAN) bad_key(key, "a bool");
-  return o.via.boolean;
-}
-
-stat_value as_stat(const msgpack::object &o, std::string_view key) {
-  switch (o.type) {
-    case msgpack::type::NIL: return stat_value::none();
-    case msgpack::type::BOOLEAN: return stat_value::of_bool(o.via.boolean);
-    case msgpack::type::POSITIVE_INTEGER:
-    case msgpack::type::NEGATIVE_INTEGER: return stat_value::of_int(as_int(o, key));
-    case msgpack::type::FLOAT32:
-    case msgpack::type::FLOAT64: return stat_value::of_real(o.via.f64);
-    default: bad_key(key, "nil, a bool or a number");
-  }
-}
-
-tensor_stats as_stats(const msgpack::object &o) {
-  if (o.type != msgpack::type::MAP) bad_key("stats", "a map");
-  tensor_stats s;
-  for (uint32_t i = 0; i < o.via.map.size; ++i) {
-    const auto &kv = o.via.map.ptr[i];
-    if (kv.key.type != msgpack::type::STR) bad_key("stats", "a map with string keys");
-    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-    if (key_is(key, "max")) s.max = as_stat(kv.val, "stats.max");
-    else if (key_is(key, "min")) s.min = as_stat(kv.val, "stats.min");
-    else if (key_is(key, "mean")) s.mean = as_stat(kv.val, "stats.mean");
-    else if (key_is(key, "norm")) s.norm = as_stat(kv.val, "stats.norm");
-    else if (key_is(key, "nan")) s.nan_count = as_uint(kv.val, "stats.nan");
-    else if (key_is(key, "inf")) s.inf_count = as_uint(kv.val, "stats.inf");
-    else if (key_is(key, "crc32")) {
-      const uint64_t crc = as_uint(kv.val, "stats.crc32");
-      if (crc > UINT32_MAX) bad_key("stats.crc32", "a 32-bit value");
-      s.crc32 = static_cast<uint32_t>(crc);
-    }
-    // Unknown statistics keys come from a newer minor version: ignored.
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -425,117 +336,502 @@ std::string_view header_body(std::span<const std::byte> frame) {
 
 }  // namespace
 
-record_header record_header_decode(std::span<const std::byte> frame) {
-  const std::string_view body_text = header_body(frame);
-  const char *body = body_text.data();
-  const size_t body_size = body_text.size();
-  // The unpacked objects live in this thread's zone until the header is built: a zone of its own
-  // per header was an 8 KiB malloc and free per record, in every stage.
-  thread_local msgpack::zone zone;
-  struct zone_clear {
-    ~zone_clear() { zone.clear(); }
-  } clear_at_return;
-  msgpack::object map;
-  size_t offset = 0;
-  try {
-    // msgpack-c allocates an array or map for the count its header announces before reading the
-    // elements: no count may exceed the bytes that follow (every element takes at least one), or
-    // 5 bytes could ask for 100 GB. The depth bound keeps object_to_json's recursion short.
-    const msgpack::unpack_limit limit(body_size, body_size / 2, body_size, body_size, body_size,
-                                      RECORD_HEADER_MAX_DEPTH);
-    // Strings and bins point into the frame rather than being copied into the zone: the objects
-    // do not outlive this function, and the frame outlives them.
-    const auto in_place = [](msgpack::type::object_type, std::size_t, void *) { return true; };
-    map = msgpack::unpack(zone, body, body_size, offset, in_place, nullptr, limit);
-  } catch (const std::exception &e) {
-    throw framing_error(fmt::format("header is not valid msgpack ({})", e.what()));
-  }
-  if (offset != body_size)
-    throw framing_error(fmt::format("header has {} trailing bytes after its msgpack map", body_size - offset));
-  if (map.type != msgpack::type::MAP) throw framing_error("header is not a msgpack map");
+namespace {
 
-  record_header h;
-  bool have_kind = false, have_dtype = false, have_shape = false, have_length = false;
-  for (uint32_t i = 0; i < map.via.map.size; ++i) {
-    const auto &kv = map.via.map.ptr[i];
-    if (kv.key.type != msgpack::type::STR) throw framing_error("header map has a key that is not a string");
-    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-    const msgpack::object &v = kv.val;
-    if (key_is(key, "kind")) {
-      const std::string name = as_str(v, key);
-      auto k = record_kind_from_name(name);
-      if (!k) throw framing_error(fmt::format("unknown record kind \"{}\"", name));
-      h.kind = *k;
-      have_kind = true;
-    } else if (key_is(key, "run")) h.run = as_str(v, key);
-    else if (key_is(key, "rank")) {
-      const int64_t r = as_int(v, key);
-      if (r < -1 || r > INT32_MAX) bad_key(key, "a rank (-1 or a non-negative int32)");
-      h.rank = static_cast<int32_t>(r);
-    } else if (key_is(key, "step")) h.step = as_int(v, key);
-    else if (key_is(key, "seq")) h.seq = as_uint(v, key);
-    else if (key_is(key, "entry")) h.entry = as_str(v, key);
-    else if (key_is(key, "slot")) h.slot = as_str(v, key);
-    else if (key_is(key, "path")) {
-      if (v.type != msgpack::type::ARRAY) bad_key(key, "an array");
-      h.path.emplace();
-      for (uint32_t j = 0; j < v.via.array.size; ++j) {
-        const auto &e = v.via.array.ptr[j];
-        if (e.type == msgpack::type::STR) h.path->emplace_back(as_str(e, key));
-        else h.path->emplace_back(as_int(e, key));
-      }
-    } else if (key_is(key, "dtype")) {
-      const std::string name = as_str(v, key);
-      auto t = dtype_from_name(name);
-      if (!t) throw framing_error(fmt::format("unknown dtype \"{}\"", name));
-      h.type = *t;
-      have_dtype = true;
-    } else if (key_is(key, "foreign_dtype")) {
-      h.foreign_dtype = as_str(v, key);
-      if (h.foreign_dtype.empty()) bad_key(key, "a non-empty string");
-      have_dtype = true;
-    } else if (key_is(key, "shape")) {
-      if (v.type != msgpack::type::ARRAY) bad_key(key, "an array");
-      h.shape.clear();  // a key given twice counts by its last value, as every other key
-      h.shape.reserve(v.via.array.size);
-      for (uint32_t j = 0; j < v.via.array.size; ++j) {
-        const int64_t d = as_int(v.via.array.ptr[j], key);
-        if (d < 0) bad_key(key, "an array of non-negative ints");
-        h.shape.push_back(d);
-      }
-      have_shape = true;
-    } else if (key_is(key, "device")) h.device = as_str(v, key);
-    else if (key_is(key, "requires_grad")) h.requires_grad = as_bool(v, key);
-    else if (key_is(key, "type")) h.tensor_type = as_str(v, key);
-    else if (key_is(key, "flags")) {
-      const uint64_t f = as_uint(v, key);
-      if (f > UINT32_MAX) bad_key(key, "a 32-bit set");
-      h.flags = static_cast<uint32_t>(f);
-    } else if (key_is(key, "codec")) {
-      const std::string c = as_str(v, key);
-      if (c == "raw") h.codec = record_codec::raw;
-      else if (c == "lz4") h.codec = record_codec::lz4;
-      else throw framing_error(fmt::format("unknown payload codec \"{}\"", c));
-    } else if (key_is(key, "length")) h.length = as_uint(v, key), have_length = true;
-    else if (key_is(key, "stored")) h.stored = as_uint(v, key);
-    else if (key_is(key, "shm")) {
-      if (v.type != msgpack::type::MAP) bad_key(key, "a map");
-      record_shm_ref ref;
-      bool have_path = false, have_id = false, have_offset = false;
-      for (uint32_t j = 0; j < v.via.map.size; ++j) {
-        const auto &kv = v.via.map.ptr[j];
-        const std::string sub = as_str(kv.key, key);
-        if (key_is(sub, "path")) ref.path = as_str(kv.val, "shm.path"), have_path = true;
-        else if (key_is(sub, "id")) ref.id = as_uint(kv.val, "shm.id"), have_id = true;
-        else if (key_is(sub, "offset")) ref.offset = as_uint(kv.val, "shm.offset"), have_offset = true;
-      }
-      if (!have_path || !have_id || !have_offset || ref.path.empty()) bad_key(key, "a map of path, id and offset");
-      h.shm = std::move(ref);
+// The header map read straight into a record_header by a cursor over its bytes. msgpack-c's
+// unpack (an object tree, then read) and its visitor parse both cost 5,000-7,000 instructions a
+// 225-byte header, a third of what a stage spent a record; msgpuck's per-format decoders, with
+// the bytes each needs checked first, do it in a fraction of that. The rules are section 2's:
+// bad msgpack (anywhere, and nesting past RECORD_HEADER_MAX_DEPTH) is named first, then trailing
+// bytes, then the first mistyped key, met in order; a key given twice counts by its last value;
+// an unknown key is passed over whatever it holds.
+class header_reader {
+ public:
+  header_reader(std::string_view body, record_header &h) : p_(body.data()), end_(body.data() + body.size()), h_(h) {}
+
+  // Reads the whole map. After it: msgpack_problem(), then at_end(), then problem().
+  void read() {
+    const auto type = peek();
+    if (!type) return;
+    if (*type != MP_MAP) {
+      fail("header is not a msgpack map");
+      skip(1);
+      return;
     }
-    else if (key_is(key, "stats")) h.stats = as_stats(v);
-    else if (key_is(key, "meta")) h.meta = object_to_json(v);
-    // Any other key comes from a newer minor version: ignored, as the format promises.
+    if (!check(mp_check_map(p_, end_))) return;
+    const uint32_t pairs = mp_decode_map(&p_);
+    for (uint32_t i = 0; i < pairs && msgpack_problem_.empty(); ++i) {
+      const auto key_type = peek();
+      if (!key_type) return;
+      top_key key = top_key::other;
+      if (*key_type == MP_STR) {
+        std::string_view name;
+        if (!read_str(name)) return;
+        key = top_key_of(name);
+      } else {
+        fail("header map has a key that is not a string");
+        if (!skip(2)) return;
+      }
+      top_value(key);
+    }
   }
+
+  const std::string &msgpack_problem() const { return msgpack_problem_; }
+  size_t trailing() const { return static_cast<size_t>(end_ - p_); }
+  const std::string &problem() const { return problem_; }
+  bool have_kind = false, have_dtype = false, have_shape = false, have_length = false;
+
+ private:
+  enum class top_key {
+    other, kind, run, rank, step, seq, entry, slot, path, dtype, foreign_dtype, shape, device,
+    requires_grad, type, flags, codec, length, stored, shm, stats, meta
+  };
+  static top_key top_key_of(std::string_view k) {
+    switch (k.size()) {
+      case 3: return key_is(k, "run") ? top_key::run : key_is(k, "seq") ? top_key::seq : key_is(k, "shm") ? top_key::shm : top_key::other;
+      case 4:
+        return key_is(k, "kind") ? top_key::kind : key_is(k, "rank") ? top_key::rank : key_is(k, "step") ? top_key::step
+             : key_is(k, "slot") ? top_key::slot : key_is(k, "path") ? top_key::path : key_is(k, "type") ? top_key::type
+             : key_is(k, "meta") ? top_key::meta : top_key::other;
+      case 5:
+        return key_is(k, "entry") ? top_key::entry : key_is(k, "dtype") ? top_key::dtype : key_is(k, "shape") ? top_key::shape
+             : key_is(k, "flags") ? top_key::flags : key_is(k, "codec") ? top_key::codec : key_is(k, "stats") ? top_key::stats
+             : top_key::other;
+      case 6: return key_is(k, "device") ? top_key::device : key_is(k, "length") ? top_key::length : key_is(k, "stored") ? top_key::stored : top_key::other;
+      case 13: return key_is(k, "foreign_dtype") ? top_key::foreign_dtype : key_is(k, "requires_grad") ? top_key::requires_grad : top_key::other;
+      default: return top_key::other;
+    }
+  }
+  static const char *top_name(top_key k) {
+    constexpr const char *names[] = {"?", "kind", "run", "rank", "step", "seq", "entry", "slot", "path", "dtype",
+                                     "foreign_dtype", "shape", "device", "requires_grad", "type", "flags", "codec",
+                                     "length", "stored", "shm", "stats", "meta"};
+    return names[static_cast<size_t>(k)];
+  }
+  // What a value of `key` must be, for a message about one that is not.
+  static const char *expected_of(top_key k) {
+    switch (k) {
+      case top_key::kind: case top_key::run: case top_key::entry: case top_key::slot: case top_key::dtype:
+      case top_key::foreign_dtype: case top_key::device: case top_key::type: case top_key::codec: return "a string";
+      case top_key::rank: case top_key::step: return "an integer";
+      case top_key::seq: case top_key::flags: case top_key::length: case top_key::stored: return "an unsigned integer";
+      case top_key::requires_grad: return "a bool";
+      case top_key::path: case top_key::shape: return "an array";
+      default: return "a map";  // shm, stats
+    }
+  }
+
+  // A scalar as msgpack-c's object model has it: a signed format holding 0 or more is a
+  // POSITIVE_INTEGER, float32 is widened to double.
+  struct value {
+    msgpack::type::object_type type = msgpack::type::NIL;
+    bool boolean = false;
+    uint64_t u64 = 0;
+    int64_t i64 = 0;
+    double f64 = 0;
+    std::string_view text = {};
+  };
+
+  // ---- the cursor: every read checks that its bytes are there ----
+
+  bool fail_msgpack(const char *why) {
+    if (msgpack_problem_.empty()) msgpack_problem_ = why;
+    return false;
+  }
+  // mp_check_*'s answer: 0, or how many bytes are missing.
+  bool check(ptrdiff_t missing) { return missing <= 0 || fail_msgpack("insufficient bytes"); }
+  bool have(size_t n) { return static_cast<size_t>(end_ - p_) >= n || fail_msgpack("insufficient bytes"); }
+
+  // The next value's type; nullopt (and the reason kept) at the end or on 0xc1, a byte msgpack
+  // never uses.
+  std::optional<mp_type> peek() {
+    if (p_ >= end_) return fail_msgpack("insufficient bytes"), std::nullopt;
+    if (static_cast<uint8_t>(*p_) == 0xc1) return fail_msgpack("parse error"), std::nullopt;
+    return mp_typeof(*p_);
+  }
+
+  bool read_str(std::string_view &out) {
+    if (!check(mp_check_strl(p_, end_))) return false;
+    const uint32_t n = mp_decode_strl(&p_);
+    if (!have(n)) return false;
+    out = {p_, n};
+    p_ += n;
+    return true;
+  }
+
+  // Reads the scalar at the cursor (the caller peeked `type`, not a container).
+  bool read_scalar(mp_type type, value &v) {
+    switch (type) {
+      case MP_NIL: ++p_, v.type = msgpack::type::NIL; return true;
+      case MP_BOOL:
+        v.type = msgpack::type::BOOLEAN, v.boolean = mp_decode_bool(&p_);
+        return true;
+      case MP_UINT:
+        if (!check(mp_check_uint(p_, end_))) return false;
+        v.type = msgpack::type::POSITIVE_INTEGER, v.u64 = mp_decode_uint(&p_);
+        return true;
+      case MP_INT: {
+        if (!check(mp_check_int(p_, end_))) return false;
+        const int64_t i = mp_decode_int(&p_);
+        if (i >= 0) v.type = msgpack::type::POSITIVE_INTEGER, v.u64 = static_cast<uint64_t>(i);
+        else v.type = msgpack::type::NEGATIVE_INTEGER, v.i64 = i;
+        return true;
+      }
+      case MP_FLOAT:
+        if (!check(mp_check_float(p_, end_))) return false;
+        v.type = msgpack::type::FLOAT32, v.f64 = mp_decode_float(&p_);
+        return true;
+      case MP_DOUBLE:
+        if (!check(mp_check_double(p_, end_))) return false;
+        v.type = msgpack::type::FLOAT64, v.f64 = mp_decode_double(&p_);
+        return true;
+      case MP_STR: v.type = msgpack::type::STR; return read_str(v.text);
+      case MP_BIN: {
+        if (!check(mp_check_binl(p_, end_))) return false;
+        const uint32_t n = mp_decode_binl(&p_);
+        if (!have(n)) return false;
+        v.type = msgpack::type::BIN, v.text = {p_, n};
+        p_ += n;
+        return true;
+      }
+      case MP_EXT: {  // msgpuck reads no ext: fixext 1-16 (0xd4-0xd8), ext 8/16/32 (0xc7-0xc9)
+        const auto c = static_cast<uint8_t>(*p_);
+        size_t size_bytes = 0, data = 0;
+        if (c >= 0xd4 && c <= 0xd8) data = size_t{1} << (c - 0xd4);
+        else size_bytes = c == 0xc7 ? 1 : c == 0xc8 ? 2 : 4;
+        if (!have(1 + size_bytes)) return false;
+        for (size_t i = 0; i < size_bytes; ++i) data = data << 8 | static_cast<uint8_t>(p_[1 + i]);
+        if (!have(1 + size_bytes + 1 + data)) return false;
+        v.type = msgpack::type::EXT, v.text = {p_ + 2 + size_bytes, data};
+        p_ += 1 + size_bytes + 1 + data;
+        return true;
+      }
+      default: return fail_msgpack("parse error");  // a container: the caller's mistake
+    }
+  }
+
+  // The header of an array or map opened at nesting `level` (the header's own map is 1): its
+  // element count (a map's pairs count twice).
+  bool open(mp_type type, size_t level, uint64_t &elements) {
+    if (level > RECORD_HEADER_MAX_DEPTH) {
+      static const std::string too_deep = fmt::format("nested deeper than {} levels", RECORD_HEADER_MAX_DEPTH);
+      return fail_msgpack(too_deep.c_str());
+    }
+    if (type == MP_ARRAY) {
+      if (!check(mp_check_array(p_, end_))) return false;
+      elements = mp_decode_array(&p_);
+    } else {
+      if (!check(mp_check_map(p_, end_))) return false;
+      elements = uint64_t{2} * mp_decode_map(&p_);
+    }
+    return true;
+  }
+
+  // Passes over one value of nesting `level`, checking it. False on bad msgpack.
+  bool skip(size_t level) {
+    const auto type = peek();
+    if (!type) return false;
+    if (*type != MP_ARRAY && *type != MP_MAP) {
+      value v;
+      return read_scalar(*type, v);
+    }
+    uint64_t elements = 0;
+    if (!open(*type, level, elements)) return false;
+    for (uint64_t i = 0; i < elements; ++i)
+      if (!skip(level + 1)) return false;
+    return true;
+  }
+
+  // ---- what the values mean ----
+
+  // The first problem is kept; reading goes on so that bad msgpack further on is named first.
+  void fail(std::string problem) {
+    if (problem_.empty()) problem_ = std::move(problem);
+  }
+  void fail_key(std::string_view key, std::string_view expected) {
+    if (problem_.empty()) fail(fmt::format("header key \"{}\" is not {}", key, expected));
+  }
+
+  std::optional<int64_t> as_int(const value &v, std::string_view key) {
+    if (v.type == msgpack::type::POSITIVE_INTEGER) {
+      if (v.u64 > static_cast<uint64_t>(INT64_MAX)) return fail_key(key, "an int64"), std::nullopt;
+      return static_cast<int64_t>(v.u64);
+    }
+    if (v.type == msgpack::type::NEGATIVE_INTEGER) return v.i64;
+    return fail_key(key, "an integer"), std::nullopt;
+  }
+
+  static nlohmann::ordered_json json_of(const value &v) {
+    switch (v.type) {
+      case msgpack::type::NIL: return nullptr;
+      case msgpack::type::BOOLEAN: return v.boolean;
+      case msgpack::type::POSITIVE_INTEGER: return v.u64;
+      case msgpack::type::NEGATIVE_INTEGER: return v.i64;
+      case msgpack::type::FLOAT32:
+      case msgpack::type::FLOAT64: return v.f64;
+      case msgpack::type::STR: return std::string(v.text);
+      default: {  // BIN
+        const auto *p = reinterpret_cast<const uint8_t *>(v.text.data());
+        return nlohmann::ordered_json::binary(std::vector<uint8_t>(p, p + v.text.size()));
+      }
+    }
+  }
+
+  // A value of the header's map, of key `key`.
+  bool top_value(top_key key) {
+    const auto type = peek();
+    if (!type) return false;
+    const bool container = *type == MP_ARRAY || *type == MP_MAP;
+    switch (key) {
+      case top_key::other: return skip(2);
+      case top_key::path: case top_key::shape:
+        if (*type != MP_ARRAY) return fail_key(top_name(key), "an array"), skip(2);
+        return array_value(key);
+      case top_key::shm: case top_key::stats:
+        if (*type != MP_MAP) return fail_key(top_name(key), "a map"), skip(2);
+        return key == top_key::shm ? shm_value() : stats_value();
+      case top_key::meta: return meta_value(h_.meta, 2);
+      default: break;
+    }
+    if (container) return fail_key(top_name(key), expected_of(key)), skip(2);
+    value v;
+    if (!read_scalar(*type, v)) return false;
+    scalar_value(key, v);
+    return true;
+  }
+
+  void scalar_value(top_key k, const value &v) {
+    const bool text = v.type == msgpack::type::STR;
+    const auto need = [&]() { fail_key(top_name(k), expected_of(k)); };
+    switch (k) {
+      case top_key::kind: {
+        if (!text) return need();
+        const auto kind = record_kind_from_name(v.text);
+        if (!kind) return fail(fmt::format("unknown record kind \"{}\"", v.text));
+        h_.kind = *kind;
+        have_kind = true;
+        return;
+      }
+      case top_key::run: return text ? void(h_.run.assign(v.text)) : need();
+      case top_key::entry: return text ? void(h_.entry.assign(v.text)) : need();
+      case top_key::slot: return text ? void(h_.slot.assign(v.text)) : need();
+      case top_key::device: return text ? void(h_.device.assign(v.text)) : need();
+      case top_key::type: return text ? void(h_.tensor_type.assign(v.text)) : need();
+      case top_key::rank: {
+        const auto r = as_int(v, "rank");
+        if (!r) return;
+        if (*r < -1 || *r > INT32_MAX) return fail_key("rank", "a rank (-1 or a non-negative int32)");
+        h_.rank = static_cast<int32_t>(*r);
+        return;
+      }
+      case top_key::step:
+        if (const auto s = as_int(v, "step")) h_.step = *s;
+        return;
+      case top_key::seq: case top_key::flags: case top_key::length: case top_key::stored:
+        if (v.type != msgpack::type::POSITIVE_INTEGER) return need();
+        if (k == top_key::seq) h_.seq = v.u64;
+        else if (k == top_key::length) h_.length = v.u64, have_length = true;
+        else if (k == top_key::stored) h_.stored = v.u64;
+        else if (v.u64 > UINT32_MAX) fail_key("flags", "a 32-bit set");
+        else h_.flags = static_cast<uint32_t>(v.u64);
+        return;
+      case top_key::dtype: {
+        if (!text) return need();
+        const auto t = dtype_from_name(v.text);
+        if (!t) return fail(fmt::format("unknown dtype \"{}\"", v.text));
+        h_.type = *t;
+        have_dtype = true;
+        return;
+      }
+      case top_key::foreign_dtype:
+        if (!text) return need();
+        if (v.text.empty()) return fail_key("foreign_dtype", "a non-empty string");
+        h_.foreign_dtype.assign(v.text);
+        have_dtype = true;
+        return;
+      case top_key::requires_grad:
+        if (v.type != msgpack::type::BOOLEAN) return need();
+        h_.requires_grad = v.boolean;
+        return;
+      case top_key::codec:
+        if (!text) return need();
+        if (v.text == "raw") h_.codec = record_codec::raw;
+        else if (v.text == "lz4") h_.codec = record_codec::lz4;
+        else fail(fmt::format("unknown payload codec \"{}\"", v.text));
+        return;
+      default: return;
+    }
+  }
+
+  // path (ints and strings) or shape (non-negative ints).
+  bool array_value(top_key key) {
+    uint64_t elements = 0;
+    if (!open(MP_ARRAY, 2, elements)) return false;
+    const bool path = key == top_key::path;
+    if (path) h_.path.emplace();
+    else h_.shape.clear(), h_.shape.reserve(std::min<uint64_t>(elements, 16)), have_shape = true;
+    for (uint64_t i = 0; i < elements; ++i) {
+      const auto type = peek();
+      if (!type) return false;
+      if (*type == MP_ARRAY || *type == MP_MAP) {
+        fail_key(top_name(key), "an integer");
+        if (!skip(3)) return false;
+        continue;
+      }
+      value v;
+      if (!read_scalar(*type, v)) return false;
+      if (path && v.type == msgpack::type::STR) h_.path->emplace_back(std::string(v.text));
+      else if (const auto d = as_int(v, top_name(key))) {
+        if (path) h_.path->emplace_back(*d);
+        else if (*d < 0) fail_key("shape", "an array of non-negative ints");
+        else h_.shape.push_back(*d);
+      }
+    }
+    return true;
+  }
+
+  // A key of shm's or stats' map: false on bad msgpack; `name` empty when not a string.
+  bool sub_key(std::string_view &name, std::string_view map, const char *expected) {
+    const auto type = peek();
+    if (!type) return false;
+    name = {};
+    if (*type == MP_STR) return read_str(name);
+    fail_key(map, expected);
+    return skip(3);
+  }
+
+  bool shm_value() {
+    uint64_t elements = 0;
+    if (!open(MP_MAP, 2, elements)) return false;
+    record_shm_ref ref;
+    bool have_path = false, have_id = false, have_offset = false;
+    for (uint64_t i = 0; i < elements / 2; ++i) {
+      std::string_view sub;
+      if (!sub_key(sub, "shm", "a string")) return false;
+      const auto type = peek();
+      if (!type) return false;
+      const bool path = key_is(sub, "path"), id = key_is(sub, "id"), offset = key_is(sub, "offset");
+      value v;
+      if (*type == MP_ARRAY || *type == MP_MAP) {
+        if (!skip(3)) return false;
+        v.type = msgpack::type::ARRAY;
+      } else if (!read_scalar(*type, v)) {
+        return false;
+      }
+      if (path) {
+        if (v.type != msgpack::type::STR) fail_key("shm.path", "a string");
+        else ref.path.assign(v.text), have_path = true;
+      } else if (id || offset) {
+        if (v.type != msgpack::type::POSITIVE_INTEGER) fail_key(id ? "shm.id" : "shm.offset", "an unsigned integer");
+        else if (id) ref.id = v.u64, have_id = true;
+        else ref.offset = v.u64, have_offset = true;
+      }
+    }
+    if (!have_path || !have_id || !have_offset || ref.path.empty()) fail_key("shm", "a map of path, id and offset");
+    else h_.shm = std::move(ref);
+    return true;
+  }
+
+  bool stats_value() {
+    uint64_t elements = 0;
+    if (!open(MP_MAP, 2, elements)) return false;
+    tensor_stats &s = h_.stats.emplace();
+    for (uint64_t i = 0; i < elements / 2; ++i) {
+      std::string_view sub;
+      if (!sub_key(sub, "stats", "a map with string keys")) return false;
+      const auto type = peek();
+      if (!type) return false;
+      value v;
+      if (*type == MP_ARRAY || *type == MP_MAP) {
+        if (!skip(3)) return false;
+        v.type = msgpack::type::ARRAY;
+      } else if (!read_scalar(*type, v)) {
+        return false;
+      }
+      stat_value *real = key_is(sub, "max") ? &s.max : key_is(sub, "min") ? &s.min
+                       : key_is(sub, "mean") ? &s.mean : key_is(sub, "norm") ? &s.norm : nullptr;
+      if (real) {
+        switch (v.type) {
+          case msgpack::type::NIL: *real = stat_value::none(); break;
+          case msgpack::type::BOOLEAN: *real = stat_value::of_bool(v.boolean); break;
+          case msgpack::type::POSITIVE_INTEGER:
+          case msgpack::type::NEGATIVE_INTEGER:
+            if (const auto x = as_int(v, fmt::format("stats.{}", sub))) *real = stat_value::of_int(*x);
+            break;
+          case msgpack::type::FLOAT32:
+          case msgpack::type::FLOAT64: *real = stat_value::of_real(v.f64); break;
+          default: fail_key(fmt::format("stats.{}", sub), "nil, a bool or a number");
+        }
+        continue;
+      }
+      const bool nan = key_is(sub, "nan"), inf = key_is(sub, "inf"), crc = key_is(sub, "crc32");
+      if (!nan && !inf && !crc) continue;  // a newer minor version's statistic
+      if (v.type != msgpack::type::POSITIVE_INTEGER) fail_key(fmt::format("stats.{}", sub), "an unsigned integer");
+      else if (nan) s.nan_count = v.u64;
+      else if (inf) s.inf_count = v.u64;
+      else if (v.u64 > UINT32_MAX) fail_key("stats.crc32", "a 32-bit value");
+      else s.crc32 = static_cast<uint32_t>(v.u64);
+    }
+    return true;
+  }
+
+  // meta's value (or one inside it) at nesting `level`, into `out`.
+  bool meta_value(nlohmann::ordered_json &out, size_t level) {
+    const auto type = peek();
+    if (!type) return false;
+    if (*type != MP_ARRAY && *type != MP_MAP) {
+      value v;
+      if (!read_scalar(*type, v)) return false;
+      if (v.type == msgpack::type::EXT) fail("meta holds a msgpack ext value, which tprobe does not use");
+      else out = json_of(v);
+      return true;
+    }
+    uint64_t elements = 0;
+    if (!open(*type, level, elements)) return false;
+    if (*type == MP_ARRAY) {
+      out = nlohmann::ordered_json::array();
+      for (uint64_t i = 0; i < elements; ++i)
+        if (!meta_value(out.emplace_back(nullptr), level + 1)) return false;
+      return true;
+    }
+    out = nlohmann::ordered_json::object();
+    for (uint64_t i = 0; i < elements / 2; ++i) {
+      const auto key_type = peek();
+      if (!key_type) return false;
+      std::string_view key;
+      if (*key_type == MP_STR) {
+        if (!read_str(key)) return false;
+      } else {
+        fail("meta map key is not a string");
+        if (!skip(level + 1)) return false;
+      }
+      // A key given twice keeps its first place and takes the last value (ordered_json's []).
+      if (!meta_value(out[std::string(key)], level + 1)) return false;
+    }
+    return true;
+  }
+
+  const char *p_;
+  const char *const end_;
+  record_header &h_;
+  std::string problem_;
+  std::string msgpack_problem_;
+};
+
+}  // namespace
+
+record_header record_header_decode(std::span<const std::byte> frame) {
+  const std::string_view body = header_body(frame);
+  record_header h;
+  header_reader reader(body, h);
+  reader.read();
+  if (!reader.msgpack_problem().empty())
+    throw framing_error(fmt::format("header is not valid msgpack ({})", reader.msgpack_problem()));
+  if (reader.trailing())
+    throw framing_error(fmt::format("header has {} trailing bytes after its msgpack map", reader.trailing()));
+  if (!reader.problem().empty()) throw framing_error(reader.problem());
+  const bool have_kind = reader.have_kind, have_dtype = reader.have_dtype, have_shape = reader.have_shape,
+             have_length = reader.have_length;
 
   if (!have_kind) throw framing_error("header has no \"kind\"");
   if (h.kind == record_kind::tensor && (!have_dtype || !have_shape))

@@ -1081,3 +1081,45 @@ TEST(record_decode, a_mistyped_value_is_named_by_its_key) {
   EXPECT_EQ(message([](auto &p) { p.pack(1); }), "header is not a msgpack map");
   EXPECT_EQ(message([](auto &p) { p.pack_map(2), p.pack("kind"); }), "header is not valid msgpack (insufficient bytes)");
 }
+
+// The header reader checks every byte count before it reads (record.h section 2): a count or a
+// length larger than what follows, and the byte msgpack never uses (0xc1), are bad msgpack
+// wherever they are, even inside a key this build passes over.
+TEST(record_decode, counts_beyond_the_frame_and_the_unused_byte_are_bad_msgpack) {
+  const auto message = [](std::vector<std::byte> header) {
+    try {
+      (void)record_header_decode(header);
+    } catch (const framing_error &e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const auto flush_then = [](std::initializer_list<uint8_t> bytes) {
+    auto header = raw_header([](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("flush"), p.pack("future"); });
+    for (uint8_t b : bytes) header.push_back(std::byte{b});
+    return header;
+  };
+  EXPECT_EQ(message(flush_then({0xc0})), "accepted");
+  // 0xc1 as the unknown key's value, inside an array there, and as a meta value.
+  EXPECT_EQ(message(flush_then({0xc1})), "header is not valid msgpack (parse error)");
+  EXPECT_EQ(message(flush_then({0x92, 0xc0, 0xc1})), "header is not valid msgpack (parse error)");
+  auto meta = raw_header([](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta"), p.pack_array(1); });
+  meta.push_back(std::byte{0xc1});
+  EXPECT_EQ(message(meta), "header is not valid msgpack (parse error)");
+  // An array32 of 2^32-1 elements, a map32 of as many pairs, a str32 and a bin32 of 4 GiB, and
+  // an ext32: each announced in a few bytes, and refused without reading past the frame.
+  for (auto bytes : {std::initializer_list<uint8_t>{0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0},
+                     std::initializer_list<uint8_t>{0xdf, 0xff, 0xff, 0xff, 0xff, 0xc0, 0xc0},
+                     std::initializer_list<uint8_t>{0xdb, 0xff, 0xff, 0xff, 0xff, 'a'},
+                     std::initializer_list<uint8_t>{0xc6, 0xff, 0xff, 0xff, 0xff, 'a'},
+                     std::initializer_list<uint8_t>{0xc9, 0xff, 0xff, 0xff, 0xff, 1, 'a'},
+                     std::initializer_list<uint8_t>{0xd8, 1, 'a'}}) {
+    EXPECT_EQ(message(flush_then(bytes)), "header is not valid msgpack (insufficient bytes)");
+  }
+  // The same counts in meta, which builds what it reads.
+  auto big_meta = raw_header([](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta"); });
+  for (uint8_t b : {0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0, 0xc0}) big_meta.push_back(std::byte{b});
+  EXPECT_EQ(message(big_meta), "header is not valid msgpack (insufficient bytes)");
+  // A fixext 16 with its 16 bytes is whole, and an unknown key may hold it.
+  EXPECT_EQ(message(flush_then({0xd8, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})), "accepted");
+}
