@@ -338,89 +338,17 @@ std::string_view header_body(std::span<const std::byte> frame) {
 
 namespace {
 
-// The header map read straight into a record_header by a cursor over its bytes. msgpack-c's
-// unpack (an object tree, then read) and its visitor parse both cost 5,000-7,000 instructions a
-// 225-byte header, a third of what a stage spent a record; msgpuck's per-format decoders, with
-// the bytes each needs checked first, do it in a fraction of that. The rules are section 2's:
-// bad msgpack (anywhere, and nesting past RECORD_HEADER_MAX_DEPTH) is named first, then trailing
-// bytes, then the first mistyped key, met in order; a key given twice counts by its last value;
-// an unknown key is passed over whatever it holds.
-class header_reader {
+// A cursor over one msgpack value, for readers that walk a header once: msgpuck decodes one format
+// at a time, and every read checks first that its bytes are there. Bad msgpack (a count or length
+// past the end, 0xc1, nesting past RECORD_HEADER_MAX_DEPTH) stops the reader; msgpack_problem()
+// says why.
+class msgpack_cursor {
  public:
-  header_reader(std::string_view body, record_header &h) : p_(body.data()), end_(body.data() + body.size()), h_(h) {}
-
-  // Reads the whole map. After it: msgpack_problem(), then at_end(), then problem().
-  void read() {
-    const auto type = peek();
-    if (!type) return;
-    if (*type != MP_MAP) {
-      fail("header is not a msgpack map");
-      skip(1);
-      return;
-    }
-    if (!check(mp_check_map(p_, end_))) return;
-    const uint32_t pairs = mp_decode_map(&p_);
-    for (uint32_t i = 0; i < pairs && msgpack_problem_.empty(); ++i) {
-      const auto key_type = peek();
-      if (!key_type) return;
-      top_key key = top_key::other;
-      if (*key_type == MP_STR) {
-        std::string_view name;
-        if (!read_str(name)) return;
-        key = top_key_of(name);
-      } else {
-        fail("header map has a key that is not a string");
-        if (!skip(2)) return;
-      }
-      top_value(key);
-    }
-  }
-
+  explicit msgpack_cursor(std::string_view bytes) : p_(bytes.data()), end_(bytes.data() + bytes.size()) {}
   const std::string &msgpack_problem() const { return msgpack_problem_; }
   size_t trailing() const { return static_cast<size_t>(end_ - p_); }
-  const std::string &problem() const { return problem_; }
-  bool have_kind = false, have_dtype = false, have_shape = false, have_length = false;
 
- private:
-  enum class top_key {
-    other, kind, run, rank, step, seq, entry, slot, path, dtype, foreign_dtype, shape, device,
-    requires_grad, type, flags, codec, length, stored, shm, stats, meta
-  };
-  static top_key top_key_of(std::string_view k) {
-    switch (k.size()) {
-      case 3: return key_is(k, "run") ? top_key::run : key_is(k, "seq") ? top_key::seq : key_is(k, "shm") ? top_key::shm : top_key::other;
-      case 4:
-        return key_is(k, "kind") ? top_key::kind : key_is(k, "rank") ? top_key::rank : key_is(k, "step") ? top_key::step
-             : key_is(k, "slot") ? top_key::slot : key_is(k, "path") ? top_key::path : key_is(k, "type") ? top_key::type
-             : key_is(k, "meta") ? top_key::meta : top_key::other;
-      case 5:
-        return key_is(k, "entry") ? top_key::entry : key_is(k, "dtype") ? top_key::dtype : key_is(k, "shape") ? top_key::shape
-             : key_is(k, "flags") ? top_key::flags : key_is(k, "codec") ? top_key::codec : key_is(k, "stats") ? top_key::stats
-             : top_key::other;
-      case 6: return key_is(k, "device") ? top_key::device : key_is(k, "length") ? top_key::length : key_is(k, "stored") ? top_key::stored : top_key::other;
-      case 13: return key_is(k, "foreign_dtype") ? top_key::foreign_dtype : key_is(k, "requires_grad") ? top_key::requires_grad : top_key::other;
-      default: return top_key::other;
-    }
-  }
-  static const char *top_name(top_key k) {
-    constexpr const char *names[] = {"?", "kind", "run", "rank", "step", "seq", "entry", "slot", "path", "dtype",
-                                     "foreign_dtype", "shape", "device", "requires_grad", "type", "flags", "codec",
-                                     "length", "stored", "shm", "stats", "meta"};
-    return names[static_cast<size_t>(k)];
-  }
-  // What a value of `key` must be, for a message about one that is not.
-  static const char *expected_of(top_key k) {
-    switch (k) {
-      case top_key::kind: case top_key::run: case top_key::entry: case top_key::slot: case top_key::dtype:
-      case top_key::foreign_dtype: case top_key::device: case top_key::type: case top_key::codec: return "a string";
-      case top_key::rank: case top_key::step: return "an integer";
-      case top_key::seq: case top_key::flags: case top_key::length: case top_key::stored: return "an unsigned integer";
-      case top_key::requires_grad: return "a bool";
-      case top_key::path: case top_key::shape: return "an array";
-      default: return "a map";  // shm, stats
-    }
-  }
-
+ protected:
   // A scalar as msgpack-c's object model has it: a signed format holding 0 or more is a
   // POSITIVE_INTEGER, float32 is widened to double.
   struct value {
@@ -431,8 +359,6 @@ class header_reader {
     double f64 = 0;
     std::string_view text = {};
   };
-
-  // ---- the cursor: every read checks that its bytes are there ----
 
   bool fail_msgpack(const char *why) {
     if (msgpack_problem_.empty()) msgpack_problem_ = why;
@@ -540,6 +466,94 @@ class header_reader {
     for (uint64_t i = 0; i < elements; ++i)
       if (!skip(level + 1)) return false;
     return true;
+  }
+
+  const char *p_;
+  const char *const end_;
+  std::string msgpack_problem_;
+};
+
+// The header map read straight into a record_header by a cursor over its bytes. msgpack-c's
+// unpack (an object tree, then read) and its visitor parse both cost 5,000-7,000 instructions a
+// 225-byte header, a third of what a stage spent a record; msgpuck's per-format decoders, with
+// the bytes each needs checked first, do it in a fraction of that. The rules are section 2's:
+// bad msgpack (anywhere, and nesting past RECORD_HEADER_MAX_DEPTH) is named first, then trailing
+// bytes, then the first mistyped key, met in order; a key given twice counts by its last value;
+// an unknown key is passed over whatever it holds.
+class header_reader : msgpack_cursor {
+ public:
+  header_reader(std::string_view body, record_header &h) : msgpack_cursor(body), h_(h) {}
+
+  // Reads the whole map. After it: msgpack_problem(), then at_end(), then problem().
+  void read() {
+    const auto type = peek();
+    if (!type) return;
+    if (*type != MP_MAP) {
+      fail("header is not a msgpack map");
+      skip(1);
+      return;
+    }
+    if (!check(mp_check_map(p_, end_))) return;
+    const uint32_t pairs = mp_decode_map(&p_);
+    for (uint32_t i = 0; i < pairs && msgpack_problem_.empty(); ++i) {
+      const auto key_type = peek();
+      if (!key_type) return;
+      top_key key = top_key::other;
+      if (*key_type == MP_STR) {
+        std::string_view name;
+        if (!read_str(name)) return;
+        key = top_key_of(name);
+      } else {
+        fail("header map has a key that is not a string");
+        if (!skip(2)) return;
+      }
+      top_value(key);
+    }
+  }
+
+  using msgpack_cursor::msgpack_problem;
+  using msgpack_cursor::trailing;
+  const std::string &problem() const { return problem_; }
+  bool have_kind = false, have_dtype = false, have_shape = false, have_length = false;
+
+ private:
+  enum class top_key {
+    other, kind, run, rank, step, seq, entry, slot, path, dtype, foreign_dtype, shape, device,
+    requires_grad, type, flags, codec, length, stored, shm, stats, meta
+  };
+  static top_key top_key_of(std::string_view k) {
+    switch (k.size()) {
+      case 3: return key_is(k, "run") ? top_key::run : key_is(k, "seq") ? top_key::seq : key_is(k, "shm") ? top_key::shm : top_key::other;
+      case 4:
+        return key_is(k, "kind") ? top_key::kind : key_is(k, "rank") ? top_key::rank : key_is(k, "step") ? top_key::step
+             : key_is(k, "slot") ? top_key::slot : key_is(k, "path") ? top_key::path : key_is(k, "type") ? top_key::type
+             : key_is(k, "meta") ? top_key::meta : top_key::other;
+      case 5:
+        return key_is(k, "entry") ? top_key::entry : key_is(k, "dtype") ? top_key::dtype : key_is(k, "shape") ? top_key::shape
+             : key_is(k, "flags") ? top_key::flags : key_is(k, "codec") ? top_key::codec : key_is(k, "stats") ? top_key::stats
+             : top_key::other;
+      case 6: return key_is(k, "device") ? top_key::device : key_is(k, "length") ? top_key::length : key_is(k, "stored") ? top_key::stored : top_key::other;
+      case 13: return key_is(k, "foreign_dtype") ? top_key::foreign_dtype : key_is(k, "requires_grad") ? top_key::requires_grad : top_key::other;
+      default: return top_key::other;
+    }
+  }
+  static const char *top_name(top_key k) {
+    constexpr const char *names[] = {"?", "kind", "run", "rank", "step", "seq", "entry", "slot", "path", "dtype",
+                                     "foreign_dtype", "shape", "device", "requires_grad", "type", "flags", "codec",
+                                     "length", "stored", "shm", "stats", "meta"};
+    return names[static_cast<size_t>(k)];
+  }
+  // What a value of `key` must be, for a message about one that is not.
+  static const char *expected_of(top_key k) {
+    switch (k) {
+      case top_key::kind: case top_key::run: case top_key::entry: case top_key::slot: case top_key::dtype:
+      case top_key::foreign_dtype: case top_key::device: case top_key::type: case top_key::codec: return "a string";
+      case top_key::rank: case top_key::step: return "an integer";
+      case top_key::seq: case top_key::flags: case top_key::length: case top_key::stored: return "an unsigned integer";
+      case top_key::requires_grad: return "a bool";
+      case top_key::path: case top_key::shape: return "an array";
+      default: return "a map";  // shm, stats
+    }
   }
 
   // ---- what the values mean ----
@@ -811,11 +825,8 @@ class header_reader {
     return true;
   }
 
-  const char *p_;
-  const char *const end_;
   record_header &h_;
   std::string problem_;
-  std::string msgpack_problem_;
 };
 
 }  // namespace
@@ -1111,110 +1122,35 @@ void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out) 
 
 namespace {
 
-// msgpack-c's visitor (SAX) parse of one header, reading only record_glance's keys: no object
-// tree, no allocation. A visit returning false stops the parse; `problem` then says why.
-class glance_visitor : public msgpack::null_visitor {
+// Reads only record_glance's keys of one header, with the decoder's cursor: no object tree, no
+// allocation. Stops at the first problem; problem() or msgpack_problem() says why.
+class glance_reader : msgpack_cursor {
  public:
-  explicit glance_visitor(record_glance &g) : g_(g) {}
+  glance_reader(std::string_view body, record_glance &g) : msgpack_cursor(body), g_(g) {}
 
-  bool visit_str(const char *v, uint32_t size) {
-    const std::string_view text(v, size);
-    if (in_key_) {
-      if (depth_ == 1) top_ = top_key_of(text);
-      else if (depth_ == 2) sub_ = text;
-      return true;
-    }
-    if (depth_ != 1) return true;
-    if (top_ == top_key::kind) {
-      const auto k = record_kind_from_name(text);
-      if (!k) return fail(fmt::format("unknown record kind \"{}\"", text));
-      g_.kind = *k;
-      have_kind_ = typed_ = true;
-    } else if (top_ == top_key::run) {
-      g_.run = text;
-      typed_ = true;
+  // False on a problem.
+  bool read() {
+    const auto type = peek();
+    if (!type) return false;
+    if (*type != MP_MAP) return skip(1);  // finish() says it is not a map
+    top_level_map_ = true;
+    uint64_t elements = 0;
+    if (!open(MP_MAP, 1, elements)) return false;
+    for (uint64_t i = 0; i < elements / 2; ++i) {
+      const auto key_type = peek();
+      if (!key_type) return false;
+      if (*key_type != MP_STR) return fail("header map has a key that is not a string");
+      std::string_view key;
+      if (!read_str(key) || !top_value(key)) return false;
     }
     return true;
   }
-  bool visit_positive_integer(uint64_t v) {
-    if (in_key_) return key_not_string();
-    if (depth_ == 1) {
-      if (top_ == top_key::flags) {
-        if (v > UINT32_MAX) return fail("header key \"flags\" is not a 32-bit set");
-        g_.flags = static_cast<uint32_t>(v), typed_ = true;
-      } else if (top_ == top_key::length) g_.length = v, typed_ = true;
-      else if (top_ == top_key::stored) stored_ = v, g_.has_payload = typed_ = true;
-    } else if (depth_ == 2 && top_ == top_key::meta && sub_ == "stack_id") {
-      g_.stack_id = v;
-    }
-    return true;
-  }
-  bool visit_nil() { return in_key_ ? key_not_string() : true; }
-  bool visit_boolean(bool) { return in_key_ ? key_not_string() : true; }
-  // msgpack-c reports every signed format as negative, 0 and up included; the decoder's object
-  // tree has those as unsigned integers, and so must the glance.
-  bool visit_negative_integer(int64_t v) {
-    if (v >= 0) return visit_positive_integer(static_cast<uint64_t>(v));
-    return in_key_ ? key_not_string() : true;
-  }
-  bool visit_float32(float) { return in_key_ ? key_not_string() : true; }
-  bool visit_float64(double) { return in_key_ ? key_not_string() : true; }
-  bool visit_bin(const char *, uint32_t) { return in_key_ ? key_not_string() : true; }
-  bool visit_ext(const char *, uint32_t) { return in_key_ ? key_not_string() : true; }
 
-  // A container may be a key deeper down (msgpack allows it, and the decoder ignores what it does
-  // not read): it is opened and closed like any other, or the depth would be off from there on.
-  bool start_array(uint32_t) {
-    if (in_key_ && depth_ == 1) return key_not_string();
-    if (!in_key_ && depth_ == 2 && top_ == top_key::meta && sub_ == "stack") g_.has_stack_lines = true;
-    return open();
-  }
-  bool end_array() { return close(); }
-  bool start_map(uint32_t) {
-    if (depth_ == 0) {
-      top_level_map_ = true;
-    } else {
-      if (in_key_ && depth_ == 1) return key_not_string();
-      if (!in_key_ && depth_ == 1 && top_ == top_key::stats) g_.has_stats = true;
-    }
-    return open();
-  }
-  bool start_map_key() {
-    in_key_ = true;
-    if (depth_ == 1) top_ = top_key::other;
-    if (depth_ == 2) sub_ = {};
-    return true;
-  }
-  bool end_map_key() {
-    in_key_ = false;
-    return true;
-  }
-  // A key given twice counts as the decoder counts it, by its last value.
-  bool start_map_value() {
-    typed_ = false;
-    if (depth_ == 1 && top_ == top_key::meta) barrier_ = g_.has_stack_lines = false, g_.stack_id.reset();
-    if (depth_ == 1 && top_ == top_key::stats) g_.has_stats = g_.has_crc32 = false;
-    if (depth_ == 2 && top_ == top_key::meta && sub_ == "stack") g_.has_stack_lines = false;
-    if (depth_ == 2 && top_ == top_key::meta && sub_ == "stack_id") g_.stack_id.reset();
-    return true;
-  }
-  bool end_map_value() {
-    if (depth_ == 2 && top_ == top_key::stats && sub_ == "crc32") g_.has_crc32 = true;
-    if (depth_ == 2 && top_ == top_key::meta && sub_ == "barrier") barrier_ = true;
-    if (depth_ != 1) return true;
-    if (top_ == top_key::shm) shm_ = true;
-    const char *wanted = top_ == top_key::kind || top_ == top_key::run ? "a string"
-                         : top_ == top_key::flags || top_ == top_key::length || top_ == top_key::stored
-                             ? "an unsigned int"
-                             : nullptr;
-    if (wanted && !typed_) return fail(fmt::format("header key \"{}\" is not {}", top_name(top_), wanted));
-    return true;
-  }
-  bool end_map() { return close(); }
-  void parse_error(size_t, size_t) {}
-  void insufficient_bytes(size_t, size_t) {}
+  using msgpack_cursor::msgpack_problem;
+  using msgpack_cursor::trailing;
+  const std::string &problem() const { return problem_; }
 
-  // After a successful parse: the checks of the whole header.
+  // After a successful read: the checks of the whole header.
   void finish(size_t index) const {
     if (!top_level_map_) throw framing_error(fmt::format("batch record {}: header is not a msgpack map", index));
     if (!have_kind_) throw framing_error(fmt::format("batch record {}: header has no \"kind\"", index));
@@ -1223,59 +1159,110 @@ class glance_visitor : public msgpack::null_visitor {
                                       index, record_kind_name(g_.kind), barrier_ ? " with a barrier" : ""));
   }
   uint64_t stored() const { return stored_; }
-  const std::string &problem() const { return problem_; }
 
  private:
-  enum class top_key { other, kind, run, flags, length, stored, stats, meta, shm };
-  static top_key top_key_of(std::string_view k) {
-    if (k == "kind") return top_key::kind;
-    if (k == "run") return top_key::run;
-    if (k == "flags") return top_key::flags;
-    if (k == "length") return top_key::length;
-    if (k == "stored") return top_key::stored;
-    if (k == "stats") return top_key::stats;
-    if (k == "meta") return top_key::meta;
-    if (k == "shm") return top_key::shm;
-    return top_key::other;
-  }
-  static const char *top_name(top_key k) {
-    switch (k) {
-      case top_key::kind: return "kind";
-      case top_key::run: return "run";
-      case top_key::flags: return "flags";
-      case top_key::length: return "length";
-      case top_key::stored: return "stored";
-      default: return "?";
-    }
-  }
-  bool open() {
-    if (++depth_ > RECORD_HEADER_MAX_DEPTH)
-      return fail(fmt::format("header nests deeper than {} levels", RECORD_HEADER_MAX_DEPTH));
-    in_key_ = false;
-    if (depth_ == 2) sub_ = {};
-    return true;
-  }
-  bool close() {
-    --depth_;
-    return true;
-  }
-  // Only the header map's own keys must be strings here; deeper ones are the decoder's concern.
-  bool key_not_string() { return depth_ == 1 ? fail("header map has a key that is not a string") : true; }
   bool fail(std::string problem) {
     problem_ = std::move(problem);
     return false;
   }
 
+  // The value at the cursor as an unsigned integer (a signed format holding 0 or more counts, as
+  // in the decoder); nullopt, and the value passed over, when it is anything else.
+  bool unsigned_value(std::optional<uint64_t> &out) {
+    out.reset();
+    const auto type = peek();
+    if (!type) return false;
+    if (*type == MP_ARRAY || *type == MP_MAP) return skip(3);
+    value v;
+    if (!read_scalar(*type, v)) return false;
+    if (v.type == msgpack::type::POSITIVE_INTEGER) out = v.u64;
+    return true;
+  }
+
+  bool top_value(std::string_view key) {
+    const auto type = peek();
+    if (!type) return false;
+    if (key_is(key, "kind") || key_is(key, "run")) {
+      if (*type != MP_STR) return skip(2) && fail(fmt::format("header key \"{}\" is not a string", key));
+      std::string_view text;
+      if (!read_str(text)) return false;
+      if (key_is(key, "run")) {
+        g_.run = text;
+        return true;
+      }
+      const auto k = record_kind_from_name(text);
+      if (!k) return fail(fmt::format("unknown record kind \"{}\"", text));
+      g_.kind = *k;
+      have_kind_ = true;
+      return true;
+    }
+    if (key_is(key, "flags") || key_is(key, "length") || key_is(key, "stored")) {
+      std::optional<uint64_t> v;
+      if (!unsigned_value(v)) return false;
+      if (!v) return fail(fmt::format("header key \"{}\" is not an unsigned int", key));
+      if (key_is(key, "length")) g_.length = *v;
+      else if (key_is(key, "stored")) stored_ = *v, g_.has_payload = true;
+      else if (*v > UINT32_MAX) return fail("header key \"flags\" is not a 32-bit set");
+      else g_.flags = static_cast<uint32_t>(*v);
+      return true;
+    }
+    // A key given twice counts as the decoder counts it, by its last value.
+    if (key_is(key, "stats")) {
+      g_.has_stats = g_.has_crc32 = false;
+      if (*type != MP_MAP) return skip(2);
+      g_.has_stats = true;
+      return sub_map(key);
+    }
+    if (key_is(key, "meta")) {
+      barrier_ = g_.has_stack_lines = false;
+      g_.stack_id.reset();
+      if (*type != MP_MAP) return skip(2);
+      return sub_map(key);
+    }
+    if (key_is(key, "shm")) shm_ = true;
+    return skip(2);
+  }
+
+  // stats' or meta's map: the keys that decide; the others, and keys that are not strings, are
+  // the decoder's concern.
+  bool sub_map(std::string_view top) {
+    uint64_t elements = 0;
+    if (!open(MP_MAP, 2, elements)) return false;
+    const bool meta = key_is(top, "meta");
+    for (uint64_t i = 0; i < elements / 2; ++i) {
+      const auto key_type = peek();
+      if (!key_type) return false;
+      std::string_view sub;
+      if (*key_type == MP_STR) {
+        if (!read_str(sub)) return false;
+      } else if (!skip(3)) {
+        return false;
+      }
+      if (!meta) {
+        if (!skip(3)) return false;
+        if (key_is(sub, "crc32")) g_.has_crc32 = true;
+        continue;
+      }
+      if (key_is(sub, "stack")) {
+        const auto type = peek();
+        if (!type) return false;
+        g_.has_stack_lines = *type == MP_ARRAY;
+        if (!skip(3)) return false;
+      } else if (key_is(sub, "stack_id")) {
+        if (!unsigned_value(g_.stack_id)) return false;
+      } else {
+        if (!skip(3)) return false;
+        if (key_is(sub, "barrier")) barrier_ = true;
+      }
+    }
+    return true;
+  }
+
   record_glance &g_;
-  size_t depth_ = 0;
-  bool in_key_ = false;
-  bool typed_ = false;
   bool top_level_map_ = false;
   bool have_kind_ = false;
   bool barrier_ = false;
   bool shm_ = false;
-  top_key top_ = top_key::other;
-  std::string_view sub_;
   uint64_t stored_ = 0;
   std::string problem_;
 };
@@ -1292,19 +1279,18 @@ void record_batch_glance(const zmq::message_t &frame, std::vector<record_glance>
       throw framing_error(fmt::format("batch record {}: {}", index, e.what()));
     }
     record_glance &g = out.emplace_back();
-    glance_visitor visitor(g);
-    const size_t body_size = body.size();
-    size_t offset = 0;
-    if (!msgpack::v2::parse(body.data(), body_size, offset, visitor)) {
-      const std::string &why = visitor.problem();
-      throw framing_error(fmt::format("batch record {}: header {}", index,
-                                      why.empty() ? std::string("is not valid msgpack") : why));
+    glance_reader reader(body, g);
+    if (!reader.read()) {
+      if (!reader.msgpack_problem().empty())
+        throw framing_error(fmt::format("batch record {}: header is not valid msgpack ({})", index,
+                                        reader.msgpack_problem()));
+      throw framing_error(fmt::format("batch record {}: {}", index, reader.problem()));
     }
-    if (offset != body_size)
+    if (reader.trailing())
       throw framing_error(fmt::format("batch record {}: header has {} trailing bytes after its msgpack map", index,
-                                      body_size - offset));
-    visitor.finish(index);
-    return visitor.stored();
+                                      reader.trailing()));
+    reader.finish(index);
+    return reader.stored();
   });
 }
 
