@@ -614,18 +614,19 @@ class header_reader : msgpack_cursor {
     return true;
   }
 
+  // kind and dtype: a name from a fixed set, looked up as `found`.
+  template <typename T>
+  void named(std::optional<T> found, const char *what, std::string_view name, T &out, bool &have) {
+    if (!found) return fail(fmt::format("unknown {} \"{}\"", what, name));
+    out = *found;
+    have = true;
+  }
+
   void scalar_value(top_key k, const value &v) {
     const bool text = v.type == msgpack::type::STR;
     const auto need = [&]() { fail_key(top_name(k), expected_of(k)); };
     switch (k) {
-      case top_key::kind: {
-        if (!text) return need();
-        const auto kind = record_kind_from_name(v.text);
-        if (!kind) return fail(fmt::format("unknown record kind \"{}\"", v.text));
-        h_.kind = *kind;
-        have_kind = true;
-        return;
-      }
+      case top_key::kind: return text ? named(record_kind_from_name(v.text), "record kind", v.text, h_.kind, have_kind) : need();
       case top_key::run: return text ? void(h_.run.assign(v.text)) : need();
       case top_key::entry: return text ? void(h_.entry.assign(v.text)) : need();
       case top_key::slot: return text ? void(h_.slot.assign(v.text)) : need();
@@ -649,14 +650,7 @@ class header_reader : msgpack_cursor {
         else if (v.u64 > UINT32_MAX) fail_key("flags", "a 32-bit set");
         else h_.flags = static_cast<uint32_t>(v.u64);
         return;
-      case top_key::dtype: {
-        if (!text) return need();
-        const auto t = dtype_from_name(v.text);
-        if (!t) return fail(fmt::format("unknown dtype \"{}\"", v.text));
-        h_.type = *t;
-        have_dtype = true;
-        return;
-      }
+      case top_key::dtype: return text ? named(dtype_from_name(v.text), "dtype", v.text, h_.type, have_dtype) : need();
       case top_key::foreign_dtype:
         if (!text) return need();
         if (v.text.empty()) return fail_key("foreign_dtype", "a non-empty string");
