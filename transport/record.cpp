@@ -484,7 +484,7 @@ class header_reader : msgpack_cursor {
  public:
   header_reader(std::string_view body, record_header &h) : msgpack_cursor(body), h_(h) {}
 
-  // Reads the whole map. After it: msgpack_problem(), then at_end(), then problem().
+  // Reads the whole map. Then, in this order: msgpack_problem(), trailing(), problem().
   void read() {
     const auto type = peek();
     if (!type) return;
