@@ -12,6 +12,7 @@ as one autograd node), unlike resnet18's few large convolutions and the transfor
 ones. --hidden 16 --seq 8 --layers 1 is the bench's "tiny" model (smoke runs).
 """
 import argparse
+import sys
 import time
 
 import torch
@@ -101,17 +102,22 @@ def train(args, model, debugger, loader, on_step=None):
             on_step(i, time.perf_counter() - t0, loss.item())
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def run(name, module, argv=None):
+    """A bench model's command line: `module` gives parse_args, build_model and batches."""
+    args = module.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = build_model(args)
+    model = module.build_model(args)
     debugger = make_debugger(args)
 
     def report(i, seconds, loss):
         if not args.quiet:
-            print(f"gru step {i} loss {loss:.4f} time {seconds:.3f} s", flush=True)
+            print(f"{name} step {i} loss {loss:.4f} time {seconds:.3f} s", flush=True)
 
-    train(args, model, debugger, batches(args, args.steps), report)
+    train(args, model, debugger, module.batches(args, args.steps), report)
+
+
+def main(argv=None):
+    run("gru", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ parameter, and zero_grad) come as one burst at the end of the step, which step()
 for the writer to turn into dump.json (docs/performance.md, "an unseen model's optimizer burst").
 """
 import argparse
+import sys
 
 import torch
 from torch import nn
 
+import train_gru
 from train_gru import make_debugger, train  # noqa: F401 (the bench's interface)
 
 
@@ -65,16 +67,7 @@ def batches(args, count):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    model = build_model(args)
-    debugger = make_debugger(args)
-
-    def report(i, seconds, loss):
-        if not args.quiet:
-            print(f"mlp step {i} loss {loss:.4f} time {seconds:.3f} s", flush=True)
-
-    train(args, model, debugger, batches(args, args.steps), report)
+    train_gru.run("mlp", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

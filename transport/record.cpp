@@ -334,10 +334,6 @@ std::string_view header_body(std::span<const std::byte> frame) {
   return {reinterpret_cast<const char *>(frame.data()) + RECORD_PREFIX_SIZE, frame.size() - RECORD_PREFIX_SIZE};
 }
 
-}  // namespace
-
-namespace {
-
 // A cursor over one msgpack value, for readers that walk a header once: msgpuck decodes one format
 // at a time, and every read checks first that its bytes are there. Bad msgpack (a count or length
 // past the end, 0xc1, nesting past RECORD_HEADER_MAX_DEPTH) stops the reader; msgpack_problem()
@@ -376,13 +372,15 @@ class msgpack_cursor {
     return mp_typeof(*p_);
   }
 
-  bool read_str(std::string_view &out) {
-    if (!check(mp_check_strl(p_, end_))) return false;
-    const uint32_t n = mp_decode_strl(&p_);
+  // The `n` bytes of a str or bin whose length was just read.
+  bool read_bytes(uint32_t n, std::string_view &out) {
     if (!have(n)) return false;
     out = {p_, n};
     p_ += n;
     return true;
+  }
+  bool read_str(std::string_view &out) {
+    return check(mp_check_strl(p_, end_)) && read_bytes(mp_decode_strl(&p_), out);
   }
 
   // Reads the scalar at the cursor (the caller peeked `type`, not a container).
@@ -412,14 +410,9 @@ class msgpack_cursor {
         v.type = msgpack::type::FLOAT64, v.f64 = mp_decode_double(&p_);
         return true;
       case MP_STR: v.type = msgpack::type::STR; return read_str(v.text);
-      case MP_BIN: {
-        if (!check(mp_check_binl(p_, end_))) return false;
-        const uint32_t n = mp_decode_binl(&p_);
-        if (!have(n)) return false;
-        v.type = msgpack::type::BIN, v.text = {p_, n};
-        p_ += n;
-        return true;
-      }
+      case MP_BIN:
+        v.type = msgpack::type::BIN;
+        return check(mp_check_binl(p_, end_)) && read_bytes(mp_decode_binl(&p_), v.text);
       case MP_EXT: {  // msgpuck reads no ext: fixext 1-16 (0xd4-0xd8), ext 8/16/32 (0xc7-0xc9)
         const auto c = static_cast<uint8_t>(*p_);
         size_t size_bytes = 0, data = 0;
@@ -451,6 +444,16 @@ class msgpack_cursor {
       elements = uint64_t{2} * mp_decode_map(&p_);
     }
     return true;
+  }
+
+  // The value at the cursor into `v`, or, when it is an array or map (nesting `level`), passed
+  // over with v.type ARRAY. False on bad msgpack.
+  bool read_any(size_t level, value &v) {
+    const auto type = peek();
+    if (!type) return false;
+    if (*type != MP_ARRAY && *type != MP_MAP) return read_scalar(*type, v);
+    v.type = msgpack::type::ARRAY;
+    return skip(level);
   }
 
   // Passes over one value of nesting `level`, checking it. False on bad msgpack.
@@ -493,9 +496,9 @@ class header_reader : msgpack_cursor {
       skip(1);
       return;
     }
-    if (!check(mp_check_map(p_, end_))) return;
-    const uint32_t pairs = mp_decode_map(&p_);
-    for (uint32_t i = 0; i < pairs && msgpack_problem_.empty(); ++i) {
+    uint64_t elements = 0;
+    if (!open(MP_MAP, 1, elements)) return;
+    for (uint64_t i = 0; i < elements / 2 && msgpack_problem_.empty(); ++i) {
       const auto key_type = peek();
       if (!key_type) return;
       top_key key = top_key::other;
@@ -716,16 +719,9 @@ class header_reader : msgpack_cursor {
     for (uint64_t i = 0; i < elements / 2; ++i) {
       std::string_view sub;
       if (!sub_key(sub, "shm", "a string")) return false;
-      const auto type = peek();
-      if (!type) return false;
       const bool path = key_is(sub, "path"), id = key_is(sub, "id"), offset = key_is(sub, "offset");
       value v;
-      if (*type == MP_ARRAY || *type == MP_MAP) {
-        if (!skip(3)) return false;
-        v.type = msgpack::type::ARRAY;
-      } else if (!read_scalar(*type, v)) {
-        return false;
-      }
+      if (!read_any(3, v)) return false;
       if (path) {
         if (v.type != msgpack::type::STR) fail_key("shm.path", "a string");
         else ref.path.assign(v.text), have_path = true;
@@ -747,15 +743,8 @@ class header_reader : msgpack_cursor {
     for (uint64_t i = 0; i < elements / 2; ++i) {
       std::string_view sub;
       if (!sub_key(sub, "stats", "a map with string keys")) return false;
-      const auto type = peek();
-      if (!type) return false;
       value v;
-      if (*type == MP_ARRAY || *type == MP_MAP) {
-        if (!skip(3)) return false;
-        v.type = msgpack::type::ARRAY;
-      } else if (!read_scalar(*type, v)) {
-        return false;
-      }
+      if (!read_any(3, v)) return false;
       stat_value *real = key_is(sub, "max") ? &s.max : key_is(sub, "min") ? &s.min
                        : key_is(sub, "mean") ? &s.mean : key_is(sub, "norm") ? &s.norm : nullptr;
       if (real) {
@@ -1164,11 +1153,8 @@ class glance_reader : msgpack_cursor {
   // in the decoder); nullopt, and the value passed over, when it is anything else.
   bool unsigned_value(std::optional<uint64_t> &out) {
     out.reset();
-    const auto type = peek();
-    if (!type) return false;
-    if (*type == MP_ARRAY || *type == MP_MAP) return skip(3);
     value v;
-    if (!read_scalar(*type, v)) return false;
+    if (!read_any(3, v)) return false;
     if (v.type == msgpack::type::POSITIVE_INTEGER) out = v.u64;
     return true;
   }

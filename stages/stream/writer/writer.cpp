@@ -187,16 +187,14 @@ class dump_writer {
       json old = pyjson_load_file(existing);
       if (old.contains("data") && old["data"].is_object()) {
         d.data = std::move(old["data"]);
-        const auto &entries = static_cast<const json::object_t::Container &>(d.data.get_ref<const json::object_t &>());
-        for (size_t i = 0; i < entries.size(); ++i) d.entry_index.emplace(entries[i].first, i);
+        index_keys(d.data, d.entry_index);
       }
       const std::string construct = d.dir + "/construct.json";
       if (std::filesystem::exists(construct)) {
         d.construct = pyjson_load_file(construct);
         if (!d.construct.is_object())
           throw usage_error(fmt::format("{}: not a JSON object; move it away to write this folder again", construct));
-        const auto &parents = static_cast<const json::object_t::Container &>(d.construct.get_ref<const json::object_t &>());
-        for (size_t i = 0; i < parents.size(); ++i) d.construct_index.emplace(parents[i].first, i);
+        index_keys(d.construct, d.construct_index);
       }
       load_stacks(d);
     }
@@ -207,6 +205,12 @@ class dump_writer {
     ++result_.dumps;
     last_doc_ = &*docs_.emplace(key, std::move(d)).first;
     return last_doc_->second;
+  }
+
+  // Each key of an ordered object (which only ever appends) → its position.
+  static void index_keys(const json &object, std::unordered_map<std::string, size_t> &index) {
+    const auto &items = static_cast<const json::object_t::Container &>(object.get_ref<const json::object_t &>());
+    for (size_t i = 0; i < items.size(); ++i) index.emplace(items[i].first, i);
   }
 
   static void load_stacks(dump_doc &d) {
