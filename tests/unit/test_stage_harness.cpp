@@ -196,6 +196,46 @@ TEST(stage_harness, writer_run_computes_statistics_no_stage_computed) {
   EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Norm"], 10.0);
 }
 
+TEST(stage_harness, writer_run_refuses_a_path_it_cannot_place_and_keeps_what_came_before) {
+  // A list index below 0 or past a million (the nulls before it would take the writer's memory),
+  // and a slot under a debug save's whole value: one line naming the record, the dump kept.
+  const auto placed = [](std::vector<record_path_element> path) {
+    auto tensor = float_tensor("Functional.relu.1.forward", "output.0", {1});
+    tensor.header.path = std::move(path);
+    return tensor;
+  };
+  std::vector<std::pair<std::vector<record>, std::string>> cases;
+  cases.emplace_back(list_of(placed({int64_t{-1}})), "list index -1 in its path is not in 0..1048576");
+  cases.emplace_back(list_of(placed({int64_t{0}, std::string("k"), int64_t{1} << 40})), "list index 1099511627776");
+  cases.emplace_back(list_of(float_tensor("x.0.debug", "debug", {1}), float_tensor("x.0.debug", "other.0", {2})),
+                     "tensor record x.0.debug (rank -1, step 0) other.0: the entry holds a whole value");
+  for (auto &[records, message] : cases) {
+    test::temp_dir dir;
+    test::stage_harness h(false);
+    // From a record file, which the stage reads itself: a stage that throws while a harness
+    // feeds it stops the process's later runs (stage_harness.h).
+    const std::string file = dir.path() + "/records.tpr";
+    record_file_writer writer(file);
+    writer.write(session_record(dir.path() + "/dump"));
+    writer.write(float_tensor("Functional.relu.0.forward", "output.0", {5}));
+    for (const auto &r : records) writer.write(r);
+    writer.close();
+    EXPECT_THAT(
+        [&] {
+          h.run_file(
+              [&](stage_io &io) {
+                writer_stage_options o;
+                o.dump_path = dir.path() + "/dump";
+                writer_run(io, o);
+              },
+              file);
+        },
+        ::testing::ThrowsMessage<framing_error>(HasSubstr(message)));
+    const auto doc = pyjson_load_file(dir.path() + "/dump/step0/rank/dump.json");
+    EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Max"], 5.0);
+  }
+}
+
 TEST(stage_harness, tap_run_prints_what_the_tap_publishes) {
   test::stage_harness h;
   auto tensor = float_tensor("Functional.relu.0.forward", "output.0", {3, -4});

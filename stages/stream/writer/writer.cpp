@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "dump_document.h"
 #include "dump_semantics.h"
 #include "errors.h"
 #include "npy.h"
@@ -63,10 +64,7 @@ struct dump_doc {
   std::string dir;       // absolute
   std::string relative;  // step{S}/rank{R}
   session_info session;
-  json data = json::object();
-  // ordered_json finds keys by linear search; entries are found through this index instead
-  // (entry name -> position in data's ordered map, which only ever appends).
-  std::unordered_map<std::string, size_t> entry_index;
+  dump_document data;  // dump.json's "data"
   json construct = json::object();
   // construct's keys → their positions in its ordered map (which only ever appends): a new entry
   // was looked up key by key, so a step of n entries cost n²/2 string compares at L0 and mix.
@@ -110,6 +108,7 @@ class dump_writer {
           // Freeing a step's JSON tree takes a millisecond or more: not while the training
           // thread waits on this step's barrier, which stage_io answers at the next receive.
           entries_expected_ = std::max(entries_expected_, it->second.data.size());
+          leaf_text_expected_ = std::max(leaf_text_expected_, it->second.data.text().size());
           finished_ = std::make_unique<dump_doc>(std::move(it->second));
           if (last_doc_ == &*it) last_doc_ = nullptr;
           docs_.erase(it);
@@ -185,10 +184,8 @@ class dump_writer {
     const std::string existing = d.dir + "/" + data_file_name(d.session);
     if (reopened_.count(d.dir) && std::filesystem::exists(existing)) {
       json old = pyjson_load_file(existing);
-      if (old.contains("data") && old["data"].is_object()) {
-        d.data = std::move(old["data"]);
-        index_keys(d.data, d.entry_index);
-      }
+      if (old.contains("data") && old["data"].is_object())
+        for (const auto &[name, value] : old["data"].items()) d.data.set_json(d.data.entry(name).node, value, 2);
       const std::string construct = d.dir + "/construct.json";
       if (std::filesystem::exists(construct)) {
         d.construct = pyjson_load_file(construct);
@@ -199,9 +196,8 @@ class dump_writer {
       load_stacks(d);
     }
     reopened_.insert(d.dir);
-    // A step has about as many entries as the one before. Reserved now, the entries are never
-    // moved: a key is const, so a growing vector copied every entry's tree each time it doubled.
-    static_cast<json::object_t::Container &>(d.data.get_ref<json::object_t &>()).reserve(entries_expected_);
+    // A step has about as many entries and as much leaf text as the one before.
+    d.data.reserve(entries_expected_, leaf_text_expected_);
     ++result_.dumps;
     last_doc_ = &*docs_.emplace(key, std::move(d)).first;
     return last_doc_->second;
@@ -230,39 +226,36 @@ class dump_writer {
     return fmt::format("{} record {} (rank {}, step {})", record_kind_name(h.kind), h.entry, h.rank, h.step);
   }
 
-  // `parsed`: entry_parse(entry), when the caller has it already.
-  json &entry_json(dump_doc &d, const std::string &entry, const json *meta, const entry_name *parsed = nullptr) {
+  // The entry's node, made with the sections msprobe writes for it when new. `parsed`:
+  // entry_parse(entry), when the caller has it already.
+  dump_node &entry_node(dump_doc &d, const std::string &entry, const json *meta, const entry_name *parsed = nullptr) {
     if (entry.empty()) throw usage_error("a record without an entry name cannot be placed in dump.json");
-    // The ordered map is a vector underneath: index it directly, and append with the vector's
-    // emplace_back (ordered_map::emplace would search for the key again).
-    auto &entries = static_cast<json::object_t::Container &>(d.data.get_ref<json::object_t &>());
-    if (auto it = d.entry_index.find(entry); it != d.entry_index.end()) return entries[it->second].second;
-    json e = json::object();
-    // Appended to the ordered map's vector directly: operator[] would search the keys first.
-    auto &sections = static_cast<json::object_t::Container &>(e.get_ref<json::object_t &>());
-    sections.reserve(4);
+    auto [e, created] = d.data.entry(entry);
+    if (!created) return e;
+    e.type = dump_node::kind::object;
+    e.keys.reserve(4);
+    e.items.reserve(4);
     const data_mode_filter &modes = d.session.data_mode;
     const entry_name name = parsed ? *parsed : entry_parse(entry);
     const json *is_recompute = nullptr;
     if (meta && meta->is_object())
       if (const auto it = meta->find("is_recompute"); it != meta->end()) is_recompute = &*it;
+    const auto section = [&](const char *key, dump_node::kind type) { e.member(key).type = type; };
     // The sections msprobe's analyze_forward / analyze_backward write, empty until filled.
     if (name.is_forward()) {
       if (modes.forward() && modes.input())
-        sections.emplace_back("input_args", json::array()), sections.emplace_back("input_kwargs", json::object());
-      if (is_recompute && !name.is_module()) sections.emplace_back("is_recompute", *is_recompute);
-      if (modes.forward() && modes.output()) sections.emplace_back("output", json::array());
+        section("input_args", dump_node::kind::array), section("input_kwargs", dump_node::kind::object);
+      if (is_recompute && !name.is_module()) d.data.set_json(e.member("is_recompute"), *is_recompute, 3);
+      if (modes.forward() && modes.output()) section("output", dump_node::kind::array);
     } else if (name.is_backward()) {
-      if (modes.backward() && modes.input()) sections.emplace_back("input", json::array());
-      if (modes.backward() && modes.output()) sections.emplace_back("output", json::array());
+      if (modes.backward() && modes.input()) section("input", dump_node::kind::array);
+      if (modes.backward() && modes.output()) section("output", dump_node::kind::array);
     }
     ++result_.entries;
     d.dirty = true;
-    d.entry_index.emplace(entry, entries.size());
     // L0 and mix list every entry in construct.json, null parent unless an entry record says.
     if (has_structure(d)) construct_set(d, entry, nullptr);
-    entries.emplace_back(entry, std::move(e));
-    return entries.back().second;
+    return e;
   }
 
   static bool has_structure(const dump_doc &d) { return d.session.level == "L0" || d.session.level == "mix"; }
@@ -285,10 +278,10 @@ class dump_writer {
   void entry_metadata(const record &r) {
     const auto &h = r.header;
     dump_doc &d = doc(h);
-    json &e = entry_json(d, h.entry, &h.meta);
+    dump_node &e = entry_node(d, h.entry, &h.meta);
     if (!h.meta.is_object()) return;
     if (h.meta.contains("is_recompute") && entry_parse(h.entry).is_module() && entry_parse(h.entry).is_forward())
-      e["is_recompute"] = h.meta["is_recompute"];
+      d.data.set_json(e.member("is_recompute"), h.meta["is_recompute"], 3);
     // A stack by id (record.h section 5) is looked up by its id; its lines are read once.
     const auto id = record_stack_id(h);
     if (auto known = id ? d.stack_id_index.find(*id) : d.stack_id_index.end(); known != d.stack_id_index.end()) {
@@ -310,21 +303,19 @@ class dump_writer {
     d.dirty = true;
   }
 
-  // The leaf as a fragment (pyjson.h): its text, made once for the depth it goes to, copied whole
-  // into every rewrite of dump.json.
-  json tensor_leaf(const record &r, dump_doc &d, const std::string &data_name, int level) {
+  // The leaf's text, made for the depth it goes to (dump_document.h), appended to the folder's
+  // text buffer.
+  void tensor_leaf_append(const record &r, dump_doc &d, const std::string &data_name, int level) {
     const auto &h = r.header;
     const std::string type = h.tensor_type.empty() ? tensor_type_default(d.session.framework) : h.tensor_type;
     // A foreign dtype (no payload, no stats) is already named as the framework names it.
     const std::string dtype =
         h.foreign_dtype.empty() ? dtype_framework_name(h.type, d.session.framework) : h.foreign_dtype;
     // No stats: a statistics-less tensor, Max/Min/Mean/Norm null.
-    leaf_text_.clear();
-    tensor_leaf_text_append(leaf_text_,
+    tensor_leaf_text_append(d.data.text(),
                             {type, dtype, &h.shape, h.stats ? &*h.stats : nullptr, h.requires_grad, data_name,
                              (h.flags & RECORD_FLAG_UNINITIALIZED) != 0},
                             level);
-    return pyjson_fragment(leaf_text_, level);
   }
 
   std::string save_tensor(const record &r, dump_doc &d) {
@@ -370,75 +361,68 @@ class dump_writer {
     const auto &h = r.header;
     dump_doc &d = doc(h);
     const entry_name name = entry_parse(h.entry);
-    json &e = entry_json(d, h.entry, nullptr, &name);
+    dump_node &e = entry_node(d, h.entry, nullptr, &name);
     if (!d.session.data_mode.allows(name, h.slot)) return;
 
     // Where in the entry: section and nesting path (the record's own path when it has one).
     slot_location where = slot_locate(name, h.slot);
     if (h.path && !name.is_parameters_grad()) where.path = *h.path;
     const std::string &section = where.section;
-    auto &path = where.path;
+    const auto &path = where.path;
+    for (const auto &element : path)
+      if (const auto *index = std::get_if<int64_t>(&element); index && (*index < 0 || *index > max_list_index))
+        throw framing_error(fmt::format("{} {}: list index {} in its path is not in 0..{}", r_describe(h), h.slot,
+                                        *index, max_list_index));
+    if (!where.whole_entry && e.type == dump_node::kind::text)
+      throw framing_error(fmt::format("{} {}: the entry holds a whole value (a debug save); a slot cannot go in it",
+                                      r_describe(h), h.slot));
 
     // The leaf's depth in dump.json: the document {"data": {entry: {section: ...}}} puts a
     // section's value at level 3 (the entry itself at 2), and each path element one deeper.
     const int level = (where.whole_entry ? 2 : 3) + static_cast<int>(path.size());
-    json leaf;
-    if (h.kind == record_kind::tensor) {
-      std::string data_name;
-      if (r.has_payload() && (h.flags & RECORD_FLAG_SAVE)) data_name = save_tensor(r, d);
-      leaf = tensor_leaf(r, d, data_name, level);
-    } else {
-      leaf_text_.clear();
-      pyjson_dump_append(leaf_text_, h.meta, 1, level);
-      leaf = pyjson_fragment(leaf_text_, level);
-    }
+    std::string data_name;
+    if (h.kind == record_kind::tensor && r.has_payload() && (h.flags & RECORD_FLAG_SAVE)) data_name = save_tensor(r, d);
+    const size_t leaf_start = d.data.text().size();
+    if (h.kind == record_kind::tensor) tensor_leaf_append(r, d, data_name, level);
+    else pyjson_dump_append(d.data.text(), h.meta, 1, level);
 
     // A module forward keeps is_recompute last, after a section that arrives later (parameters),
     // as msprobe writes it (msprobe-compat.md §10.2).
-    if (name.is_module() && name.is_forward() && e.contains("is_recompute") && !e.contains(section)) {
-      json flag = std::move(e["is_recompute"]);
-      e.erase("is_recompute");
-      e[section] = nullptr;
-      e["is_recompute"] = std::move(flag);
+    if (name.is_module() && name.is_forward() && e.find("is_recompute") && !e.find(section)) {
+      dump_node flag = e.take("is_recompute");
+      e.append(section, {});
+      e.append("is_recompute", std::move(flag));
     }
-    json *node = where.whole_entry ? &e : &e[section];
-    if (path.empty()) {
-      *node = std::move(leaf);
-    } else {
-      for (size_t i = 0; i < path.size(); ++i) {
-        if (const auto *index = std::get_if<int64_t>(&path[i])) {
-          if (!node->is_array()) *node = json::array();
-          while (node->size() <= static_cast<size_t>(*index)) node->push_back(nullptr);
-          node = &(*node)[static_cast<size_t>(*index)];
-        } else {
-          if (!node->is_object()) *node = json::object();
-          node = &(*node)[std::get<std::string>(path[i])];
-        }
-      }
-      *node = std::move(leaf);
+    dump_node *node = where.whole_entry ? &e : &e.member(section);
+    for (const auto &element : path) {
+      if (const auto *index = std::get_if<int64_t>(&element)) node = &node->item(static_cast<size_t>(*index));
+      else node = &node->member(std::get<std::string>(element));
     }
+    d.data.set_text(*node, leaf_start);
     d.dirty = true;
   }
 
+  // A path's list index past this is a broken record, not a list: the nulls before it would
+  // take the writer's memory.
+  static constexpr int64_t max_list_index = 1 << 20;
+
   void write_doc(dump_doc &d) {
     if (!d.dirty) return;
-    json top = json::object();
-    top["task"] = d.session.task;
-    top["level"] = d.session.level;
-    top["framework"] = d.session.framework;
-    top["dump_data_dir"] = d.session.tensor_data ? json(d.dir + "/dump_tensor_data") : json(nullptr);
-    // Lent to the document for the rewrite and taken back, not copied; the entry index holds
-    // positions, which a move keeps.
-    top["data"] = std::move(d.data);
+    // {"task": …, "level": …, "framework": …, "dump_data_dir": …, "data": {…}}, as msprobe's
+    // json.dump(…, indent=1) writes it.
     std::string text;
     text.reserve(last_text_size_ + last_text_size_ / 8);  // a step's dump.json is about the last one's size
-    try {
-      pyjson_dump_append(text, top, 1);
-    } catch (...) {
-      d.data = std::move(top["data"]);
-      throw;
-    }
-    d.data = std::move(top["data"]);
+    const auto key = [&](const char *name) {
+      text.append(text.empty() ? "{\n \"" : ",\n \"").append(name).append("\": ");
+    };
+    key("task"), pyjson_string_append(text, d.session.task);
+    key("level"), pyjson_string_append(text, d.session.level);
+    key("framework"), pyjson_string_append(text, d.session.framework);
+    key("dump_data_dir");
+    if (d.session.tensor_data) pyjson_string_append(text, d.dir + "/dump_tensor_data");
+    else text.append("null");
+    key("data"), d.data.render(text, 1);
+    text.append("\n}");
     last_text_size_ = text.size();
     atomic_write_file(d.dir + "/" + data_file_name(d.session), text);
     if (d.stacks_dirty) {
@@ -464,7 +448,7 @@ class dump_writer {
   writer_stage_result result_;
   size_t last_text_size_ = 0;  // of the last dump.json written
   size_t entries_expected_ = 256;  // entries reserved for a new folder: the most a finished one had
-  std::string leaf_text_;  // a leaf's text while it is made (its buffer kept from record to record)
+  size_t leaf_text_expected_ = 0;  // leaf text reserved for a new folder: the most a finished one had
   std::map<std::string, session_info> sessions_;
   std::map<doc_key, dump_doc> docs_;
   std::map<doc_key, dump_doc>::value_type *last_doc_ = nullptr;  // the folder doc() gave last
