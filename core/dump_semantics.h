@@ -197,8 +197,8 @@ struct tensor_facts {
 // [data_name], [md5] (md5 = the CRC-32 as 8 lowercase hex digits, when computed).
 nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t);
 // The same leaf as text, appended to `out`: exactly pyjson_dump_append(out, tensor_leaf_json(t), 1,
-// level), without the tree (for pyjson_fragment; the writer keeps its leaves so, made for the
-// depth they sit at). Defined in dump_text.cpp.
+// level), without the tree (the writer keeps its leaves so, made for the depth they sit at:
+// stages/stream/writer/dump_document.h). Defined in dump_text.cpp.
 void tensor_leaf_text_append(std::string &out, const tensor_facts &t, int level = 0);
 
 // The leaf's fields in the order above, for every rendering of it: emit(key, value) with a value

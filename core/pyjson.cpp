@@ -122,28 +122,6 @@ inline void append_newline_indent(std::string &out, int indent, int level) {
   out.append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
 }
 
-// "tpjs": marks the binary values that hold a fragment's text; the level it was written at is
-// added to it (pyjson_fragment).
-constexpr std::uint64_t fragment_subtype = 0x74706a73;
-
-int fragment_level(const json &fragment) {
-  return static_cast<int>(fragment.get_ptr<const json::binary_t *>()->subtype() - fragment_subtype);
-}
-
-// A fragment's text written `level` levels shallower than where it sits: every line after its
-// first moves right by that many spaces (a JSON text's newlines are all structural: strings
-// escape theirs).
-void append_reindented(std::string &out, std::string_view text, int level) {
-  while (true) {
-    const size_t nl = text.find('\n');
-    if (nl == std::string_view::npos) break;
-    out.append(text.data(), nl + 1);
-    out.append(static_cast<size_t>(level), ' ');
-    text.remove_prefix(nl + 1);
-  }
-  out.append(text);
-}
-
 void dump_value(std::string &out, const json &v, int indent, int level) {
   switch (v.type()) {
     case json::value_t::null: out.append("null", 4); return;
@@ -212,15 +190,7 @@ void dump_value(std::string &out, const json &v, int indent, int level) {
       out.push_back('}');
       return;
     }
-    case json::value_t::binary: {
-      if (!pyjson_is_fragment(v)) throw usage_error("pyjson_dump: a binary value has no JSON text");
-      const std::string_view text = pyjson_fragment_text(v);
-      const int written_at = fragment_level(v);
-      if (indent == 1 && level == written_at) out.append(text);
-      else if (indent == 1 && level > written_at) append_reindented(out, text, level - written_at);
-      else dump_value(out, pyjson_parse(text, "a JSON fragment"), indent, level);
-      return;
-    }
+    case json::value_t::binary: throw usage_error("pyjson_dump: a binary value has no JSON text");
     case json::value_t::discarded:
       throw usage_error("pyjson_dump: a discarded value has no JSON text");
   }
@@ -671,27 +641,6 @@ std::string py_float_repr(double d) {
   std::string s;
   py_float_repr_append(s, d);
   return s;
-}
-
-nlohmann::ordered_json pyjson_fragment(std::string_view text_at_indent_1, int level) {
-  if (level < 0 || level > PYJSON_FRAGMENT_MAX_LEVEL)
-    throw std::invalid_argument("pyjson_fragment: level " + std::to_string(level) + " out of range");
-  const auto *p = reinterpret_cast<const std::uint8_t *>(text_at_indent_1.data());
-  return json::binary(json::binary_t::container_type(p, p + text_at_indent_1.size()),
-                      fragment_subtype + static_cast<std::uint64_t>(level));
-}
-
-bool pyjson_is_fragment(const nlohmann::ordered_json &v) {
-  if (!v.is_binary()) return false;
-  const auto &b = *v.get_ptr<const json::binary_t *>();
-  return b.has_subtype() && b.subtype() >= fragment_subtype &&
-         b.subtype() <= fragment_subtype + PYJSON_FRAGMENT_MAX_LEVEL;
-}
-
-std::string_view pyjson_fragment_text(const nlohmann::ordered_json &v) {
-  if (!pyjson_is_fragment(v)) return {};
-  const auto &b = *v.get_ptr<const json::binary_t *>();
-  return {reinterpret_cast<const char *>(b.data()), b.size()};
 }
 
 void pyjson_string_append(std::string &out, std::string_view s) { append_string(out, s); }

@@ -25,31 +25,17 @@ namespace tprobe {
 // indent < 0 gives Python's json.dumps(v) with no indent (one line, separators ", " and ": ").
 // Floats are written as repr(float), NaN as NaN, ±inf as Infinity / -Infinity, integers
 // (int64 or uint64) as integers, non-ASCII as \uXXXX (surrogate pairs above U+FFFF).
-// Throws usage_error for values JSON has no text for (binary values other than fragments,
-// discarded).
+// Throws usage_error for values JSON has no text for (binary, discarded).
 [[nodiscard]] std::string pyjson_dump(const nlohmann::ordered_json &v, int indent = 1);
 // Same, appended to `out` (no clearing; reuse the buffer to avoid reallocations), as written
 // where the value sits `level` levels deep in a document: its lines after the first indented for
-// that depth (the text a fragment at that level holds, below).
+// that depth: the text pyjson_dump(v) writes, with every line after the first moved right by
+// `level` spaces (what a renderer of a document's leaves as text, such as the writer's
+// dump_document, copies whole into the document).
 void pyjson_dump_append(std::string &out, const nlohmann::ordered_json &v, int indent = 1, int level = 0);
 
-// A fragment: a value held as its text, the text pyjson_dump_append(out, value, 1, level) writes
-// for it. A document rewritten many times (the writer's dump.json: every few seconds and at each
-// step's end) keeps its leaves this way, because a tensor leaf's dozen tree nodes cost more to
-// build, walk and free than its text costs to copy. pyjson_dump writes a fragment as the value it
-// holds: at indent 1, its text as it is where it sits `level` levels deep (the writer makes its
-// leaves for the depth they go to, so a rewrite copies them whole), re-indented where it sits
-// deeper, and parsed and written as a tree anywhere else or at any other indent. The text is not
-// checked when the fragment is made: give only text that pyjson_dump_append (or a renderer tested
-// against it, such as tensor_leaf_text_append) wrote at indent 1 and that level.
-// (Held as an nlohmann binary value with a subtype of its own; other binary values still throw.)
-inline constexpr int PYJSON_FRAGMENT_MAX_LEVEL = 4096;
-[[nodiscard]] nlohmann::ordered_json pyjson_fragment(std::string_view text_at_indent_1, int level = 0);
-[[nodiscard]] bool pyjson_is_fragment(const nlohmann::ordered_json &v);
-// A fragment's text (empty for any other value).
-[[nodiscard]] std::string_view pyjson_fragment_text(const nlohmann::ordered_json &v);
-
-// Python's json.dumps(s) for one string, appended to `out`: for renderers of fragments.
+// Python's json.dumps(s) for one string, appended to `out`: for renderers of text without a tree
+// (tensor_leaf_text_append, the writer's dump_document).
 void pyjson_string_append(std::string &out, std::string_view s);
 
 // Python's repr(float): shortest round-trip digits, fixed notation when the decimal exponent is

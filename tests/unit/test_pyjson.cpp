@@ -381,76 +381,26 @@ TEST(PyJson, ByteOrderMarkIsSkipped) { EXPECT_EQ(pyjson_parse("\xEF\xBB\xBF[1]",
 TEST(PyJson, BinaryValuesCannotBeWritten) {
   EXPECT_THROW((void)pyjson_dump(json::binary({1, 2})), usage_error);
   EXPECT_THROW((void)pyjson_dump(json::binary({1, 2}, 7)), usage_error);  // another subtype
-  EXPECT_FALSE(pyjson_is_fragment(json::binary({1, 2})));
-  EXPECT_EQ(pyjson_fragment_text(json::array()), "");
 }
 
-// A fragment is written as the value it holds, wherever it sits and at every indent: the same
-// bytes as the tree it replaces.
-TEST(PyJson, FragmentsAreWrittenAsTheValuesTheyHold) {
-  const json leaf = {{"type", "torch.Tensor"},
-                     {"shape", {2, 3}},
-                     {"Max", 1.5},
-                     {"Min", nullptr},
-                     {"nested", {{"a", json::array()}, {"b", json::object()}, {"c", {1, {2, 3}}}}},
+// A value's text at a level (what a document of text leaves copies whole) is its level-0 text
+// with every line after the first moved right by that many spaces, and reads back as the value.
+TEST(PyJson, TextAtALevelIsTheTopLevelTextIndented) {
+  const json leaf = {{"type", "torch.Tensor"}, {"shape", {2, 3}}, {"Max", 1.5}, {"n", {{"a", json::array({1})}}},
                      {"text", "line\nbreak \u00e9"}};
-  const std::vector<json> values = {leaf, json::array(), json::object(), json(2.5), json(nullptr), json("x\ny"),
-                                    json::array({leaf, leaf})};
-  for (const auto &value : values) {
-    const json fragment = pyjson_fragment(pyjson_dump(value, 1));
-    ASSERT_TRUE(pyjson_is_fragment(fragment));
-    EXPECT_EQ(pyjson_fragment_text(fragment), pyjson_dump(value, 1));
-    // At the top, in an array, as an object's value four levels down, beside ordinary values.
-    const auto place = [](const json &v) {
-      json doc = {{"task", "statistics"}, {"data", {{"X.0.forward", {{"input_args", json::array({v, 7})}}}}}};
-      doc["data"]["X.0.forward"]["output"] = json::array({json::object({{"k", v}}), v});
-      return doc;
-    };
-    for (const int indent : {1, -1, 0, 2, 4}) {
-      EXPECT_EQ(pyjson_dump(fragment, indent), pyjson_dump(value, indent)) << value.dump() << " indent " << indent;
-      EXPECT_EQ(pyjson_dump(place(fragment), indent), pyjson_dump(place(value), indent))
-          << value.dump() << " indent " << indent;
-    }
-    std::string appended = "prefix";
-    pyjson_dump_append(appended, place(fragment), 1);
-    EXPECT_EQ(appended, "prefix" + pyjson_dump(place(value), 1));
-  }
-}
-
-// A fragment made for the depth it sits at is copied whole; placed deeper it is re-indented,
-// shallower it is parsed: the same bytes as the tree in every case. pyjson_dump_append at a level
-// writes the text such a fragment holds.
-TEST(PyJson, FragmentsMadeForTheirDepthReadAsTheValuesTheyHold) {
-  const json leaf = {{"type", "torch.Tensor"}, {"shape", {2, 3}}, {"Max", 1.5}, {"n", {{"a", json::array({1})}}}};
-  for (const json &value : {leaf, json::array({leaf, 3}), json("x"), json(nullptr)}) {
-    for (int made_at = 0; made_at <= 6; ++made_at) {
-      std::string text;
-      pyjson_dump_append(text, value, 1, made_at);
-      std::string reindented;  // the level-0 text with every line after the first moved right
+  for (const json &value : {leaf, json::array({leaf, 3}), json::array(), json::object(), json("x"), json(nullptr)}) {
+    for (int level = 0; level <= 6; ++level) {
+      std::string text = "prefix";
+      pyjson_dump_append(text, value, 1, level);
+      std::string reindented = "prefix";
       for (const char c : pyjson_dump(value, 1)) {
         reindented.push_back(c);
-        if (c == '\n') reindented.append(static_cast<size_t>(made_at), ' ');
+        if (c == '\n') reindented.append(static_cast<size_t>(level), ' ');
       }
       EXPECT_EQ(text, reindented);
-      const json fragment = pyjson_fragment(text, made_at);
-      ASSERT_TRUE(pyjson_is_fragment(fragment));
-      EXPECT_EQ(pyjson_fragment_text(fragment), text);
-      // Level 4 in this document (top 0, data 1, entry 2, section 3, its items 4); 5 in the
-      // object that is the section's first item.
-      const auto place = [](const json &v) {
-        json doc = {{"task", "statistics"}, {"data", {{"X.0.forward", {{"input_args", json::array({v, 7})}}}}}};
-        doc["data"]["X.0.forward"]["output"] = json::array({json::object({{"k", v}}), v});
-        return doc;
-      };
-      for (const int indent : {1, -1, 2})
-        EXPECT_EQ(pyjson_dump(place(fragment), indent), pyjson_dump(place(value), indent))
-            << value.dump() << " made at " << made_at << " indent " << indent;
+      EXPECT_EQ(pyjson_parse(std::string_view(text).substr(6), "t"), value);
     }
   }
-  EXPECT_THROW((void)pyjson_fragment("1", -1), std::invalid_argument);
-  EXPECT_THROW((void)pyjson_fragment("1", PYJSON_FRAGMENT_MAX_LEVEL + 1), std::invalid_argument);
-  EXPECT_TRUE(pyjson_is_fragment(pyjson_fragment("1", PYJSON_FRAGMENT_MAX_LEVEL)));
-  EXPECT_FALSE(pyjson_is_fragment(json::binary({1}, 0x74706a73 - 1)));
 }
 
 TEST(PyJson, LargeDocumentRoundTrips) {
