@@ -289,8 +289,11 @@ nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t) {
   auto &fields = static_cast<ojson::object_t::Container &>(j.get_ref<ojson::object_t &>());
   fields.reserve(11);
   tensor_leaf_fields(t, [&](std::string_view key, const auto &value) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::string_view>)
+    using value_type = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<value_type, std::string_view>)
       fields.emplace_back(std::string(key), ojson(std::string(value)));
+    else if constexpr (std::is_same_v<value_type, stat_value>)
+      fields.emplace_back(std::string(key), stat_json(value));
     else
       fields.emplace_back(std::string(key), ojson(value));
   });

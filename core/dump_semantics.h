@@ -202,24 +202,23 @@ nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t);
 void tensor_leaf_text_append(std::string &out, const tensor_facts &t, int level = 0);
 
 // The leaf's fields in the order above, for every rendering of it: emit(key, value) with a value
-// that is a std::string_view, the shape (const std::vector<int64_t> &) or a scalar ordered_json
-// (null, bool or number: nothing allocated).
+// that is a std::string_view, the shape (const std::vector<int64_t> &), a statistic
+// (const stat_value &: null, bool, integer or real) or a bool.
 template <typename Emit>
 void tensor_leaf_fields(const tensor_facts &t, Emit &&emit) {
-  using ojson = nlohmann::ordered_json;
   static const std::vector<int64_t> no_shape;
   emit("type", t.type);
   emit("dtype", t.dtype);
   emit("shape", t.shape ? *t.shape : no_shape);
   const tensor_stats none;
   const tensor_stats &s = t.stats ? *t.stats : none;
-  emit("Max", stat_json(s.max));
-  emit("Min", stat_json(s.min));
-  emit("Mean", stat_json(s.mean));
-  emit("Norm", stat_json(s.norm));
-  emit("requires_grad", ojson(t.requires_grad));
+  emit("Max", s.max);
+  emit("Min", s.min);
+  emit("Mean", s.mean);
+  emit("Norm", s.norm);
+  emit("requires_grad", t.requires_grad);
   if (t.uninitialized) {
-    emit("uninitialized", ojson(true));
+    emit("uninitialized", true);
     return;  // no file, no checksum: nothing worth reading was there
   }
   if (!t.data_name.empty()) emit("data_name", t.data_name);

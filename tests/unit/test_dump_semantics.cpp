@@ -253,7 +253,7 @@ TEST(DumpSemantics, TensorLeafTextIsTheTreesText) {
   stats[3].crc32 = 0u;
   stats[4].mean = stat_value::of_real(1e16), stats[4].norm = stat_value::of_real(0.1);
   stats[4].crc32 = 0xdeadbeefu;
-  stats[5].max = stat_value::of_real(-0.0);
+  stats[5].max = stat_value::of_real(-0.0), stats[5].min = stat_value::of_real(INFINITY);
   int cases = 0;
   for (const auto &shape : shapes)
     for (size_t si = 0; si <= stats.size(); ++si)
