@@ -105,7 +105,7 @@ class dump_writer {
         auto it = docs_.find({h.step, h.rank, h.run});
         if (it != docs_.end()) {
           write_doc(it->second);
-          // Freeing a step's JSON tree takes a millisecond or more: not while the training
+          // A step's document (a few vectors an entry) is freed later: not while the training
           // thread waits on this step's barrier, which stage_io answers at the next receive.
           entries_expected_ = std::max(entries_expected_, it->second.data.size());
           leaf_text_expected_ = std::max(leaf_text_expected_, it->second.data.text().size());
