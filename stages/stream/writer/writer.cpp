@@ -230,8 +230,9 @@ class dump_writer {
   // entry_parse(entry), when the caller has it already.
   dump_node &entry_node(dump_doc &d, const std::string &entry, const json *meta, const entry_name *parsed = nullptr) {
     if (entry.empty()) throw usage_error("a record without an entry name cannot be placed in dump.json");
-    auto [e, created] = d.data.entry(entry);
-    if (!created) return e;
+    const auto found = d.data.entry(entry);
+    dump_node &e = found.node;  // a reference, not a structured binding: the lambda below captures it
+    if (!found.created) return e;
     e.type = dump_node::kind::object;
     e.keys.reserve(4);
     e.items.reserve(4);
