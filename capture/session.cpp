@@ -250,9 +250,15 @@ struct tprobe_session {
   // freed on the sender thread, every string and vector of a record would go into the sender's
   // free lists (glibc's per-thread caches), away from the training thread's next allocations.
   std::vector<pending> spent;
-  // The caller's (one thread at a time, tprobe_capture.h): spent records taken by enqueue, freed
-  // once its lock is released; always empty between calls.
+  // The caller's (one thread at a time, tprobe_capture.h): spent records taken by enqueue, kept
+  // for reuse or freed once its lock is released; always empty between calls.
   std::vector<pending> recycled;
+  // The caller's: spent records that make_pending fills again. Their strings and vectors keep
+  // their storage, so a capture allocates nothing for an entry name, a shape or a value's text,
+  // and frees nothing when the sender is done with it. At most one batch of the sender's, and
+  // at most reusable_max.
+  std::vector<pending> reusable;
+  static constexpr size_t reusable_max = 4096;
   size_t queued_bytes = 0;
   bool closing = false;
   bool sender_waiting = false;     // the sender is in a wait
@@ -278,7 +284,16 @@ struct tprobe_session {
     using is_transparent = void;
     size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
   };
-  std::unordered_map<std::string, bool, name_hash, std::equal_to<>> entries;  // this step's entries → captured
+  // Entries → the last step each began in, and whether it was captured then. Kept from step to
+  // step (a step's entries are mostly the last one's names again), so an entry costs a lookup,
+  // not a node and a name allocated and freed every step; cleared when it holds far more names
+  // than a step uses.
+  struct entry_seen {
+    int64_t step;
+    bool captured;
+  };
+  std::unordered_map<std::string, entry_seen, name_hash, std::equal_to<>> entries;
+  size_t entries_this_step = 0;
   tprobe_session_counts counts{};
   std::optional<grad_probe_settings> grad;  // task grad_probe
 
@@ -406,11 +421,26 @@ struct tprobe_session {
   record_header header(record_kind kind) {
     record_header h;
     h.kind = kind;
+    stamp(h);
+    return h;
+  }
+  void stamp(record_header &h) {
     h.run = run_id;
     h.rank = options.rank;
     h.step = step;
     h.seq = ++seq;
-    return h;
+  }
+
+  // A record to fill and enqueue, its header as header(kind) makes it: a spent one reused when
+  // there is one (reusable), else a new one.
+  pending make_pending(record_kind kind) {
+    if (reusable.empty()) return pending{record(header(kind)), {}};
+    pending p = std::move(reusable.back());
+    reusable.pop_back();
+    p.r.reuse_as(kind);
+    p.value_json.clear();
+    stamp(p.r.header);
+    return p;
   }
 
   // Waking a sleeping thread is a system call, several microseconds in a VM: more than a small
@@ -426,13 +456,18 @@ struct tprobe_session {
 
   // Hands a record to the sender thread; false when the session has detached (the record is
   // counted as undelivered, never waited for).
-  bool enqueue(record r, bool urgent = false, std::string value_json = {}) {
-    const size_t size = r.has_payload() ? *r.header.stored : 0;
-    // Spent records are freed after the lock is released (declared before it, destroyed after).
-    struct free_recycled {
-      std::vector<pending> &spent_records;
-      ~free_recycled() { spent_records.clear(); }  // the elements go, the storage stays
-    } free_after_unlock{recycled};
+  bool enqueue(record &&r, bool urgent = false) { return enqueue(pending{std::move(r), {}}, urgent); }
+  bool enqueue(pending &&p, bool urgent = false) {
+    const size_t size = p.r.has_payload() ? *p.r.header.stored : 0;
+    // Spent records are kept for reuse, or freed, after the lock is released (declared before
+    // it, destroyed after).
+    struct keep_recycled {
+      std::vector<pending> &spent_records, &reusable_records;
+      ~keep_recycled() {
+        if (reusable_records.empty() && spent_records.size() <= reusable_max) reusable_records.swap(spent_records);
+        spent_records.clear();  // the elements go, the storage stays
+      }
+    } after_unlock{recycled, reusable};
     std::unique_lock lock(mutex);
     if (!spent.empty()) spent.swap(recycled);
     if (sender_error) std::rethrow_exception(sender_error);
@@ -456,7 +491,7 @@ struct tprobe_session {
       }
     }
     queued_bytes += size;
-    queue.push_back(pending{std::move(r), std::move(value_json)});
+    queue.push_back(std::move(p));
     ++counts.records;
     if (sender_waiting &&
         (urgent || sender_deep_sleep || queue.size() >= wake_records || queued_bytes >= wake_bytes))
@@ -785,7 +820,8 @@ struct tprobe_session {
       delivered = !detached.load();
     }
     ++step;
-    entries.clear();
+    if (entries.size() > 4 * entries_this_step + 4096) entries.clear();
+    entries_this_step = 0;
     filter->reset_step();
     if (filter->past_last_step(step)) service_ended = true;
     if (!delivered) throw_detached();
@@ -796,20 +832,23 @@ struct tprobe_session {
     if (!entry || !*entry) throw usage_error("entry name is empty");
     poll_control();
     if (!active()) return false;
-    if (const auto known = entries.find(std::string_view(entry)); known != entries.end()) return known->second;
-    const auto it = entries.emplace(entry, false).first;
-    // Checked once per entry and step, here rather than in the writer, which would have to die
-    // on it and lose the rest of the dump.
-    if (std::string problem = dump_name_problem(entry, TPROBE_ENTRY_NAME_MAX); !problem.empty()) {
-      entries.erase(it);
-      throw usage_error(fmt::format("entry name \"{}\" {}", entry, problem));
+    auto it = entries.find(std::string_view(entry));
+    if (it != entries.end() && it->second.step == step) return it->second.captured;
+    if (it == entries.end()) {
+      // Checked once per name, here rather than in the writer, which would have to die on it
+      // and lose the rest of the dump.
+      if (std::string problem = dump_name_problem(entry, TPROBE_ENTRY_NAME_MAX); !problem.empty())
+        throw usage_error(fmt::format("entry name \"{}\" {}", entry, problem));
+      it = entries.emplace(entry, entry_seen{}).first;
     }
-    it->second = filter->entry_enabled(entry) && narrowed_entry_enabled(entry);
-    if (!it->second) return false;
+    ++entries_this_step;
+    it->second = {step, filter->entry_enabled(entry) && narrowed_entry_enabled(entry)};
+    if (!it->second.captured) return false;
     // An implicit announcement (first capture of an unannounced entry) has nothing to say: the
     // writer creates an entry from its first tensor, so no record is spent on it.
     if (implicit) return true;
-    record r(header(record_kind::entry));
+    pending p = make_pending(record_kind::entry);
+    record &r = p.r;
     r.header.entry = entry;
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
     meta.get_ref<nlohmann::ordered_json::object_t &>().reserve(3);  // one allocation, not three
@@ -818,7 +857,7 @@ struct tprobe_session {
     meta["parent"] = parent ? nlohmann::ordered_json(parent) : nlohmann::ordered_json(nullptr);
     if (is_recompute >= 0) meta["is_recompute"] = is_recompute != 0;
     r.header.meta = std::move(meta);
-    return enqueue(std::move(r));
+    return enqueue(std::move(p));
   }
 
   // Stacks by content: the id of `stack`, its lines put in the stack book the first time.
@@ -827,19 +866,31 @@ struct tprobe_session {
     uint64_t id;
   };
   std::unordered_multimap<size_t, known_stack> stacks_known;
+  // The stack last seen at each line array's address. A caller that keeps its stacks (the torch
+  // capture interns them) passes the same array for the same stack, every operator: comparing
+  // its lines with that stack's is a third of the cost of hashing them. Only a hint: the lines
+  // are compared, so an array reused for another stack is looked up by its hash.
+  std::unordered_map<const char *const *, const known_stack *> stacks_by_array;
+  static constexpr size_t stacks_by_array_max = 1 << 16;
 
   uint64_t stack_id_of(const char *const *stack, size_t stack_len) {
-    size_t hash = stack_len;
-    for (size_t i = 0; i < stack_len; ++i)
-      hash = hash * 1000003u ^ std::hash<std::string_view>{}(stack[i] ? stack[i] : "");
     auto same = [&](const std::vector<std::string> &lines) {
       if (lines.size() != stack_len) return false;
       for (size_t i = 0; i < stack_len; ++i)
         if (lines[i] != (stack[i] ? stack[i] : "")) return false;
       return true;
     };
+    if (const auto hint = stacks_by_array.find(stack); hint != stacks_by_array.end() && same(hint->second->lines))
+      return hint->second->id;
+    if (stacks_by_array.size() >= stacks_by_array_max) stacks_by_array.clear();
+    size_t hash = stack_len;
+    for (size_t i = 0; i < stack_len; ++i)
+      hash = hash * 1000003u ^ std::hash<std::string_view>{}(stack[i] ? stack[i] : "");
     for (auto [it, end] = stacks_known.equal_range(hash); it != end; ++it)
-      if (same(it->second.lines)) return it->second.id;
+      if (same(it->second.lines)) {
+        stacks_by_array[stack] = &it->second;
+        return it->second.id;
+      }
     known_stack k{{}, stacks_known.size() + 1};
     auto lines = nlohmann::ordered_json::array();
     for (size_t i = 0; i < stack_len; ++i) {
@@ -848,7 +899,7 @@ struct tprobe_session {
     }
     stack_book_define(run_id, k.id, std::move(lines));
     const uint64_t id = k.id;
-    stacks_known.emplace(hash, std::move(k));
+    stacks_by_array[stack] = &stacks_known.emplace(hash, std::move(k))->second;  // nodes never move
     return id;
   }
 
@@ -873,7 +924,8 @@ struct tprobe_session {
     if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost)
       throw usage_error(fmt::format("{} {}: tensor is on device type {}, not in host memory", entry, slot,
                                     static_cast<int>(t->device.device_type)));
-    record r(header(record_kind::tensor));
+    pending p = make_pending(record_kind::tensor);
+    record &r = p.r;
     auto &h = r.header;
     h.entry = entry;
     h.slot = slot;
@@ -927,7 +979,7 @@ struct tprobe_session {
       r.set_payload_frame(std::move(frame));
       counts.bytes += bytes;
     }
-    return enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
+    return enqueue(std::move(p)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 
   // Task grad_probe: optimizer steps trigger the captures, so start/stop do not gate them.
@@ -967,10 +1019,11 @@ struct tprobe_session {
         throw usage_error(fmt::format("{} {}: value is not valid JSON: {}", entry, slot, e.what()));
       }
     }
-    record r(header(record_kind::value));
-    r.header.entry = entry;
-    r.header.slot = slot;
-    return enqueue(std::move(r), false, text) ? TPROBE_OK : TPROBE_SKIPPED;
+    pending p = make_pending(record_kind::value);
+    p.r.header.entry = entry;
+    p.r.header.slot = slot;
+    p.value_json.assign(text);
+    return enqueue(std::move(p)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 };
 
@@ -1126,7 +1179,8 @@ int tprobe_capture_summary(tprobe_session *s, const char *entry, const char *slo
     if (s->filter->save_tensor(entry) || s->filter->want_crc32())
       throw usage_error(fmt::format("{} {}: this slot needs the tensor's data (saved or CRC-32), not a summary",
                                     entry, slot));
-    record r(s->header(record_kind::tensor));
+    tprobe_session::pending p = s->make_pending(record_kind::tensor);
+    record &r = p.r;
     auto &h = r.header;
     h.entry = entry;
     h.slot = slot;
@@ -1146,7 +1200,7 @@ int tprobe_capture_summary(tprobe_session *s, const char *entry, const char *slo
     st.nan_count = summary->nan_count;
     st.inf_count = summary->inf_count;
     h.stats = st;
-    return s->enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
+    return s->enqueue(std::move(p)) ? TPROBE_OK : TPROBE_SKIPPED;
   });
 }
 
@@ -1160,7 +1214,8 @@ int tprobe_capture_uninitialized(tprobe_session *s, const char *entry, const cha
       return TPROBE_SKIPPED;
     }
     // Never saved or hashed, whatever the config asks for: there is no data, only garbage.
-    record r(s->header(record_kind::tensor));
+    tprobe_session::pending p = s->make_pending(record_kind::tensor);
+    record &r = p.r;
     auto &h = r.header;
     h.entry = entry;
     h.slot = slot;
@@ -1173,7 +1228,7 @@ int tprobe_capture_uninitialized(tprobe_session *s, const char *entry, const cha
     if (shape->device && *shape->device) h.device = shape->device;
     h.requires_grad = shape->requires_grad != 0;
     h.flags |= RECORD_FLAG_UNINITIALIZED;
-    return s->enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
+    return s->enqueue(std::move(p)) ? TPROBE_OK : TPROBE_SKIPPED;
   });
 }
 
@@ -1186,7 +1241,8 @@ int tprobe_capture_facts(tprobe_session *s, const char *entry, const char *slot,
       return TPROBE_SKIPPED;
     }
     if (!facts->dtype || !*facts->dtype) throw usage_error(fmt::format("{} {}: facts name no dtype", entry, slot));
-    record r(s->header(record_kind::tensor));
+    tprobe_session::pending p = s->make_pending(record_kind::tensor);
+    record &r = p.r;
     auto &h = r.header;
     h.entry = entry;
     h.slot = slot;
@@ -1198,7 +1254,7 @@ int tprobe_capture_facts(tprobe_session *s, const char *entry, const char *slot,
       if (d < 0) throw usage_error(fmt::format("{} {}: negative dimension in shape", entry, slot));
     if (facts->device && *facts->device) h.device = facts->device;
     h.requires_grad = facts->requires_grad != 0;
-    return s->enqueue(std::move(r)) ? TPROBE_OK : TPROBE_SKIPPED;
+    return s->enqueue(std::move(p)) ? TPROBE_OK : TPROBE_SKIPPED;
   });
 }
 

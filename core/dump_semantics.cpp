@@ -116,9 +116,11 @@ std::string_view entry_direction_name(entry_direction d) {
 }
 
 std::string entry_api_name(std::string_view prefix, std::string_view op, int64_t n, entry_direction d) {
+  const std::string_view direction = entry_direction_name(d);
   std::string s;
+  s.reserve(prefix.size() + op.size() + direction.size() + 23);  // one allocation: n has at most 20 digits
   s.append(prefix).append(".").append(op).append(".").append(std::to_string(n)).append(".");
-  return s.append(entry_direction_name(d));
+  return s.append(direction);
 }
 
 std::string entry_module_name(std::string_view module, int64_t n, entry_direction d) {

@@ -883,6 +883,34 @@ void record::set_payload_frame(zmq::message_t frame) {
   decoded_valid_ = false;
 }
 
+void record::reuse_as(record_kind kind) {
+  drop_payload();
+  decoded_.shrink_to_fit();  // an LZ4 payload's decoded bytes are not kept for the next record
+  // Field by field, in record_header's order (test_record checks every one against a new header).
+  record_header &h = header;
+  h.kind = kind;
+  h.run.clear();
+  h.rank = -1;
+  h.step = 0;
+  h.seq = 0;
+  h.entry.clear();
+  h.slot.clear();
+  h.path.reset();
+  h.type = dtype::float32;
+  h.shape.clear();
+  h.foreign_dtype.clear();
+  h.device.assign("cpu");
+  h.requires_grad = false;
+  h.tensor_type.clear();
+  h.flags = 0;
+  h.codec = record_codec::raw;
+  h.length = 0;
+  h.stored.reset();
+  h.shm.reset();
+  h.stats.reset();
+  h.meta = nullptr;
+}
+
 void record::drop_payload() {
   payload_frame_.reset();
   decoded_.clear();

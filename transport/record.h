@@ -244,6 +244,7 @@ struct record_shm_ref {
 // One element of the nesting path under a slot's section.
 using record_path_element = std::variant<int64_t, std::string>;
 
+// A new field needs its default in record::reuse_as as well (test_record checks the size).
 struct record_header {
   record_kind kind = record_kind::tensor;
   std::string run;
@@ -302,6 +303,10 @@ class record {
   // Take a payload frame as-is (as received, or built by the caller); codec/length must match.
   void set_payload_frame(zmq::message_t frame);
   void drop_payload();
+  // The record as record(kind) makes it (every header field at its default, no payload), but
+  // with the storage its strings and vectors hold kept: a producer that reuses its spent records
+  // allocates nothing for the next one's entry name, slot and shape.
+  void reuse_as(record_kind kind);
   const zmq::message_t *payload_frame() const { return payload_frame_ ? &*payload_frame_ : nullptr; }
 
   // "Functional.linear.0.forward input.0 (rank 0, step 1, seq 42)": for error messages.

@@ -31,6 +31,7 @@ const op_info &state::info_of(const at::RecordFunction &fn) {
   info->name = name;
   info->outer = op_name_of(name, false);
   info->nested = op_name_of(name, true);
+  for (op_name *n : {&info->outer, &info->nested}) n->counter = n->prefix + "." + n->api + ".";
   info->has_schema = true;
   // Some operators write arguments their schema does not mark: a collective its buffers (c10d's
   // are not marked: every argument counts as written), batch and instance norm their running
@@ -61,18 +62,20 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
     collect_collectives();
     auto ctx = std::make_unique<op_context>();
     const op_name &n = depth == 0 ? info.outer : info.nested;
-    const int64_t count = call_counts[n.prefix + "." + n.api + "."]++;
+    const int64_t count = call_counts[n.counter]++;
     ctx->forward = entry_api_name(n.prefix, n.api, count, entry_direction::forward);
-    ctx->backward = entry_api_name(n.prefix, n.api, count, entry_direction::backward);
-    if (mix && !module_stack.empty()) {
-      ctx->parent = module_stack.back();
-      ctx->backward_parent = entry_backward_of(module_stack.back());
-    }
+    if (mix && !module_stack.empty()) ctx->parent = module_stack.back();
     ++operators;
     const bool forward = allow_forward && entry_begin(ctx->forward, ctx->parent, stack, 0);
     ctx->capture_outputs = forward;
     ctx->link = allow_backward && at::GradMode::is_enabled();
-    if (ctx->link) ctx->sequence_begin = at::sequence_number::peek();
+    if (ctx->link) {
+      // Only a linked operator's backward is named (the optimizer's operators, under no_grad,
+      // are most of a step's operators and have none).
+      ctx->sequence_begin = at::sequence_number::peek();
+      ctx->backward = entry_api_name(n.prefix, n.api, count, entry_direction::backward);
+      if (ctx->parent) ctx->backward_parent = entry_backward_of(*ctx->parent);
+    }
     const auto inputs = fn.inputs();
     if (!forward && !ctx->link) {
       forget_written(info, inputs);

@@ -28,6 +28,7 @@ namespace tprobe::torch_capture {
 struct op_name {
   std::string prefix;  // "Functional"
   std::string api;     // "linear"
+  std::string counter;  // "Functional.linear.": its call count's key (op_callbacks.cpp); "" from op_name_of
 };
 
 // `qualified` is the operator's name as at::RecordFunction reports it ("aten::linear");

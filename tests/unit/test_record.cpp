@@ -65,6 +65,66 @@ TEST(record, empty_payload_round_trips) {
   EXPECT_EQ(back.header.shape, (std::vector<int64_t>{0, 4}));
 }
 
+// A spent record reused (the capture's queue hands its records back) is a new record in every
+// field: what a stage reads of the next record is never what the last one left.
+TEST(record, reuse_as_leaves_nothing_of_the_record_before) {
+  // A new field of record_header changes its size: reset it in record::reuse_as, then here.
+  static_assert(sizeof(record_header) == 528, "record_header changed: does record::reuse_as reset the new field?");
+  record r = tensor_record({2, 3});
+  auto &h = r.header;
+  h.path = std::vector<record_path_element>{int64_t{1}, std::string("key")};
+  h.foreign_dtype = "torch.float8_e4m3fn";
+  h.device = "cuda:1";
+  h.tensor_type = "torch.nn.parameter.Parameter";
+  h.codec = record_codec::lz4;
+  h.shm = record_shm_ref{"/proc/1/fd/3", 9, 64};
+  tensor_stats st;
+  st.max = stat_value::of_real(1.0);
+  st.nan_count = 2;
+  h.stats = st;
+  h.meta = {{"stack_id", 3}};
+  const size_t entry_capacity = h.entry.capacity();
+  r.reuse_as(record_kind::value);
+
+  const record_header fresh = record_header_of(record_kind::value);
+  EXPECT_EQ(h.kind, fresh.kind);
+  EXPECT_EQ(h.run, fresh.run);
+  EXPECT_EQ(h.rank, fresh.rank);
+  EXPECT_EQ(h.step, fresh.step);
+  EXPECT_EQ(h.seq, fresh.seq);
+  EXPECT_EQ(h.entry, fresh.entry);
+  EXPECT_EQ(h.slot, fresh.slot);
+  EXPECT_EQ(h.path, fresh.path);
+  EXPECT_EQ(h.type, fresh.type);
+  EXPECT_EQ(h.shape, fresh.shape);
+  EXPECT_EQ(h.foreign_dtype, fresh.foreign_dtype);
+  EXPECT_EQ(h.device, fresh.device);
+  EXPECT_EQ(h.requires_grad, fresh.requires_grad);
+  EXPECT_EQ(h.tensor_type, fresh.tensor_type);
+  EXPECT_EQ(h.flags, fresh.flags);
+  EXPECT_EQ(h.codec, fresh.codec);
+  EXPECT_EQ(h.length, fresh.length);
+  EXPECT_EQ(h.stored, fresh.stored);
+  EXPECT_FALSE(h.shm.has_value());
+  EXPECT_EQ(h.stats, fresh.stats);
+  EXPECT_EQ(h.meta, fresh.meta);
+  EXPECT_FALSE(r.has_payload());
+  EXPECT_EQ(r.payload_frame(), nullptr);
+  EXPECT_EQ(header_bytes(h), header_bytes(fresh));
+  // What reuse is for: the entry name's storage stays for the next record's.
+  EXPECT_EQ(h.entry.capacity(), entry_capacity);
+
+  // Filled again as a tensor, it encodes as a record made new.
+  r.reuse_as(record_kind::tensor);
+  record made(record_kind::tensor);
+  for (record *x : {&r, &made}) {
+    x->header.entry = "Tensor.add_.3.forward";
+    x->header.slot = "output.0";
+    x->header.shape = {4};
+  }
+  EXPECT_EQ(header_bytes(r.header), header_bytes(made.header));
+}
+
 // A tensor tprobe cannot read travels as its facts: foreign_dtype instead of dtype, no payload,
 // no stats; one that claims data or statistics as well is malformed.
 TEST(record, foreign_dtype_tensor_round_trips_as_facts) {
