@@ -815,8 +815,14 @@ class header_reader : msgpack_cursor {
 }  // namespace
 
 record_header record_header_decode(std::span<const std::byte> frame) {
-  const std::string_view body = header_body(frame);
   record_header h;
+  record_header_decode(frame, h);
+  return h;
+}
+
+void record_header_decode(std::span<const std::byte> frame, record_header &h) {
+  const std::string_view body = header_body(frame);
+  record_header_reset(h, record_kind::tensor);
   header_reader reader(body, h);
   reader.read();
   if (!reader.msgpack_problem().empty())
@@ -845,7 +851,6 @@ record_header record_header_decode(std::span<const std::byte> frame) {
                                       h.entry, h.slot, h.length, dtype_name(h.type),
                                       fmt::join(h.shape, "x"), expected));
   }
-  return h;
 }
 
 std::span<const std::byte> record::payload_bytes() const {
@@ -886,8 +891,11 @@ void record::set_payload_frame(zmq::message_t frame) {
 void record::reuse_as(record_kind kind) {
   drop_payload();
   decoded_.shrink_to_fit();  // an LZ4 payload's decoded bytes are not kept for the next record
+  record_header_reset(header, kind);
+}
+
+void record_header_reset(record_header &h, record_kind kind) {
   // Field by field, in record_header's order (test_record checks every one against a new header).
-  record_header &h = header;
   h.kind = kind;
   h.run.clear();
   h.rank = -1;
@@ -942,10 +950,17 @@ std::vector<zmq::message_t> record_encode(const record &r) {
 }
 
 record record_decode(std::vector<zmq::message_t> &frames) {
+  record r;
+  record_decode(frames, r);
+  return r;
+}
+
+void record_decode(std::vector<zmq::message_t> &frames, record &r) {
   if (frames.empty() || frames.size() > 2)
     throw framing_error(fmt::format("a record has 1 or 2 frames, not {}", frames.size()));
   const auto &hf = frames[0];
-  record r(record_header_decode({static_cast<const std::byte *>(hf.data()), hf.size()}));
+  r.reuse_as(record_kind::tensor);
+  record_header_decode({static_cast<const std::byte *>(hf.data()), hf.size()}, r.header);
   const bool expects_payload = r.header.stored.has_value();
   if (expects_payload != (frames.size() == 2))
     throw framing_error(r.describe() + (expects_payload ? ": header announces a payload frame that is missing"
@@ -958,7 +973,6 @@ record record_decode(std::vector<zmq::message_t> &frames) {
     r.set_payload_frame(std::move(frames[1]));
     r.header.length = length;
   }
-  return r;
 }
 
 // ---- batches ----
@@ -1109,11 +1123,24 @@ std::vector<record> record_batch_decode(const zmq::message_t &frame) {
 
 void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out) {
   const size_t kept = out.size();
+  size_t used = kept;
+  try {
+    record_batch_decode(frame, out, used);
+  } catch (...) {
+    out.resize(kept);
+    throw;
+  }
+}
+
+void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out, size_t &used) {
+  const size_t kept = used;
   const auto *bytes = static_cast<const std::byte *>(frame.data());
   try {
     batch_walk(frame, [&](size_t index, std::span<const std::byte> header, size_t at) -> uint64_t {
-      record &r = out.emplace_back();
-      r.header = record_header_decode(header);
+      record &r = used < out.size() ? out[used] : out.emplace_back();
+      ++used;
+      r.reuse_as(record_kind::tensor);  // a spare record's payload and LZ4 buffer go
+      record_header_decode(header, r.header);
       if (!record_batchable(r.header))
         throw framing_error(fmt::format("batch record {}: {} may not travel in a batch (control, barrier or shm)",
                                         index, r.describe()));
@@ -1126,7 +1153,7 @@ void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out) 
       return stored;
     });
   } catch (...) {
-    out.resize(kept);
+    used = kept;
     throw;
   }
 }
@@ -1436,11 +1463,17 @@ record_file_reader::~record_file_reader() {
 }
 
 std::optional<record> record_file_reader::read() {
+  record r;
+  if (!read(r)) return std::nullopt;
+  return r;
+}
+
+bool record_file_reader::read(record &into) {
   const uint64_t record_offset = offset_;
   uint8_t count = 0;
   if (std::fread(&count, 1, 1, file_) != 1) {
     if (std::ferror(file_)) throw system_error_from_errno("read", path_, errno);
-    return std::nullopt;
+    return false;
   }
   offset_ += 1;
   auto truncated = [&] {
@@ -1473,7 +1506,8 @@ std::optional<record> record_file_reader::read() {
     frames.push_back(std::move(frame));
   }
   try {
-    return record_decode(frames);
+    record_decode(frames, into);
+    return true;
   } catch (const framing_error &e) {
     throw framing_error(fmt::format("{}: record at byte {}: {}", path_, record_offset, e.what()));
   }

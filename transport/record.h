@@ -330,11 +330,19 @@ zmq::message_t record_header_encode(const record_header &h);
 nlohmann::ordered_json record_meta_text(std::string_view json_text);
 // Decode a header frame. Throws framing_error.
 record_header record_header_decode(std::span<const std::byte> frame);
+// The same, into `into`: reset first (record_header_reset), so that a consumer decoding every
+// record into the same few headers allocates nothing for their names and shapes. On a throw,
+// `into` holds what was read.
+void record_header_decode(std::span<const std::byte> frame, record_header &into);
+// Every field of `h` at its default and `kind`, the storage its strings and vectors hold kept.
+void record_header_reset(record_header &h, record_kind kind);
 
 // Encode a record as its frames. The payload frame, if any, is shared, not copied.
 std::vector<zmq::message_t> record_encode(const record &r);
 // Decode frames into a record; takes the payload frame. Throws framing_error.
 record record_decode(std::vector<zmq::message_t> &frames);
+// The same, into `into` (reused: record::reuse_as).
+void record_decode(std::vector<zmq::message_t> &frames, record &into);
 
 // Compress `bytes` into an LZ4 payload frame; returns nullopt when LZ4 would not shrink it.
 std::optional<zmq::message_t> record_payload_lz4(std::span<const std::byte> bytes);
@@ -387,6 +395,9 @@ std::vector<record> record_batch_decode(const zmq::message_t &frame);
 // each batch into the records it keeps from batch to batch, each record built where it stays
 // (a returned vector was a move of every record, and more as the vector grew).
 void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out);
+// The same, into out[used], out[used + 1] …: records already there are reused (record::reuse_as),
+// the rest appended; `used` counts the batch's records in. On a throw, `used` is as it was.
+void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out, size_t &used);
 
 // A record of a batch as record_batch_glance sees it: the keys that tell whether a stage would
 // pass it on unchanged, without decoding the rest. `run` points into the batch frame.
@@ -457,6 +468,8 @@ class record_file_reader {
   // The next record, or nullopt at a clean end of file. Throws framing_error when the file ends
   // inside a record or a record is malformed (the message names the file and byte offset).
   std::optional<record> read();
+  // The same, into `into` (reused: record::reuse_as); false at a clean end of file.
+  bool read(record &into);
 
  private:
   std::string path_;

@@ -67,13 +67,15 @@ struct stage_io::impl {
   std::optional<barrier_from> barrier_received;
   std::vector<output_link *> barrier_outputs;
   uint64_t barrier_token = 0;  // of barriers sent downstream
-  // Records of a batch received and not yet returned (from batched_next on), from producer
-  // batched_from. A vector read by index, not a deque: a record is larger than a deque's block,
-  // so a deque cost a malloc and a free per record; this keeps its storage from batch to batch,
-  // and each record is decoded into its place there and moved once, to the stage.
+  // Records of a batch received and not yet returned (batched_next up to batched_used), from
+  // producer batched_from. The records stay from batch to batch, each decoded into one that held
+  // a record before (its strings' and vectors' storage kept) and handed to the stage where it
+  // lies (next()): no record is allocated, moved or freed on the way.
   std::vector<record> batched;
   std::string batched_from;
-  size_t batched_next = 0;
+  size_t batched_next = 0, batched_used = 0;
+  // The record next() returns when it came alone (socket) or from a file, reused the same way.
+  record single;
 
   impl(zmq::context_t &c, const stage_io_options &o) : options(o), ctx(c) {}
 
@@ -163,29 +165,31 @@ struct stage_io::impl {
     }
   }
 
-  std::optional<record> receive_file() {
-    auto r = input_file->read();
-    if (!r) {
-      fmt::print(stderr, "{}: warning: {} ends without end-of-stream (a truncated recording)\n",
-                 options.producer_name, options.input);
-      ++counts.truncated_producers;
-      return std::nullopt;
-    }
-    switch (r->header.kind) {
-      case record_kind::eos:
-        if (r->header.meta.is_object()) counts.upstream_dropped += r->header.meta.value("dropped", uint64_t{0});
-        return std::nullopt;
-      case record_kind::hello:
-      case record_kind::ack:
-      case record_kind::synced:
-      case record_kind::control:
-      case record_kind::final: return receive_file();  // connection control, meaningless in a file
-      default:
-        ++counts.received;
-        // A recording keeps the stream's stack ids (record.h section 5) as they were sent: a
-        // stack's lines once, then its id, across steps.
-        note_stack(*r);
-        return r;
+  record *receive_file() {
+    for (;;) {
+      if (!input_file->read(single)) {
+        fmt::print(stderr, "{}: warning: {} ends without end-of-stream (a truncated recording)\n",
+                   options.producer_name, options.input);
+        ++counts.truncated_producers;
+        return nullptr;
+      }
+      switch (single.header.kind) {
+        case record_kind::eos:
+          if (single.header.meta.is_object())
+            counts.upstream_dropped += single.header.meta.value("dropped", uint64_t{0});
+          return nullptr;
+        case record_kind::hello:
+        case record_kind::ack:
+        case record_kind::synced:
+        case record_kind::control:
+        case record_kind::final: continue;  // connection control, meaningless in a file
+        default:
+          ++counts.received;
+          // A recording keeps the stream's stack ids (record.h section 5) as they were sent: a
+          // stack's lines once, then its id, across steps.
+          note_stack(single);
+          return &single;
+      }
     }
   }
 
@@ -196,32 +200,29 @@ struct stage_io::impl {
         stack_book_define(r.header.run, *id, *it);
   }
 
-  std::optional<record> receive() {
+  record *next() {
     settle_barrier();
-    if (ended) return std::nullopt;
+    if (ended) return nullptr;
     if (input_file) {
-      auto r = receive_file();
+      record *r = receive_file();
       if (!r) ended = true;
       return r;
     }
     for (;;) {
       if (stream_complete()) {
         ended = true;
-        return std::nullopt;
+        return nullptr;
       }
       if (stop_requested()) {
         ended = interrupted = true;
-        return std::nullopt;
+        return nullptr;
       }
-      if (batched_next < batched.size()) {
+      if (batched_next < batched_used) {
         record &r = batched[batched_next++];
-        std::optional<record> out;
-        if (accept(batched_from, r, false)) out.emplace(std::move(r));
-        if (batched_next == batched.size()) {
-          batched.clear();
-          batched_next = 0;
-        }
-        if (out) return out;
+        const bool take = accept(batched_from, r, false);
+        // Read: the next batch decodes into these records again, after the stage is done with r.
+        if (batched_next == batched_used) batched_next = batched_used = 0;
+        if (take) return &r;
         continue;
       }
       // A busy stream is drained without a poll per record (a poll is a system call or two);
@@ -260,7 +261,7 @@ struct stage_io::impl {
       if (frames.size() == 1 && record_frame_is_batch(frames[0])) {
         try {
           if (pass_batch(id, frames[0])) continue;
-          record_batch_decode(frames[0], batched);
+          record_batch_decode(frames[0], batched, batched_used);
           batched_from = id;
           // The producer is seen once for the batch, not at each of its records.
           if (auto p = producers.find(id); p != producers.end()) p->second.last_seen = clock_type::now();
@@ -270,14 +271,13 @@ struct stage_io::impl {
         }
         continue;
       }
-      record r;
       try {
-        r = record_decode(frames);
+        record_decode(frames, single);
       } catch (const framing_error &e) {
         throw framing_error(fmt::format("malformed record from {} on {}: {}", producer_label(id), input_endpoint,
                                         e.what()));
       }
-      if (accept(id, r, true)) return r;
+      if (accept(id, single, true)) return &single;
     }
   }
 
@@ -547,7 +547,12 @@ stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
 }
 
 stage_io::~stage_io() = default;
-std::optional<record> stage_io::receive() { return impl_->receive(); }
+std::optional<record> stage_io::receive() {
+  record *r = impl_->next();
+  if (!r) return std::nullopt;
+  return std::move(*r);
+}
+record *stage_io::next() { return impl_->next(); }
 
 void stage_io::send(const record &r) { impl_->send(r); }
 void stage_io::send_alone(const record &r) { impl_->send(r, false); }

@@ -64,6 +64,10 @@ class stage_io {
   // stream ended (see above) or stop_requested() became true. Throws framing_error on a malformed
   // record, system_error on a socket or file error.
   std::optional<record> receive();
+  // receive() without a move or an allocation: the same record, decoded into storage kept from
+  // one record to the next, or nullptr where receive() returns nullopt. It stays valid, and the
+  // stage may change it (take its payload, drop it), until the next call of next() or receive().
+  record *next();
 
   // Send to every output (blocking) and publish on the tap (never blocking).
   void send(const record &r);

@@ -569,6 +569,53 @@ TEST(record_batch, decoding_into_a_vector_appends_or_leaves_it_as_it_was) {
   EXPECT_EQ(out[2].header.kind, record_kind::flush);
 }
 
+// A stage decodes every batch into the records of the batch before (stage_io::next): a record
+// decoded where a longer, fuller one was is the record a new decode makes.
+TEST(record_batch, decoding_into_used_records_leaves_nothing_of_them) {
+  auto full = [] {
+    record r = tensor_record({2, 3});
+    r.header.meta = {{"stack_id", 7}, {"parent", "Module.fc.Linear.forward.0"}};
+    tensor_stats st;
+    st.max = stat_value::of_real(3.0);
+    r.header.stats = st;
+    r.header.device = "cuda:0";
+    return r;
+  };
+  auto value = [] {
+    record r(record_kind::value);
+    r.header.entry = "Functional.add.0.forward";
+    r.header.slot = "input.1";
+    r.header.meta = {{"type", "int"}, {"value", 1}};
+    return r;
+  };
+  auto small = [] {
+    record r(record_kind::entry);
+    r.header.entry = "Torch.add.0.forward";
+    return r;
+  };
+  std::vector<record> out;
+  size_t used = 0;
+  record_batch_decode(batch_of(full(), full(), full()), out, used);
+  ASSERT_EQ(used, 3u);
+  used = 0;  // the stage is done with them
+  record_batch_decode(batch_of(small(), value()), out, used);
+  ASSERT_EQ(used, 2u);
+  ASSERT_EQ(out.size(), 3u);  // the third stays, a spare
+  expect_same(out[0], small());
+  expect_same(out[1], value());
+  EXPECT_FALSE(out[0].has_payload());
+  EXPECT_FALSE(out[0].header.stats.has_value());
+  EXPECT_EQ(out[0].header.device, "cpu");
+  EXPECT_EQ(header_bytes(out[0].header), header_bytes(small().header));
+  EXPECT_EQ(header_bytes(out[1].header), header_bytes(value().header));
+  // A rejected batch leaves `used` as it was.
+  auto bytes = bytes_of(batch_of(tensor_record({4}), tensor_record({5})));
+  bytes.resize(bytes.size() - 3);
+  EXPECT_THROW(record_batch_decode(message_of(bytes), out, used), framing_error);
+  EXPECT_EQ(used, 2u);
+  expect_same(out[1], value());
+}
+
 TEST(record_batch, corrupt_batch_is_rejected) {
   const auto good = bytes_of(batch_of(tensor_record({2}), tensor_record({2})));
   {  // a header length past the end

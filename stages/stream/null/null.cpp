@@ -37,7 +37,7 @@ null_stage_result null_run(stage_io &io, const null_stage_options &o) {
   if (o.delay_every == 0) throw usage_error("--delay-every must be at least 1");
   null_stage_result result;
   uint64_t chosen = 0;  // records of the delay kinds so far
-  while (auto r = io.receive()) {
+  while (record *r = io.next()) {
     const auto &h = r->header;
     ++result.records;
     ++result.by_kind[static_cast<size_t>(h.kind)];

@@ -60,7 +60,7 @@ stats_stage_result stats_run(stage_io &io, const stats_stage_options &options) {
                       ++result.tensors;
                       if (g.has_payload) result.payload_bytes += g.length;
                     });
-  while (auto r = io.receive()) {
+  while (record *r = io.next()) {
     auto &h = r->header;
     if (h.kind == record_kind::session && h.meta.is_object())
       high_precision_by_run[h.run] = h.meta.value("precision", std::string("low")) == "high";

@@ -477,7 +477,7 @@ const stage_description &writer_stage_description() {
 writer_stage_result writer_run(stage_io &io, const writer_stage_options &options) {
   dump_writer writer(options);
   try {
-    while (auto r = io.receive()) {
+    while (record *r = io.next()) {
       writer.handle(*r);
       writer.maybe_flush();
     }

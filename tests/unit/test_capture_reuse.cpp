@@ -1,0 +1,140 @@
+// What the capture keeps from one call to the next to spend less on the training thread (spent
+// records filled again, entries remembered across steps, stacks found by their line array)
+// must never show in the stream: each step announces its entries again, a record says nothing
+// of the one whose storage it reuses, and a line array reused for another stack names that
+// stack.
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "record.h"
+#include "tprobe_capture.h"
+#include "test_support.h"
+
+using namespace tprobe;
+
+namespace {
+
+struct file_session {
+  test::temp_dir dir;
+  std::string stream = dir / "reuse.tpr";
+  tprobe_session *s = nullptr;
+
+  file_session() {
+    const std::string config = dir / "config.json";
+    test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
+    tprobe_open_options o = tprobe_open_options_default();
+    o.endpoint = stream.c_str();
+    EXPECT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
+    EXPECT_EQ(tprobe_start(s), TPROBE_OK) << tprobe_last_error();
+  }
+  ~file_session() { tprobe_session_close(s); }
+
+  std::vector<record> records() {
+    EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
+    s = nullptr;
+    std::vector<record> out;
+    record_file_reader reader(stream);
+    while (auto r = reader.read()) out.push_back(std::move(*r));
+    return out;
+  }
+};
+
+int capture_floats(tprobe_session *s, const char *entry, const char *slot, std::vector<float> &data) {
+  int64_t shape[1] = {static_cast<int64_t>(data.size())};
+  DLTensor t{};
+  t.data = data.data();
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  return tprobe_capture_tensor(s, entry, slot, &t, 0);
+}
+
+}  // namespace
+
+TEST(capture_reuse, every_step_announces_its_entries_again_and_records_carry_only_their_own_fields) {
+  file_session f;
+  const char *stack[] = {"File a.py, line 1, in f", "File b.py, line 2, in g"};
+  std::vector<float> big(1000, 1.5f), small{2.0f};
+  for (int step = 0; step < 3; ++step) {
+    // The same names every step, as a training loop makes them.
+    ASSERT_EQ(tprobe_entry_begin(f.s, "Functional.linear.0.forward", "Module.fc.Linear.forward.0", stack, 2, 0),
+              TPROBE_OK)
+        << tprobe_last_error();
+    ASSERT_EQ(capture_floats(f.s, "Functional.linear.0.forward", "input.0", big), TPROBE_OK) << tprobe_last_error();
+    // A second announcement of the same entry in the same step sends nothing.
+    ASSERT_EQ(tprobe_entry_begin(f.s, "Functional.linear.0.forward", nullptr, nullptr, 0, -1), TPROBE_OK);
+    ASSERT_EQ(tprobe_capture_value(f.s, "Tensor.mul_.0.forward", "input.1", "{\"type\": \"float\", \"value\": 0.9}"),
+              TPROBE_OK)
+        << tprobe_last_error();
+    ASSERT_EQ(capture_floats(f.s, "Tensor.mul_.0.forward", "output.0", small), TPROBE_OK) << tprobe_last_error();
+    ASSERT_EQ(tprobe_step(f.s), TPROBE_OK) << tprobe_last_error();
+  }
+  ASSERT_EQ(tprobe_stop(f.s), TPROBE_OK);
+
+  std::map<int64_t, int> entry_records;  // step → entry records
+  for (const record &r : f.records()) {
+    const auto &h = r.header;
+    if (h.kind == record_kind::entry) {
+      ++entry_records[h.step];
+      EXPECT_EQ(h.entry, "Functional.linear.0.forward");
+      EXPECT_EQ(h.meta["parent"], "Module.fc.Linear.forward.0");
+      EXPECT_EQ(h.meta["is_recompute"], false);
+    } else if (h.kind == record_kind::tensor && h.slot == "input.0") {
+      EXPECT_EQ(h.entry, "Functional.linear.0.forward");
+      EXPECT_EQ(h.shape, (std::vector<int64_t>{1000}));
+      ASSERT_TRUE(h.stats.has_value());
+      EXPECT_EQ(h.stats->max, stat_value::of_real(1.5));
+    } else if (h.kind == record_kind::tensor) {
+      // Filled where a longer record was before: nothing of it remains.
+      EXPECT_EQ(h.entry, "Tensor.mul_.0.forward");
+      EXPECT_EQ(h.slot, "output.0");
+      EXPECT_EQ(h.shape, (std::vector<int64_t>{1}));
+      EXPECT_TRUE(h.meta.is_null());
+      ASSERT_TRUE(h.stats.has_value());
+      EXPECT_EQ(h.stats->max, stat_value::of_real(2.0));
+    } else if (h.kind == record_kind::value) {
+      EXPECT_EQ(h.entry, "Tensor.mul_.0.forward");
+      EXPECT_EQ(h.meta["value"], 0.9);
+      EXPECT_TRUE(h.shape.empty());
+      EXPECT_FALSE(h.stats.has_value());
+    }
+  }
+  EXPECT_EQ(entry_records, (std::map<int64_t, int>{{0, 1}, {1, 1}, {2, 1}}));
+}
+
+TEST(capture_reuse, a_line_array_filled_with_another_stack_names_that_stack) {
+  file_session f;
+  std::string lines[2] = {"File a.py, line 1, in f", "File b.py, line 2, in g"};
+  const char *stack[2] = {lines[0].c_str(), lines[1].c_str()};
+  ASSERT_EQ(tprobe_entry_begin(f.s, "Torch.add.0.forward", nullptr, stack, 2, -1), TPROBE_OK) << tprobe_last_error();
+  ASSERT_EQ(tprobe_entry_begin(f.s, "Torch.add.1.forward", nullptr, stack, 2, -1), TPROBE_OK);
+  // The same array, other lines: the caller's buffers rewritten in place.
+  lines[1] = "File c.py, line 3, in h";
+  stack[1] = lines[1].c_str();
+  ASSERT_EQ(tprobe_entry_begin(f.s, "Torch.add.2.forward", nullptr, stack, 2, -1), TPROBE_OK);
+  ASSERT_EQ(tprobe_entry_begin(f.s, "Torch.add.3.forward", nullptr, stack, 1, -1), TPROBE_OK);
+  ASSERT_EQ(tprobe_stop(f.s), TPROBE_OK);
+
+  std::map<std::string, uint64_t> stack_of;
+  std::map<uint64_t, nlohmann::ordered_json> book;  // stack id → its lines
+  for (const record &r : f.records()) {
+    if (r.header.kind != record_kind::entry) continue;
+    const auto id = record_stack_id(r.header);
+    const auto *lines_of = record_stack_lines(r.header);
+    ASSERT_TRUE(id && lines_of) << r.describe();
+    stack_of[r.header.entry] = *id;
+    book[*id] = *lines_of;
+  }
+  ASSERT_EQ(stack_of.size(), 4u);
+  EXPECT_EQ(stack_of["Torch.add.0.forward"], stack_of["Torch.add.1.forward"]);
+  EXPECT_NE(stack_of["Torch.add.2.forward"], stack_of["Torch.add.0.forward"]);
+  EXPECT_NE(stack_of["Torch.add.3.forward"], stack_of["Torch.add.2.forward"]);
+  EXPECT_NE(stack_of["Torch.add.3.forward"], stack_of["Torch.add.0.forward"]);
+  EXPECT_EQ(book[stack_of["Torch.add.2.forward"]],
+            (nlohmann::ordered_json{"File a.py, line 1, in f", "File c.py, line 3, in h"}));
+  EXPECT_EQ(book[stack_of["Torch.add.3.forward"]], (nlohmann::ordered_json{"File a.py, line 1, in f"}));
+}
