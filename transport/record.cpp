@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -121,6 +122,173 @@ class json_text_packer {
   msgpack::sbuffer &buf_;
   std::vector<container> open_;
 };
+
+// The same bytes as json_text_packer makes from nlohmann's parse, for the texts the captures make
+// (objects, arrays, ASCII strings without escapes, numbers, literals): the optimizer's scalar
+// values are a third of a step's records, and nlohmann's lexer was a fifth of the sender
+// thread's time. run() is false, with `out` holding anything, for a text outside that subset (an
+// escape, a byte past ASCII, an integer of 19 digits or more, a float out of double's range) or
+// not JSON at all: the caller then packs it by nlohmann's parse, which also names what is wrong.
+class plain_json_packer {
+ public:
+  explicit plain_json_packer(std::string_view text) : s_(text) {}
+
+  bool run(msgpack::sbuffer &out) {
+    packer_t p(out);
+    p_ = &p;
+    out_ = &out;
+    skip_space();
+    if (!value(0)) return false;
+    skip_space();
+    return at_ == s_.size();
+  }
+
+ private:
+  static constexpr int max_depth = 64;
+
+  bool value(int depth) {
+    if (at_ >= s_.size() || depth > max_depth) return false;
+    switch (s_[at_]) {
+      case '{': return container(depth, '}');
+      case '[': return container(depth, ']');
+      case '"': {
+        std::string_view text;
+        if (!string(text)) return false;
+        pack_str(*p_, text);
+        return true;
+      }
+      case 't': return literal("true") && (p_->pack(true), true);
+      case 'f': return literal("false") && (p_->pack(false), true);
+      case 'n': return literal("null") && (p_->pack_nil(), true);
+      default: return number();
+    }
+  }
+
+  // An object (map32: json_text_packer's marker, its count written at the end) or an array.
+  bool container(int depth, char close) {
+    ++at_;
+    const size_t header_at = out_->size();
+    const char header[5] = {static_cast<char>(close == '}' ? 0xdf : 0xdd), 0, 0, 0, 0};
+    out_->write(header, sizeof header);
+    uint32_t count = 0;
+    skip_space();
+    if (eat(close)) return true;
+    for (;;) {
+      skip_space();
+      if (close == '}') {
+        std::string_view key;
+        if (!string(key)) return false;
+        pack_str(*p_, key);
+        skip_space();
+        if (!eat(':')) return false;
+        skip_space();
+      }
+      if (!value(depth + 1)) return false;
+      ++count;
+      skip_space();
+      if (eat(',')) continue;
+      if (!eat(close)) return false;
+      char *bytes = out_->data() + header_at + 1;
+      for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>(count >> (24 - 8 * i));
+      return true;
+    }
+  }
+
+  bool string(std::string_view &text) {
+    if (!eat('"')) return false;
+    const size_t start = at_;
+    for (; at_ < s_.size(); ++at_) {
+      const auto c = static_cast<unsigned char>(s_[at_]);
+      if (c == '"') {
+        text = s_.substr(start, at_ - start);
+        ++at_;
+        return true;
+      }
+      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
+    }
+    return false;
+  }
+
+  // JSON's grammar, classified as nlohmann does: no fraction and no exponent is an integer
+  // (signed with a minus, else unsigned), anything else a double.
+  bool number() {
+    const size_t start = at_;
+    const bool negative = eat('-');
+    if (eat('0')) {
+    } else if (digit()) {
+      while (digit()) {}
+    } else {
+      return false;
+    }
+    bool real = false;
+    if (eat('.')) {
+      if (!digit()) return false;
+      while (digit()) {}
+      real = true;
+    }
+    if (eat('e') || eat('E')) {
+      if (!eat('+')) (void)eat('-');
+      if (!digit()) return false;
+      while (digit()) {}
+      real = true;
+    }
+    const char *first = s_.data() + start, *last = s_.data() + at_;
+    if (real) {
+      double d = 0;
+      const auto [end, ec] = std::from_chars(first, last, d);
+      if (ec != std::errc() || end != last) return false;
+      pack_float64(*p_, d);
+      return true;
+    }
+    if (last - first - (negative ? 1 : 0) > 18) return false;  // nlohmann may read it as a double
+    if (negative) {
+      int64_t v = 0;
+      if (std::from_chars(first, last, v).ec != std::errc()) return false;
+      p_->pack(v);
+    } else {
+      uint64_t v = 0;
+      if (std::from_chars(first, last, v).ec != std::errc()) return false;
+      p_->pack(v);
+    }
+    return true;
+  }
+
+  bool literal(std::string_view word) {
+    if (s_.substr(at_, word.size()) != word) return false;
+    at_ += word.size();
+    return true;
+  }
+  bool digit() {
+    if (at_ < s_.size() && s_[at_] >= '0' && s_[at_] <= '9') return ++at_, true;
+    return false;
+  }
+  bool eat(char c) {
+    if (at_ < s_.size() && s_[at_] == c) return ++at_, true;
+    return false;
+  }
+  void skip_space() {
+    while (at_ < s_.size() && (s_[at_] == ' ' || s_[at_] == '\t' || s_[at_] == '\n' || s_[at_] == '\r')) ++at_;
+  }
+
+  std::string_view s_;
+  size_t at_ = 0;
+  packer_t *p_ = nullptr;
+  msgpack::sbuffer *out_ = nullptr;
+};
+
+// A meta text packed into `buf`: by plain_json_packer where it can, else by nlohmann's parse.
+void pack_meta_text(packer_t &p, msgpack::sbuffer &buf, std::string_view text, bool general_only) {
+  if (!general_only) {
+    thread_local msgpack::sbuffer scratch;
+    scratch.clear();
+    if (plain_json_packer(text).run(scratch)) {
+      buf.write(scratch.data(), scratch.size());
+      return;
+    }
+  }
+  json_text_packer packer(p, buf);
+  nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &packer);
+}
 
 void pack_json(packer_t &p, const nlohmann::ordered_json &j) {
   switch (j.type()) {
@@ -302,8 +470,7 @@ void header_encode_into(msgpack::sbuffer &buf, const record_header &h) {
     pack_str(p, "meta");
     if (is_meta_text(h.meta)) {
       const auto &text = h.meta.get_binary();
-      json_text_packer packer(p, buf);
-      nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &packer);
+      pack_meta_text(p, buf, {reinterpret_cast<const char *>(text.data()), text.size()}, false);
     } else {
       pack_json(p, h.meta);
     }
@@ -311,6 +478,13 @@ void header_encode_into(msgpack::sbuffer &buf, const record_header &h) {
 }
 
 }  // namespace
+
+std::string record_meta_text_msgpack(std::string_view json_text, bool general_only) {
+  msgpack::sbuffer buf;
+  packer_t p(buf);
+  pack_meta_text(p, buf, json_text, general_only);
+  return {buf.data(), buf.size()};
+}
 
 zmq::message_t record_header_encode(const record_header &h) {
   const header_buffer_reset reset_at_return;

@@ -328,6 +328,10 @@ zmq::message_t record_header_encode(const record_header &h);
 // encoding reads it: the rest of the header's readers see a binary value, and a decoded meta is
 // always the tree.
 nlohmann::ordered_json record_meta_text(std::string_view json_text);
+// The msgpack bytes the header encoder writes for a meta given as `json_text`; general_only
+// forces the path every text can take (nlohmann's parse) over the quick one for plain texts, so
+// that tests can hold the two to each other. Throws std::invalid_argument as encoding does.
+std::string record_meta_text_msgpack(std::string_view json_text, bool general_only = false);
 // Decode a header frame. Throws framing_error.
 record_header record_header_decode(std::span<const std::byte> frame);
 // The same, into `into`: reset first (record_header_reset), so that a consumer decoding every

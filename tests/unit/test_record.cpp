@@ -6,8 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <numeric>
+#include <optional>
+#include <random>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <msgpack.hpp>
 
@@ -1227,4 +1231,72 @@ TEST(record_decode, counts_beyond_the_frame_and_the_unused_byte_are_bad_msgpack)
   EXPECT_EQ(message(big_meta), "header is not valid msgpack (insufficient bytes)");
   // A fixext 16 with its 16 bytes is whole, and an unknown key may hold it.
   EXPECT_EQ(message(flush_then({0xd8, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})), "accepted");
+}
+
+// The header encoder packs a plain meta text (the captures' values) without nlohmann's parse:
+// its bytes must be the general path's, and a text the general path refuses must be refused.
+TEST(record_meta_text, plain_texts_pack_as_nlohmanns_parse_packs_them) {
+  std::vector<std::string> texts = {
+      R"({"type": "float", "value": 0.9})", R"({"type": "int", "value": -3})", R"({"type": "bool", "value": true})",
+      R"({"type": "slice", "value": [1, null, -1]})", R"([{"type":"int","value":2},{"type":"bool","value":false}])",
+      "null", "true", "false", "0", "-0", "7", "-7", "0.5", "-2.5e-3", "1E5", "1e+5", "2.0", "-0.0",
+      "123456789012345678", "-123456789012345678", "1234567890123456789", "18446744073709551615",
+      "18446744073709551616", "-9223372036854775808", "-9223372036854775809", "1e400", "-1e400", "5e-324",
+      "1e-400", "0.1000000000000000055511151231257827", "{}", "[]", " { } ", "[[[]]]", "{\"a\":{\"b\":[]}}",
+      "{\"a\":1,\"a\":2}", "\"\"", "\"plain\"", "\"esc\\\"aped\"", "\"tab\\t\"", "\"\\u00e9\"", "\"\xc3\xa9\"",
+      "\xef\xbb\xbf{}", " \t\r\n[1,\n 2]\n", "",
+      "{", "}", "[1,]", "[,1]", "01", "-01", "1.", ".5", "+1", "-", "1e", "1e+", "tru", "nul", "nulls", "[1 2]",
+      "{\"a\" 1}", "{\"a\":1,}", "{1:2}", "\"abc", "1 2", "{}x", "\"a\x01\"", "[" + std::string(100, '['),
+      std::string(70, '[') + std::string(70, ']'), "// c\n1", "NaN", "Infinity"};
+  // Random values, and each cut or with a byte changed.
+  std::mt19937 rng(7);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  std::function<std::string(int)> random_value = [&](int depth) -> std::string {
+    const std::string space[] = {"", " ", "\n", "\t "};
+    switch (depth > 3 ? pick(5) : pick(7)) {
+      case 0: return std::to_string(static_cast<int64_t>(rng()) - (int64_t{1} << 31));
+      case 1: return fmt::format("{}", std::ldexp(static_cast<double>(rng()), pick(200) - 100));
+      case 2: return std::string("\"") + "abc xyz_.0"[pick(10)] + "\"";
+      case 3: return pick(2) ? "true" : "null";
+      case 4: return std::to_string(rng()) + std::to_string(rng());  // up to 20 digits
+      case 5: {
+        std::string a = "[" + space[pick(4)];
+        for (int i = pick(4); i > 0; --i) a += random_value(depth + 1) + (i > 1 ? "," + space[pick(4)] : "");
+        return a + space[pick(4)] + "]";
+      }
+      default: {
+        std::string o = "{";
+        for (int i = pick(4); i > 0; --i)
+          o += space[pick(4)] + "\"k" + std::to_string(pick(3)) + "\"" + space[pick(4)] + ":" + random_value(depth + 1) +
+               (i > 1 ? "," : "");
+        return o + "}";
+      }
+    }
+  };
+  for (int i = 0; i < 3000; ++i) {
+    std::string t = random_value(0);
+    texts.push_back(t);
+    if (!t.empty()) {
+      std::string cut = t.substr(0, static_cast<size_t>(pick(static_cast<int>(t.size()))));
+      texts.push_back(cut);
+      t[static_cast<size_t>(pick(static_cast<int>(t.size())))] = "{}[],:\"-.e0 x"[pick(13)];
+      texts.push_back(t);
+    }
+  }
+  size_t valid = 0;
+  for (const auto &t : texts) {
+    std::optional<std::string> general;
+    try {
+      general = record_meta_text_msgpack(t, true);
+    } catch (const std::invalid_argument &) {
+    }
+    if (general) {
+      ++valid;
+      EXPECT_EQ(record_meta_text_msgpack(t), *general) << t;
+    } else {
+      EXPECT_THROW(record_meta_text_msgpack(t), std::invalid_argument) << t;
+    }
+  }
+  EXPECT_GT(valid, 3000u);  // both kinds were tried
+  EXPECT_LT(valid, texts.size() - 1000);
 }
