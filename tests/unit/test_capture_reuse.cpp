@@ -11,36 +11,14 @@
 
 #include "record.h"
 #include "tprobe_capture.h"
+#include "capture_file_session.h"
 #include "test_support.h"
 
 using namespace tprobe;
 
 namespace {
 
-struct file_session {
-  test::temp_dir dir;
-  std::string stream = dir / "reuse.tpr";
-  tprobe_session *s = nullptr;
-
-  file_session() {
-    const std::string config = dir / "config.json";
-    test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
-    tprobe_open_options o = tprobe_open_options_default();
-    o.endpoint = stream.c_str();
-    EXPECT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
-    EXPECT_EQ(tprobe_start(s), TPROBE_OK) << tprobe_last_error();
-  }
-  ~file_session() { tprobe_session_close(s); }
-
-  std::vector<record> records() {
-    EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
-    s = nullptr;
-    std::vector<record> out;
-    record_file_reader reader(stream);
-    while (auto r = reader.read()) out.push_back(std::move(*r));
-    return out;
-  }
-};
+using file_session = test::capture_file_session;
 
 int capture_floats(tprobe_session *s, const char *entry, const char *slot, std::vector<float> &data) {
   int64_t shape[1] = {static_cast<int64_t>(data.size())};

@@ -10,35 +10,19 @@
 #include "dump_semantics.h"
 #include "record.h"
 #include "tprobe_capture.h"
+#include "capture_file_session.h"
 #include "test_support.h"
 
 using namespace tprobe;
 
 namespace {
 
-struct file_session {
-  test::temp_dir dir;
-  std::string stream = dir / "values.tpr";
-  tprobe_session *s = nullptr;
-
-  file_session() {
-    const std::string config = dir / "config.json";
-    test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
-    tprobe_open_options o = tprobe_open_options_default();
-    o.endpoint = stream.c_str();
-    EXPECT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
-    EXPECT_EQ(tprobe_start(s), TPROBE_OK) << tprobe_last_error();
-  }
-  ~file_session() { tprobe_session_close(s); }
-
-  // The value records of the stream, once the session is closed: slot → meta.
+// The value records of the stream, once the session is closed: slot → meta.
+struct file_session : test::capture_file_session {
   std::vector<std::pair<std::string, nlohmann::ordered_json>> values() {
-    EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
-    s = nullptr;
     std::vector<std::pair<std::string, nlohmann::ordered_json>> out;
-    record_file_reader reader(stream);
-    while (auto r = reader.read())
-      if (r->header.kind == record_kind::value) out.emplace_back(r->header.slot, r->header.meta);
+    for (const record &r : records())
+      if (r.header.kind == record_kind::value) out.emplace_back(r.header.slot, r.header.meta);
     return out;
   }
 };
