@@ -76,6 +76,10 @@ struct stage_io::impl {
   size_t batched_next = 0, batched_used = 0;
   // The record next() returns when it came alone (socket) or from a file, reused the same way.
   record single;
+  // The record next() returned last. Its payload goes when the stage asks for the next one,
+  // before any wait: a payload in the producer's shared-memory ring must not stay held while
+  // this stage waits for a producer that may be waiting for that very space.
+  record *handed = nullptr;
 
   impl(zmq::context_t &c, const stage_io_options &o) : options(o), ctx(c) {}
 
@@ -201,6 +205,12 @@ struct stage_io::impl {
   }
 
   record *next() {
+    if (handed) handed->drop_payload();
+    handed = nullptr;
+    return handed = next_record();
+  }
+
+  record *next_record() {
     settle_barrier();
     if (ended) return nullptr;
     if (input_file) {

@@ -263,6 +263,76 @@ TEST(shm_stage_io, payloads_cross_a_chain_of_stages_by_reference) {
   EXPECT_TRUE(ring.allocate(15 * MiB, {}, 20)) << "every hold was released";
 }
 
+// A stage reading by next() holds the record it was handed only until it asks for the next one:
+// a payload still held while the stage waits would leave the producer waiting for that space,
+// and the stage for the producer.
+TEST(shm_stage_io, next_lets_go_of_the_last_payload_before_it_waits) {
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  std::atomic<bool> ready{false};
+  std::string sink_in, fwd_in;
+  std::vector<bool> sink_ok;
+  std::thread sink([&] {
+    stage_io_options o;
+    o.input = test::ipc_endpoint(dir, "sink.in");
+    o.producer_name = "sink";
+    stage_io io(ctx, o);
+    sink_in = io.input_endpoint();
+    ready = true;
+    while (record *r = io.next()) {
+      const auto bytes = r->payload_bytes();
+      sink_ok.push_back(all_bytes(bytes.data(), bytes.size(), static_cast<unsigned char>(r->header.seq)));
+    }
+  });
+  while (!ready) std::this_thread::yield();
+  ready = false;
+  std::thread forward([&] {
+    stage_io_options o;
+    o.input = test::ipc_endpoint(dir, "fwd.in");
+    o.outputs = {sink_in};
+    o.producer_name = "forwarder";
+    stage_io io(ctx, o);
+    fwd_in = io.input_endpoint();
+    ready = true;
+    while (record *r = io.next()) io.send(*r);
+    io.finish();
+  });
+  while (!ready) std::this_thread::yield();
+
+  // Record 1's block, then two more: the second of them fits only where record 1's block was
+  // (the ring's space comes back in order), so it waits for both stages to let go of record 1
+  // while they wait for record 2, which is sent only after it.
+  shm_ring ring(8 * MiB);
+  auto record_of = [](uint64_t seq, zmq::message_t frame) {
+    record r(record_kind::tensor);
+    r.header.seq = seq;
+    r.header.type = dtype::uint8;
+    r.header.shape = {static_cast<int64_t>(frame.size())};
+    fill(frame, static_cast<unsigned char>(seq));
+    r.set_payload_frame(std::move(frame));
+    return r;
+  };
+  bool waited_for_release = false;
+  {
+    record_sender producer(ctx, fwd_in, "capture");
+    EXPECT_TRUE(producer.shares_memory());
+    auto first = ring.allocate(3 * MiB);
+    EXPECT_TRUE(first);
+    producer.send(record_of(1, first ? std::move(*first) : zmq::message_t(3 * MiB)));
+    auto second = ring.allocate(3 * MiB);
+    auto third = ring.allocate(3 * MiB, {}, 5000);
+    waited_for_release = second && third;
+    producer.send(record_of(2, second ? std::move(*second) : zmq::message_t(3 * MiB)));
+    producer.send(record_of(3, third ? std::move(*third) : zmq::message_t(3 * MiB)));
+    producer.finish(3, 0);
+  }
+  forward.join();
+  sink.join();
+  EXPECT_TRUE(waited_for_release) << "a stage held record 1's payload while it waited for record 2";
+  ASSERT_EQ(sink_ok.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(sink_ok[i]) << i;
+}
+
 // TPROBE_SHM=off: the same chain with bytes only (the switch for comparisons).
 TEST(shm_stage_io, switched_off_the_consumer_does_not_offer_it) {
   setenv("TPROBE_SHM", "off", 1);
