@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -32,6 +33,58 @@ bool all_bytes(const void *p, size_t n, unsigned char byte) {
     if (b[i] != byte) return false;
   return true;
 }
+
+// Producer → forwarding stage → sink, over ipc, each stage on a thread of its own reading by
+// next() or, with by_next false, by receive(); sink_sees gets every record at the sink. A
+// producer sends to fwd_in; join() waits for both stages to see the end of the stream.
+struct stage_chain {
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  std::string fwd_in;
+  std::thread sink, forward;
+
+  stage_chain(bool by_next, std::function<void(const record &)> sink_sees) {
+    std::atomic<bool> ready{false};
+    std::string sink_in;
+    sink = std::thread([&, by_next, sink_sees] {
+      stage_io io(ctx, options("sink", {}));
+      sink_in = io.input_endpoint();
+      ready = true;
+      if (by_next) {
+        while (record *r = io.next()) sink_sees(*r);
+      } else {
+        while (auto r = io.receive()) sink_sees(*r);
+      }
+    });
+    while (!ready) std::this_thread::yield();
+    ready = false;
+    forward = std::thread([&, by_next, out = sink_in] {
+      stage_io io(ctx, options("forwarder", {out}));
+      fwd_in = io.input_endpoint();
+      ready = true;
+      if (by_next) {
+        while (record *r = io.next()) io.send(*r);
+      } else {
+        while (auto r = io.receive()) io.send(*r);
+      }
+      io.finish();
+    });
+    while (!ready) std::this_thread::yield();
+  }
+  void join() {
+    forward.join();
+    sink.join();
+  }
+
+ private:
+  stage_io_options options(const std::string &name, std::vector<std::string> outputs) {
+    stage_io_options o;
+    o.input = test::ipc_endpoint(dir, name + ".in");
+    o.outputs = std::move(outputs);
+    o.producer_name = name;
+    return o;
+  }
+};
 
 }  // namespace
 
@@ -191,44 +244,18 @@ TEST(shm_record, header_key_round_trips_and_never_comes_with_a_frame) {
 // same address, in this one process), small payloads still travel as bytes, and once every
 // record is gone the ring is empty again.
 TEST(shm_stage_io, payloads_cross_a_chain_of_stages_by_reference) {
-  test::temp_dir dir;
-  zmq::context_t ctx;
-  std::atomic<bool> ready{false};
-  std::string sink_in, fwd_in;
   std::vector<const void *> sink_saw;
   std::vector<bool> sink_ok;
-  std::thread sink([&] {
-    stage_io_options o;
-    o.input = test::ipc_endpoint(dir, "sink.in");
-    o.producer_name = "sink";
-    stage_io io(ctx, o);
-    sink_in = io.input_endpoint();
-    ready = true;
-    while (auto r = io.receive()) {
-      const auto bytes = r->payload_bytes();
-      sink_saw.push_back(bytes.data());
-      sink_ok.push_back(all_bytes(bytes.data(), bytes.size(), static_cast<unsigned char>(r->header.seq)));
-    }
+  stage_chain chain(false, [&](const record &r) {
+    const auto bytes = r.payload_bytes();
+    sink_saw.push_back(bytes.data());
+    sink_ok.push_back(all_bytes(bytes.data(), bytes.size(), static_cast<unsigned char>(r.header.seq)));
   });
-  while (!ready) std::this_thread::yield();
-  ready = false;
-  std::thread forward([&] {
-    stage_io_options o;
-    o.input = test::ipc_endpoint(dir, "fwd.in");
-    o.outputs = {sink_in};
-    o.producer_name = "forwarder";
-    stage_io io(ctx, o);
-    fwd_in = io.input_endpoint();
-    ready = true;
-    while (auto r = io.receive()) io.send(*r);
-    io.finish();
-  });
-  while (!ready) std::this_thread::yield();
 
   shm_ring ring(32 * MiB);
   std::vector<const void *> sent;
   {
-    record_sender producer(ctx, fwd_in, "capture");
+    record_sender producer(chain.ctx, chain.fwd_in, "capture");
     ASSERT_TRUE(producer.shares_memory());
     for (uint64_t i = 1; i <= 40; ++i) {
       record r(record_kind::tensor);
@@ -251,8 +278,7 @@ TEST(shm_stage_io, payloads_cross_a_chain_of_stages_by_reference) {
     }
     producer.finish(40, 0);
   }
-  forward.join();
-  sink.join();
+  chain.join();
   ASSERT_EQ(sink_saw.size(), 40u);
   for (size_t i = 0; i < 40; ++i) {
     EXPECT_TRUE(sink_ok[i]) << i;
@@ -267,37 +293,11 @@ TEST(shm_stage_io, payloads_cross_a_chain_of_stages_by_reference) {
 // a payload still held while the stage waits would leave the producer waiting for that space,
 // and the stage for the producer.
 TEST(shm_stage_io, next_lets_go_of_the_last_payload_before_it_waits) {
-  test::temp_dir dir;
-  zmq::context_t ctx;
-  std::atomic<bool> ready{false};
-  std::string sink_in, fwd_in;
   std::vector<bool> sink_ok;
-  std::thread sink([&] {
-    stage_io_options o;
-    o.input = test::ipc_endpoint(dir, "sink.in");
-    o.producer_name = "sink";
-    stage_io io(ctx, o);
-    sink_in = io.input_endpoint();
-    ready = true;
-    while (record *r = io.next()) {
-      const auto bytes = r->payload_bytes();
-      sink_ok.push_back(all_bytes(bytes.data(), bytes.size(), static_cast<unsigned char>(r->header.seq)));
-    }
+  stage_chain chain(true, [&](const record &r) {
+    const auto bytes = r.payload_bytes();
+    sink_ok.push_back(all_bytes(bytes.data(), bytes.size(), static_cast<unsigned char>(r.header.seq)));
   });
-  while (!ready) std::this_thread::yield();
-  ready = false;
-  std::thread forward([&] {
-    stage_io_options o;
-    o.input = test::ipc_endpoint(dir, "fwd.in");
-    o.outputs = {sink_in};
-    o.producer_name = "forwarder";
-    stage_io io(ctx, o);
-    fwd_in = io.input_endpoint();
-    ready = true;
-    while (record *r = io.next()) io.send(*r);
-    io.finish();
-  });
-  while (!ready) std::this_thread::yield();
 
   // Record 1's block, then two more: the second of them fits only where record 1's block was
   // (the ring's space comes back in order), so it waits for both stages to let go of record 1
@@ -314,7 +314,7 @@ TEST(shm_stage_io, next_lets_go_of_the_last_payload_before_it_waits) {
   };
   bool waited_for_release = false;
   {
-    record_sender producer(ctx, fwd_in, "capture");
+    record_sender producer(chain.ctx, chain.fwd_in, "capture");
     EXPECT_TRUE(producer.shares_memory());
     auto first = ring.allocate(3 * MiB);
     EXPECT_TRUE(first);
@@ -326,8 +326,7 @@ TEST(shm_stage_io, next_lets_go_of_the_last_payload_before_it_waits) {
     producer.send(record_of(3, third ? std::move(*third) : zmq::message_t(3 * MiB)));
     producer.finish(3, 0);
   }
-  forward.join();
-  sink.join();
+  chain.join();
   EXPECT_TRUE(waited_for_release) << "a stage held record 1's payload while it waited for record 2";
   ASSERT_EQ(sink_ok.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(sink_ok[i]) << i;
