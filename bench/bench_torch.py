@@ -64,6 +64,17 @@ DEFAULT_ROUNDS = 8
 DISK_MIB = 256  # written with fsync at the start and at the end (--disk-mib)
 READ_MIB = 256  # summed once per repeat for the read-pass limit (--read-mib)
 DEVICE = "cpu"  # --device: where the children train
+# --allocator pinned (the default): glibc's malloc in both children with fixed thresholds. Left
+# alone, glibc moves its mmap threshold when a mapped block is freed and gives the heap's top
+# back to the kernel past its trim threshold; which of a step's large tensors come back as fresh
+# pages (a page fault each 4 KiB) then hangs on the process's allocation history. On this VM a
+# fault costs ~15 µs: resnet18's no-tool step read 250 ms in one process and 46 ms with these
+# two settings, and a bare `import` of an empty module moved it to 180 ms, so the ratio measured
+# the allocator's luck (0.61x on 2026-11-28), not the tool. Both sides get the same settings;
+# --allocator default measures glibc's own behaviour, with the faults column saying what it costs.
+PINNED_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),  # glibc's largest on 64 bits
+                    "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+ALLOCATOR_ENV = dict(PINNED_ALLOCATOR)
 
 # name, example config, goal (step-time ratio), description. "control" runs two children without
 # tprobe against each other: how far from 1.00 the measurement itself strays on this machine.
@@ -161,12 +172,14 @@ class step_clock:
     the end of each step and the wall time runs from the batch's hand-over to that point."""
 
     def __init__(self, device="cpu"):
-        self.samples = []  # (wall, cpu) per step
+        self.samples = []  # (wall, cpu, minor page faults) per step
         self.cpu0 = self.wall0 = 0.0
+        self.faults0 = 0
         self.cuda = device.startswith("cuda")
 
     def mark(self):  # called by a loader just before it yields a batch
         self.cpu0 = time.process_time()
+        self.faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         self.wall0 = time.perf_counter()
 
     def on_step(self, i, seconds, loss):
@@ -174,7 +187,8 @@ class step_clock:
             import torch
             torch.cuda.synchronize()
             seconds = time.perf_counter() - self.wall0
-        self.samples.append((seconds, time.process_time() - self.cpu0))
+        self.samples.append((seconds, time.process_time() - self.cpu0,
+                             resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults0))
 
     def take(self):
         samples, self.samples = self.samples, []
@@ -185,8 +199,9 @@ class step_clock:
 
 def child_main(model_name, config, dump):
     """Trains `model_name` one block at a time as told on stdin ("run N", "quit"), under
-    PrecisionDebugger unless `config` is "-". Answers "BENCH ready WALL:CPU ..." after each block
-    and "BENCH counters JSON" (the capture's) and "BENCH done STAGES_CPU" at the end. The
+    PrecisionDebugger unless `config` is "-". Answers "BENCH ready WALL:CPU:FAULTS ..." after each block
+    and "BENCH counters JSON" (the capture's) and "BENCH done STAGES_CPU" at the end, where WALL
+    and CPU are a step's seconds and FAULTS its minor page faults (all threads). The
     device is the parent's --device (TPROBE_BENCH_DEVICE)."""
     import torch
     module = example(model_name)
@@ -203,7 +218,7 @@ def child_main(model_name, config, dump):
     def loader():
         i = 0
         while True:
-            out.write("BENCH ready " + " ".join(f"{w:.6f}:{c:.6f}" for w, c in clock.take()) + "\n")
+            out.write("BENCH ready " + " ".join(f"{w:.6f}:{c:.6f}:{f}" for w, c, f in clock.take()) + "\n")
             command = sys.stdin.readline().split()
             if not command or command[0] == "quit":
                 return
@@ -276,6 +291,7 @@ class child:
         env.pop("TPROBE_CONFIG", None)
         env["OMP_NUM_THREADS"] = "1"
         env["TPROBE_BENCH_DEVICE"] = DEVICE
+        env.update(ALLOCATOR_ENV)
         python = os.path.join(ROOT, "python")
         env["PYTHONPATH"] = python + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
@@ -449,6 +465,10 @@ def fmt_bytes(n):
     return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB" if n else "0"
 
 
+def fmt_count(n):
+    return f"{n / 1000:.1f}k" if n >= 1000 else f"{n:.0f}"
+
+
 def median_of(samples, k):
     return statistics.median(x[k] for x in samples)
 
@@ -463,16 +483,17 @@ def report(model_name, results, block, opts):
           " pipeline has finished its work, to +-0.1 s per block (what a long run sees when the pipeline is the slower);"
           "\n  cpu: the ratio for the training process's CPU time"
           " (less sensitive to other load); stages: CPU of the pipeline processes per tool step;"
-          "\n  drain: from the last step to the end of the process (the pipeline finishing its files)")
+          "\n  drain: from the last step to the end of the process (the pipeline finishing its files);"
+          " faults: minor page faults a step, baseline/tool (medians; see --allocator)")
     print(f"  {'configuration':<15} {'base ms':>8} {'tool ms':>8} {'ratio':>7} {'range':>11} {'sust.':>6} {'cpu':>6} "
-          f"{'goal':>6}  {'result':<14} {'dump/step':>10} {'stages':>9} {'drain':>6}  what")
+          f"{'goal':>6}  {'result':<14} {'dump/step':>10} {'stages':>9} {'drain':>6} {'faults':>11}  what")
     for m in results:
         goal, what = goal_of(m.name, model_name), whats[m.name]
         m.ratio = None
         if m.error or not m.rounds:
             base = f"{median_of(m.base, 0) * 1e3:8.1f}" if m.base else f"{'-':>8}"
             print(f"  {m.name:<15} {base} {'-':>8} {'-':>7} {'-':>11} {'-':>6} {'-':>6} {goal or 0:>5.2f}x  {'FAILED':<14} "
-                  f"{'-':>10} {'-':>9} {'-':>6}  {what}: {m.error}")
+                  f"{'-':>10} {'-':>9} {'-':>6} {'-':>11}  {what}: {m.error}")
             continue
         drain = f"{m.drain:5.1f}s" if m.name != "control" else f"{'-':>6}"
         b, t = median_of(m.base, 0), median_of(m.tool, 0)
@@ -502,8 +523,9 @@ def report(model_name, results, block, opts):
         stages = (f"{m.stages_cpu / m.tool_steps * 1e3:6.0f} ms" if m.stages_cpu and m.tool_steps
                   else f"{'-':>9}")
         goal_text = f"{goal:5.2f}x" if goal else f"{'-':>6}"
+        faults = f"{fmt_count(median_of(m.base, 2))}/{fmt_count(median_of(m.tool, 2))}"
         print(f"  {m.name:<15} {b * 1e3:8.1f} {t * 1e3:8.1f} {ratio:6.3f}x {spread:>11} {sustained:5.2f}x {cpu:5.2f}x {goal_text}  "
-              f"{verdict:<14} {fmt_bytes(m.step_bytes):>10} {stages} {drain}  {what}{bound}")
+              f"{verdict:<14} {fmt_bytes(m.step_bytes):>10} {stages} {drain} {faults:>11}  {what}{bound}")
         c = m.counters
         if c.get("device_tensors") and m.tool_steps:
             # The device path's own account (capture/torch/device_stats.h), per tool step.
@@ -602,6 +624,10 @@ def main():
     p.add_argument("--quick", action="store_true", help="a smoke run of about a minute (see above)")
     p.add_argument("--device", default="cpu", help="where the children train: cpu (default) or cuda[:N]; "
                    "on a GPU each step ends with a device synchronisation on both sides")
+    p.add_argument("--allocator", choices=["pinned", "default"], default="pinned",
+                   help="pinned (default): both children run glibc's malloc with fixed mmap and trim "
+                        "thresholds, so that a step's page faults do not hang on each process's "
+                        "allocation history; default: glibc as it comes (see the faults column)")
     p.add_argument("--model-args", default="",
                    help="more arguments for the example model, e.g. \"--batch 64 --size 64\" (a larger "
                         "step than the defaults; the example's --help lists them)")
@@ -614,6 +640,8 @@ def main():
     quick = opts.quick
     global DEVICE
     DEVICE = opts.device
+    if opts.allocator == "default":
+        ALLOCATOR_ENV.clear()
     opts.model = opts.model or ("tiny" if quick else "all")
     opts.rounds = opts.rounds or (2 if quick else DEFAULT_ROUNDS)
     opts.warmup = opts.warmup if opts.warmup is not None else (1 if quick else 3)
@@ -643,6 +671,8 @@ def main():
     torch_version = check.stdout.strip() or "?"
     print(f"tprobe PyTorch capture benchmark: torch {torch_version}, {os.cpu_count()} CPUs, "
           f"torch threads 1, device {DEVICE}, dumps in {tmp}"
+          + (", allocator pinned (" + " ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()) + " in both children)"
+             if ALLOCATOR_ENV else ", allocator glibc's default")
           + (f", model arguments {opts.model_args!r}" if opts.model_args else ""))
     if opts.tool_error:
         print(f"warning: {opts.tool_error}; only the baseline is measured")
