@@ -33,6 +33,14 @@ class BenchTorchSmokeTest(tt.CaptureTest):
         self.assertRegex(table, r"disk: write \+ fsync of 32 MiB .*: \d+ / \d+ MB/s")
         self.assertRegex(table, r"read pass: .* \d+\.\d\d GB/s")
         self.assertRegex(table, r"tiny: operator data .* = \d+\.\d{3}x a [\d.]+ ms baseline step")
+        # Both children run with the allocator's thresholds pinned, said in the first line, and
+        # every measured row gives its steps' page faults (baseline/tool).
+        self.assertIn("allocator pinned (MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 "
+                      "in both children)", out.splitlines()[0])
+        rows = [l for l in out.splitlines() if re.match(r"  (control|statistics_L1) +\d", l)]
+        self.assertEqual(len(rows), 2, out)
+        for line in rows:
+            self.assertRegex(line, r" \d+(\.\dk)?/\d+(\.\dk)?  ", line)
 
     def test_model_args_reach_the_model(self):
         """--model-args are parsed as the example's own arguments, by the function the children use:
@@ -47,6 +55,16 @@ class BenchTorchSmokeTest(tt.CaptureTest):
                               capture_output=True, text=True, timeout=300)
         self.assertEqual(good.returncode, 0, good.stdout + good.stderr)
         self.assertIn("model arguments '--batch 2'", good.stdout)
+
+    def test_allocator_default_leaves_glibc_alone(self):
+        """--allocator default pins nothing: the first line says glibc runs as it comes."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        run = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", "control",
+                              "--tmp", self.tmp, "--allocator", "default"],
+                             capture_output=True, text=True, timeout=300, env=env)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn("allocator glibc's default", run.stdout.splitlines()[0])
+        self.assertNotIn("MALLOC_", run.stdout.splitlines()[0])
 
 
 if __name__ == "__main__":
