@@ -349,6 +349,55 @@ struct tprobe_session {
     e.stats = *h.stats;
   }
 
+  // The same for strided views (a transpose's output is the next operator's input; a weight's
+  // transpose is read in the forward and in the backward pass): a hit needs the same
+  // content, address, dtype, shape and strides, i.e. the same bytes gathered in the same order.
+  // A content's views of other layouts take the same slot in turn; views of more dimensions than
+  // strided_seen_dims are read every time.
+  static constexpr int strided_seen_dims = 6;
+  struct strided_seen {
+    uint64_t content = 0;
+    const std::byte *data = nullptr;
+    dtype type{};
+    int ndim = 0;
+    int64_t shape[strided_seen_dims]{}, strides[strided_seen_dims]{};
+    bool high_precision = false, crc32 = false;
+    tensor_stats stats;
+  };
+  static constexpr size_t strided_seen_max = 1024;  // a power of two
+  std::vector<strided_seen> strided_seen_table;
+
+  static bool same_layout(const strided_seen &e, const DLTensor &t) {
+    return e.ndim == t.ndim && std::equal(t.shape, t.shape + t.ndim, e.shape) &&
+           std::equal(t.strides, t.strides + t.ndim, e.strides);
+  }
+
+  const tensor_stats *strided_seen_find(uint64_t content, const std::byte *data, const DLTensor &t, dtype type,
+                                        const stats_options &o) const {
+    if (strided_seen_table.empty() || t.ndim > strided_seen_dims) return nullptr;
+    const strided_seen &e = strided_seen_table[content & (strided_seen_max - 1)];
+    if (e.content == content && e.data == data && e.type == type && same_layout(e, t) &&
+        e.high_precision == o.high_precision && e.crc32 == o.crc32)
+      return &e.stats;
+    return nullptr;
+  }
+
+  void strided_seen_add(uint64_t content, const std::byte *data, const DLTensor &t, const record_header &h,
+                        const stats_options &o) {
+    if (t.ndim > strided_seen_dims) return;
+    if (strided_seen_table.empty()) strided_seen_table.resize(strided_seen_max);
+    strided_seen &e = strided_seen_table[content & (strided_seen_max - 1)];
+    e.content = content;
+    e.data = data;
+    e.type = h.type;
+    e.ndim = t.ndim;
+    std::copy(t.shape, t.shape + t.ndim, e.shape);
+    std::copy(t.strides, t.strides + t.ndim, e.strides);
+    e.high_precision = o.high_precision;
+    e.crc32 = o.crc32;
+    e.stats = *h.stats;
+  }
+
   bool active() const {
     return started && !service_ended && !detached.load(std::memory_order_relaxed) &&
            filter->rank_enabled(options.rank) && filter->step_enabled(step) && narrowed_step_enabled(step);
@@ -949,11 +998,17 @@ struct tprobe_session {
       // in another process, and no pass at all when these very bytes were read just before.
       const stats_options o = stats_options_here();
       if (!contiguous) {
-        // A view (a transpose, a slice): gathered in C order, as the copy a stage would read, so
-        // the sums run in the same order; into memory kept for the next one, not shipped away.
-        if (strided_scratch.size() < bytes) strided_scratch.resize(bytes);
-        copy_strided(strided_scratch.data(), src, *t, elem, 0);
-        h.stats = tensor_stats_compute(strided_scratch.data(), h.type, h.element_count(), h.shape.empty(), o);
+        if (const tensor_stats *seen = content ? strided_seen_find(content, src, *t, h.type, o) : nullptr) {
+          h.stats = *seen;
+          ++counts.stats_reused;
+        } else {
+          // A view (a transpose, a slice): gathered in C order, as the copy a stage would read, so
+          // the sums run in the same order; into memory kept for the next one, not shipped away.
+          if (strided_scratch.size() < bytes) strided_scratch.resize(bytes);
+          copy_strided(strided_scratch.data(), src, *t, elem, 0);
+          h.stats = tensor_stats_compute(strided_scratch.data(), h.type, h.element_count(), h.shape.empty(), o);
+          if (content) strided_seen_add(content, src, *t, h, o);
+        }
       } else if (const tensor_stats *seen = content ? stats_seen_find(content, src, h, o) : nullptr) {
         h.stats = *seen;
         ++counts.stats_reused;

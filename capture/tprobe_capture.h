@@ -121,7 +121,10 @@ int tprobe_capture_tensor(tprobe_session *session, const char *entry, const char
    caller names new contents with increasing numbers. When the slot needs statistics only (or
    their CRC-32) and a tensor read in place under the same name, among the last 8192 names, had
    the same address, dtype and element count (a view of other shape reads the same bytes in the
-   same order), its statistics are reused instead of read again (counted in stats_reused).
+   same order), its statistics are reused instead of read again (counted in stats_reused). A
+   strided view (not C-contiguous) is matched against the strided views read under the same name
+   (among the last 1024 names) by address, dtype, shape and strides: the same elements in the
+   same order.
    content 0 promises nothing: tprobe_capture_tensor. */
 int tprobe_capture_tensor_content(tprobe_session *session, const char *entry, const char *slot,
                                   const DLTensor *tensor, int requires_grad, uint64_t content);

@@ -551,6 +551,60 @@ TEST(endpoint, a_named_content_is_read_once) {
   EXPECT_EQ(maxima, (std::vector<double>{4, 4, 9, 9, 5, 5, 3}));
 }
 
+TEST(endpoint, a_named_strided_view_is_read_once_per_layout) {
+  // A transposed view under a content name reuses the statistics of the same view (address,
+  // dtype, shape, strides) read before; the contiguous tensor of the same name, the same bytes
+  // under other strides, and another name read the data. The data is changed behind a repeated
+  // name on purpose: a stale Mean shows it was not read; the sums' order shows in none of these.
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  stage_io_options sink_options;
+  sink_options.input = ipc(dir, "strided-sink.in");
+  stage_io sink(ctx, sink_options);
+  std::vector<double> means;
+  std::thread sink_thread([&] {
+    while (auto r = sink.receive())
+      if (r->header.kind == record_kind::tensor && r->header.stats) means.push_back(r->header.stats->mean.real);
+  });
+  tprobe_session *s = started_statistics_session(dir, sink_options.input);
+  ASSERT_NE(s, nullptr) << tprobe_last_error();
+  float data[6] = {1, 2, 3, 4, 5, 6};  // a 2x3 matrix, viewed as its 3x2 transpose
+  int64_t shape[2] = {3, 2}, strides[2] = {1, 3};
+  DLTensor t = test::float_tensor(data, shape);
+  t.ndim = 2;
+  t.strides = strides;
+  int n = 0;
+  auto capture = [&](uint64_t content) {
+    const std::string name = "Functional.t." + std::to_string(n++) + ".forward";
+    return tprobe_capture_tensor_content(s, name.c_str(), "output.0", &t, 0, content);
+  };
+  ASSERT_EQ(capture(7), TPROBE_OK);  // read: mean 3.5
+  data[5] = 12;
+  ASSERT_EQ(capture(7), TPROBE_OK);  // the same view, reused: 3.5
+  int64_t base_shape[2] = {2, 3};
+  t.shape = base_shape;
+  t.strides = nullptr;
+  ASSERT_EQ(capture(7), TPROBE_OK);  // the contiguous tensor of that name, read: 4.5
+  t.shape = shape;
+  t.strides = strides;
+  ASSERT_EQ(capture(7), TPROBE_OK);  // the view again, still reused: 3.5
+  int64_t other_shape[2] = {2, 2}, other_strides[2] = {1, 3};  // another view of the same bytes
+  t.shape = other_shape;
+  t.strides = other_strides;
+  ASSERT_EQ(capture(7), TPROBE_OK);  // read: (1 + 4 + 2 + 5) / 4 = 3
+  t.shape = shape;
+  t.strides = strides;
+  ASSERT_EQ(capture(8), TPROBE_OK);  // another name, read: 4.5
+  ASSERT_EQ(capture(0), TPROBE_OK);  // no name, read: 4.5
+  tprobe_session_counts counts{};
+  ASSERT_EQ(tprobe_session_counts_get(s, &counts), TPROBE_OK);
+  EXPECT_EQ(counts.stats_reused, 2u);
+  EXPECT_EQ(tprobe_stop(s), TPROBE_OK);
+  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
+  sink_thread.join();
+  EXPECT_EQ(means, (std::vector<double>{3.5, 3.5, 4.5, 3.5, 3, 4.5, 4.5}));
+}
+
 TEST(endpoint, tap_without_reader_never_blocks_and_slow_reader_drops_are_counted) {
   test::temp_dir dir;
   zmq::context_t ctx;
