@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iterator>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -237,27 +239,27 @@ struct tprobe_session {
     record r;
     std::string value_json;  // "" for every record but values
   };
+  // A record travels by pointer: moving a record (a dozen strings and vectors, its statistics)
+  // took ~500 instructions, twice a record, and a spent one's destruction as much again.
+  using pending_ptr = std::unique_ptr<pending>;
 
-  // queue: training thread → sender thread. Vectors, not deques: a record is larger than a
-  // deque's 512-byte block, so a deque allocates and frees a block per record. These three
-  // vectors, and the sender's batch, swap their storage round (queue → batch → spent → recycled
-  // → spent …) and keep its capacity, so that in a steady state no record costs an allocation
-  // to queue.
+  // queue: training thread → sender thread. These three vectors, and the sender's batch, swap
+  // their storage round (queue → batch → spent → recycled → spent …) and keep its capacity, so
+  // that in a steady state no record costs an allocation to queue.
   mutable std::mutex mutex;
   std::condition_variable not_empty, has_space;
-  std::vector<pending> queue;
+  std::vector<pending_ptr> queue;
   // Records the sender is done with, handed back to be freed by the thread that allocated them:
   // freed on the sender thread, every string and vector of a record would go into the sender's
   // free lists (glibc's per-thread caches), away from the training thread's next allocations.
-  std::vector<pending> spent;
+  std::vector<pending_ptr> spent;
   // The caller's (one thread at a time, tprobe_capture.h): spent records taken by enqueue, kept
   // for reuse or freed once its lock is released; always empty between calls.
-  std::vector<pending> recycled;
+  std::vector<pending_ptr> recycled;
   // The caller's: spent records that make_pending fills again. Their strings and vectors keep
   // their storage, so a capture allocates nothing for an entry name, a shape or a value's text,
-  // and frees nothing when the sender is done with it. At most one batch of the sender's, and
-  // at most reusable_max.
-  std::vector<pending> reusable;
+  // and frees nothing when the sender is done with it. At most reusable_max; the rest are freed.
+  std::vector<pending_ptr> reusable;
   static constexpr size_t reusable_max = 4096;
   size_t queued_bytes = 0;
   bool closing = false;
@@ -482,13 +484,13 @@ struct tprobe_session {
 
   // A record to fill and enqueue, its header as header(kind) makes it: a spent one reused when
   // there is one (reusable), else a new one.
-  pending make_pending(record_kind kind) {
-    if (reusable.empty()) return pending{record(header(kind)), {}};
-    pending p = std::move(reusable.back());
+  pending_ptr make_pending(record_kind kind) {
+    if (reusable.empty()) return std::make_unique<pending>(pending{record(header(kind)), {}});
+    pending_ptr p = std::move(reusable.back());
     reusable.pop_back();
-    p.r.reuse_as(kind);
-    p.value_json.clear();
-    stamp(p.r.header);
+    p->r.reuse_as(kind);
+    p->value_json.clear();
+    stamp(p->r.header);
     return p;
   }
 
@@ -505,16 +507,28 @@ struct tprobe_session {
 
   // Hands a record to the sender thread; false when the session has detached (the record is
   // counted as undelivered, never waited for).
-  bool enqueue(record &&r, bool urgent = false) { return enqueue(pending{std::move(r), {}}, urgent); }
-  bool enqueue(pending &&p, bool urgent = false) {
-    const size_t size = p.r.has_payload() ? *p.r.header.stored : 0;
+  bool enqueue(record &&r, bool urgent = false) {
+    return enqueue(std::make_unique<pending>(pending{std::move(r), {}}), urgent);
+  }
+  bool enqueue(pending_ptr &&p, bool urgent = false) {
+    const size_t size = p->r.has_payload() ? *p->r.header.stored : 0;
     // Spent records are kept for reuse, or freed, after the lock is released (declared before
     // it, destroyed after).
     struct keep_recycled {
-      std::vector<pending> &spent_records, &reusable_records;
+      std::vector<pending_ptr> &spent_records, &reusable_records;
       ~keep_recycled() {
-        if (reusable_records.empty() && spent_records.size() <= reusable_max) reusable_records.swap(spent_records);
-        spent_records.clear();  // the elements go, the storage stays
+        if (spent_records.empty()) return;
+        if (reusable_records.empty()) {
+          reusable_records.swap(spent_records);
+        } else {
+          // Pointers: cheap to move, so none is freed while there is room for it.
+          const size_t room = reusable_max > reusable_records.size() ? reusable_max - reusable_records.size() : 0;
+          const size_t kept = std::min(room, spent_records.size());
+          std::move(spent_records.begin(), spent_records.begin() + static_cast<std::ptrdiff_t>(kept),
+                    std::back_inserter(reusable_records));
+        }
+        if (reusable_records.size() > reusable_max) reusable_records.resize(reusable_max);
+        spent_records.clear();  // what is left goes, the storage stays
       }
     } after_unlock{recycled, reusable};
     std::unique_lock lock(mutex);
@@ -578,7 +592,7 @@ struct tprobe_session {
 
   void sender_loop() {
     try {
-      std::vector<pending> batch;
+      std::vector<pending_ptr> batch;
       int idle_naps = 0;
       for (;;) {
         {
@@ -601,7 +615,7 @@ struct tprobe_session {
           if (producer_waiting) has_space.notify_one();
         }
         for (size_t i = 0; i < batch.size(); ++i) {
-          record &r = batch[i].r;
+          record &r = batch[i]->r;
           const size_t size = r.has_payload() ? *r.header.stored : 0;
           if (options.lz4 && r.has_payload() && r.header.codec == record_codec::raw) {
             if (auto packed = record_payload_lz4(r.payload_bytes())) {
@@ -617,10 +631,10 @@ struct tprobe_session {
               std::lock_guard lock(mutex);
               barriers_done = r.header.meta["barrier"].get<uint64_t>();
               has_space.notify_all();
-            } else if (!batch[i].value_json.empty()) {
+            } else if (!batch[i]->value_json.empty()) {
               // Checked by capture_value unless the caller vouched for it; packed from its text
               // as the record is encoded, with no tree in between.
-              r.header.meta = record_meta_text(batch[i].value_json);
+              r.header.meta = record_meta_text(batch[i]->value_json);
               try {
                 for (auto &s : senders) s->send(r);
               } catch (const std::invalid_argument &e) {  // tprobe_capture_value_unchecked's
@@ -896,8 +910,8 @@ struct tprobe_session {
     // An implicit announcement (first capture of an unannounced entry) has nothing to say: the
     // writer creates an entry from its first tensor, so no record is spent on it.
     if (implicit) return true;
-    pending p = make_pending(record_kind::entry);
-    record &r = p.r;
+    pending_ptr p = make_pending(record_kind::entry);
+    record &r = p->r;
     r.header.entry = entry;
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
     meta.get_ref<nlohmann::ordered_json::object_t &>().reserve(3);  // one allocation, not three
@@ -973,8 +987,8 @@ struct tprobe_session {
     if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost)
       throw usage_error(fmt::format("{} {}: tensor is on device type {}, not in host memory", entry, slot,
                                     static_cast<int>(t->device.device_type)));
-    pending p = make_pending(record_kind::tensor);
-    record &r = p.r;
+    pending_ptr p = make_pending(record_kind::tensor);
+    record &r = p->r;
     auto &h = r.header;
     h.entry = entry;
     h.slot = slot;
@@ -1074,10 +1088,10 @@ struct tprobe_session {
         throw usage_error(fmt::format("{} {}: value is not valid JSON: {}", entry, slot, e.what()));
       }
     }
-    pending p = make_pending(record_kind::value);
-    p.r.header.entry = entry;
-    p.r.header.slot = slot;
-    p.value_json.assign(text);
+    pending_ptr p = make_pending(record_kind::value);
+    p->r.header.entry = entry;
+    p->r.header.slot = slot;
+    p->value_json.assign(text);
     return enqueue(std::move(p)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 };
@@ -1234,8 +1248,8 @@ int tprobe_capture_summary(tprobe_session *s, const char *entry, const char *slo
     if (s->filter->save_tensor(entry) || s->filter->want_crc32())
       throw usage_error(fmt::format("{} {}: this slot needs the tensor's data (saved or CRC-32), not a summary",
                                     entry, slot));
-    tprobe_session::pending p = s->make_pending(record_kind::tensor);
-    record &r = p.r;
+    tprobe_session::pending_ptr p = s->make_pending(record_kind::tensor);
+    record &r = p->r;
     auto &h = r.header;
     h.entry = entry;
     h.slot = slot;
@@ -1269,8 +1283,8 @@ int tprobe_capture_uninitialized(tprobe_session *s, const char *entry, const cha
       return TPROBE_SKIPPED;
     }
     // Never saved or hashed, whatever the config asks for: there is no data, only garbage.
-    tprobe_session::pending p = s->make_pending(record_kind::tensor);
-    record &r = p.r;
+    tprobe_session::pending_ptr p = s->make_pending(record_kind::tensor);
+    record &r = p->r;
     auto &h = r.header;
     h.entry = entry;
     h.slot = slot;
@@ -1296,8 +1310,8 @@ int tprobe_capture_facts(tprobe_session *s, const char *entry, const char *slot,
       return TPROBE_SKIPPED;
     }
     if (!facts->dtype || !*facts->dtype) throw usage_error(fmt::format("{} {}: facts name no dtype", entry, slot));
-    tprobe_session::pending p = s->make_pending(record_kind::tensor);
-    record &r = p.r;
+    tprobe_session::pending_ptr p = s->make_pending(record_kind::tensor);
+    record &r = p->r;
     auto &h = r.header;
     h.entry = entry;
     h.slot = slot;

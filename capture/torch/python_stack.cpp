@@ -124,9 +124,12 @@ int walk_frames() {
   // walk of the code's line table, per frame and operator, and is needed only for a new stack.
   const bool by_offset = PyFrame_GetLasti && PyCode_Addr2Line;
   // Kept from one walk to the next: the walk runs for every operator, and growing them anew
-  // was a dozen allocations a walk.
-  thread_local std::vector<frame_ref> frames;
-  thread_local std::string key;
+  // was a dozen allocations a walk. Reached through references taken once: in this shared
+  // library each use of a thread_local is a __tls_get_addr call, three a frame otherwise.
+  thread_local std::vector<frame_ref> frames_kept;
+  thread_local std::string key_kept;
+  std::vector<frame_ref> &frames = frames_kept;
+  std::string &key = key_kept;
   frames.clear();
   key.clear();
   _frame *f = PyEval_GetFrame();  // borrowed
