@@ -5,6 +5,7 @@
 #include <cstring>
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -257,6 +258,59 @@ tprobe_session *started_statistics_session(const test::temp_dir &dir, const std:
   return s;
 }
 
+// A statistics session whose records go to a sink in this process, which keeps the statistics
+// of every tensor record; capture(content) captures `tensor` as the output of a new entry under
+// that content name (tprobe_capture_tensor_content). finish() stops and closes the session and
+// returns the statistics in arrival order.
+struct content_capture {
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  stage_io_options sink_options;
+  std::unique_ptr<stage_io> sink;
+  std::vector<tensor_stats> seen;
+  std::thread sink_thread;
+  tprobe_session *session = nullptr;
+  int entries = 0;
+
+  content_capture() {
+    sink_options.input = ipc(dir, "content-sink.in");
+    sink = std::make_unique<stage_io>(ctx, sink_options);
+    // Reading before the session opens: the session waits for its consumer's answer.
+    sink_thread = std::thread([this] {
+      try {
+        while (auto r = sink->receive())
+          if (r->header.kind == record_kind::tensor && r->header.stats) seen.push_back(*r->header.stats);
+      } catch (const zmq::error_t &) {  // the context shut down: no session ever came
+      }
+    });
+    session = started_statistics_session(dir, sink_options.input);
+  }
+  ~content_capture() {
+    if (session) {
+      (void)finish();  // the session's end of stream ends the sink's thread
+    } else if (sink_thread.joinable()) {
+      ctx.shutdown();
+      sink_thread.join();
+    }
+  }
+  int capture(const DLTensor &tensor, uint64_t content) {
+    const std::string name = "Functional.op." + std::to_string(entries++) + ".forward";
+    return tprobe_capture_tensor_content(session, name.c_str(), "output.0", &tensor, 0, content);
+  }
+  uint64_t reused() const {
+    tprobe_session_counts counts{};
+    EXPECT_EQ(tprobe_session_counts_get(session, &counts), TPROBE_OK);
+    return counts.stats_reused;
+  }
+  std::vector<tensor_stats> finish() {
+    EXPECT_EQ(tprobe_stop(session), TPROBE_OK);
+    EXPECT_EQ(tprobe_session_close(session), TPROBE_OK);
+    session = nullptr;
+    sink_thread.join();
+    return seen;
+  }
+};
+
 }  // namespace
 
 TEST(endpoint, call_stacks_travel_once_per_id_to_a_consumer_that_takes_references) {
@@ -507,47 +561,29 @@ TEST(endpoint, a_named_content_is_read_once) {
   // and element count reuses the statistics read before (a view of another shape too); any other
   // name, count or no name at all reads the data.
   // The data is changed behind a repeated name on purpose: the reused Max shows it was not read.
-  test::temp_dir dir;
-  zmq::context_t ctx;
-  stage_io_options sink_options;
-  sink_options.input = ipc(dir, "content-sink.in");
-  stage_io sink(ctx, sink_options);
-  std::vector<double> maxima;
-  std::thread sink_thread([&] {
-    while (auto r = sink.receive())
-      if (r->header.kind == record_kind::tensor && r->header.stats) maxima.push_back(r->header.stats->max.real);
-  });
-  tprobe_session *s = started_statistics_session(dir, sink_options.input);
-  ASSERT_NE(s, nullptr) << tprobe_last_error();
+  content_capture c;
+  ASSERT_NE(c.session, nullptr) << tprobe_last_error();
   float data[4] = {1, 2, 3, 4};
   int64_t shape[1] = {4};
   DLTensor t = test::float_tensor(data, shape);
-  int n = 0;
-  auto capture = [&](uint64_t content) {
-    const std::string name = "Functional.relu." + std::to_string(n++) + ".forward";
-    return tprobe_capture_tensor_content(s, name.c_str(), "output.0", &t, 0, content);
-  };
-  ASSERT_EQ(capture(7), TPROBE_OK);  // read: 4
+  ASSERT_EQ(c.capture(t, 7), TPROBE_OK);  // read: 4
   data[3] = 9;
-  ASSERT_EQ(capture(7), TPROBE_OK);  // reused: 4
-  ASSERT_EQ(capture(8), TPROBE_OK);  // another name, read: 9
+  ASSERT_EQ(c.capture(t, 7), TPROBE_OK);  // reused: 4
+  ASSERT_EQ(c.capture(t, 8), TPROBE_OK);  // another name, read: 9
   int64_t square[2] = {2, 2};
   t.shape = square;
   t.ndim = 2;
-  ASSERT_EQ(capture(8), TPROBE_OK);  // a view of the same bytes, reused: 9
+  ASSERT_EQ(c.capture(t, 8), TPROBE_OK);  // a view of the same bytes, reused: 9
   t.shape = shape;
   t.ndim = 1;
   data[3] = 5;
-  ASSERT_EQ(capture(0), TPROBE_OK);  // no name, read: 5
-  ASSERT_EQ(capture(0), TPROBE_OK);  // read: 5
+  ASSERT_EQ(c.capture(t, 0), TPROBE_OK);  // no name, read: 5
+  ASSERT_EQ(c.capture(t, 0), TPROBE_OK);  // read: 5
   shape[0] = 3;
-  ASSERT_EQ(capture(8), TPROBE_OK);  // another shape, read: 3
-  tprobe_session_counts counts{};
-  ASSERT_EQ(tprobe_session_counts_get(s, &counts), TPROBE_OK);
-  EXPECT_EQ(counts.stats_reused, 2u);
-  EXPECT_EQ(tprobe_stop(s), TPROBE_OK);
-  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
-  sink_thread.join();
+  ASSERT_EQ(c.capture(t, 8), TPROBE_OK);  // another shape, read: 3
+  EXPECT_EQ(c.reused(), 2u);
+  std::vector<double> maxima;
+  for (const auto &st : c.finish()) maxima.push_back(st.max.real);
   EXPECT_EQ(maxima, (std::vector<double>{4, 4, 9, 9, 5, 5, 3}));
 }
 
@@ -556,52 +592,34 @@ TEST(endpoint, a_named_strided_view_is_read_once_per_layout) {
   // dtype, shape, strides) read before; the contiguous tensor of the same name, the same bytes
   // under other strides, and another name read the data. The data is changed behind a repeated
   // name on purpose: a stale Mean shows it was not read; the sums' order shows in none of these.
-  test::temp_dir dir;
-  zmq::context_t ctx;
-  stage_io_options sink_options;
-  sink_options.input = ipc(dir, "strided-sink.in");
-  stage_io sink(ctx, sink_options);
-  std::vector<double> means;
-  std::thread sink_thread([&] {
-    while (auto r = sink.receive())
-      if (r->header.kind == record_kind::tensor && r->header.stats) means.push_back(r->header.stats->mean.real);
-  });
-  tprobe_session *s = started_statistics_session(dir, sink_options.input);
-  ASSERT_NE(s, nullptr) << tprobe_last_error();
+  content_capture c;
+  ASSERT_NE(c.session, nullptr) << tprobe_last_error();
   float data[6] = {1, 2, 3, 4, 5, 6};  // a 2x3 matrix, viewed as its 3x2 transpose
   int64_t shape[2] = {3, 2}, strides[2] = {1, 3};
   DLTensor t = test::float_tensor(data, shape);
   t.ndim = 2;
   t.strides = strides;
-  int n = 0;
-  auto capture = [&](uint64_t content) {
-    const std::string name = "Functional.t." + std::to_string(n++) + ".forward";
-    return tprobe_capture_tensor_content(s, name.c_str(), "output.0", &t, 0, content);
-  };
-  ASSERT_EQ(capture(7), TPROBE_OK);  // read: mean 3.5
+  ASSERT_EQ(c.capture(t, 7), TPROBE_OK);  // read: mean 3.5
   data[5] = 12;
-  ASSERT_EQ(capture(7), TPROBE_OK);  // the same view, reused: 3.5
+  ASSERT_EQ(c.capture(t, 7), TPROBE_OK);  // the same view, reused: 3.5
   int64_t base_shape[2] = {2, 3};
   t.shape = base_shape;
   t.strides = nullptr;
-  ASSERT_EQ(capture(7), TPROBE_OK);  // the contiguous tensor of that name, read: 4.5
+  ASSERT_EQ(c.capture(t, 7), TPROBE_OK);  // the contiguous tensor of that name, read: 4.5
   t.shape = shape;
   t.strides = strides;
-  ASSERT_EQ(capture(7), TPROBE_OK);  // the view again, still reused: 3.5
+  ASSERT_EQ(c.capture(t, 7), TPROBE_OK);  // the view again, still reused: 3.5
   int64_t other_shape[2] = {2, 2}, other_strides[2] = {1, 3};  // another view of the same bytes
   t.shape = other_shape;
   t.strides = other_strides;
-  ASSERT_EQ(capture(7), TPROBE_OK);  // read: (1 + 4 + 2 + 5) / 4 = 3
+  ASSERT_EQ(c.capture(t, 7), TPROBE_OK);  // read: (1 + 4 + 2 + 5) / 4 = 3
   t.shape = shape;
   t.strides = strides;
-  ASSERT_EQ(capture(8), TPROBE_OK);  // another name, read: 4.5
-  ASSERT_EQ(capture(0), TPROBE_OK);  // no name, read: 4.5
-  tprobe_session_counts counts{};
-  ASSERT_EQ(tprobe_session_counts_get(s, &counts), TPROBE_OK);
-  EXPECT_EQ(counts.stats_reused, 2u);
-  EXPECT_EQ(tprobe_stop(s), TPROBE_OK);
-  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
-  sink_thread.join();
+  ASSERT_EQ(c.capture(t, 8), TPROBE_OK);  // another name, read: 4.5
+  ASSERT_EQ(c.capture(t, 0), TPROBE_OK);  // no name, read: 4.5
+  EXPECT_EQ(c.reused(), 2u);
+  std::vector<double> means;
+  for (const auto &st : c.finish()) means.push_back(st.mean.real);
   EXPECT_EQ(means, (std::vector<double>{3.5, 3.5, 4.5, 3.5, 3, 4.5, 4.5}));
 }
 
