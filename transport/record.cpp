@@ -67,6 +67,19 @@ bool is_meta_text(const nlohmann::ordered_json &j) {
   return j.is_binary() && j.get_binary().has_subtype() && j.get_binary().subtype() == meta_text_subtype;
 }
 
+// A map32 (0xdf) or array32 (0xdd) whose count is not known yet: its marker and four zero bytes
+// go out now (open_container32 returns where), the count once the container closes.
+size_t open_container32(msgpack::sbuffer &buf, uint8_t marker) {
+  const size_t at = buf.size();
+  const char header[5] = {static_cast<char>(marker), 0, 0, 0, 0};
+  buf.write(header, sizeof header);
+  return at;
+}
+void close_container32(msgpack::sbuffer &buf, size_t at, uint32_t count) {
+  char *bytes = buf.data() + at + 1;
+  for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>(count >> (24 - 8 * i));
+}
+
 // nlohmann's SAX events of a JSON text, packed as msgpack as they come. msgpack puts a container's
 // count before its elements and SAX tells it only at the end, so containers are written as map32
 // and array32 and their counts filled in when they close (valid msgpack; every reader takes them).
@@ -107,15 +120,11 @@ class json_text_packer {
   }
   void open(uint8_t marker) {
     element();
-    open_.push_back({buf_.size(), marker == 0xdd});
-    const char header[5] = {static_cast<char>(marker), 0, 0, 0, 0};
-    buf_.write(header, sizeof header);
+    open_.push_back({open_container32(buf_, marker), marker == 0xdd});
   }
   void close() {
-    const container c = open_.back();
+    close_container32(buf_, open_.back().at, open_.back().count);
     open_.pop_back();
-    char *count = buf_.data() + c.at + 1;
-    for (int i = 0; i < 4; ++i) count[i] = static_cast<char>(c.count >> (24 - 8 * i));
   }
 
   packer_t &p_;
@@ -167,9 +176,7 @@ class plain_json_packer {
   // An object (map32: json_text_packer's marker, its count written at the end) or an array.
   bool container(int depth, char close) {
     ++at_;
-    const size_t header_at = out_->size();
-    const char header[5] = {static_cast<char>(close == '}' ? 0xdf : 0xdd), 0, 0, 0, 0};
-    out_->write(header, sizeof header);
+    const size_t header_at = open_container32(*out_, close == '}' ? 0xdf : 0xdd);
     uint32_t count = 0;
     skip_space();
     if (eat(close)) return true;
@@ -188,8 +195,7 @@ class plain_json_packer {
       skip_space();
       if (eat(',')) continue;
       if (!eat(close)) return false;
-      char *bytes = out_->data() + header_at + 1;
-      for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>(count >> (24 - 8 * i));
+      close_container32(*out_, header_at, count);
       return true;
     }
   }
