@@ -579,24 +579,16 @@ class parser {
 
 }  // namespace
 
-void py_float_repr_append(std::string &out, double d) {
-  if (std::isnan(d)) {
-    out.append("nan", 3);
-    return;
-  }
-  if (std::isinf(d)) {
-    out.append(d > 0 ? "inf" : "-inf");
-    return;
-  }
+char *py_float_repr_write(char *out, double d) {
+  if (std::isnan(d)) return std::copy_n("nan", 3, out);
+  if (std::isinf(d)) return d > 0 ? std::copy_n("inf", 3, out) : std::copy_n("-inf", 4, out);
   // Shortest round-trip digits in scientific form, "[-]d[.ddd]e(+|-)XX[X]" (two exponent digits
-  // at least), rearranged the way Python's repr places the point. Built in a local buffer and
-  // appended once: a leaf of dump.json has four of these, and growing `out` a character at a
-  // time cost as much as finding the digits.
+  // at least), rearranged the way Python's repr places the point: at most 25 bytes (a sign, 17
+  // digits, the point and "e-308"; or "0.000" and 17 digits).
   char sci[40];
   const char *const sci_end = std::to_chars(sci, sci + sizeof sci, d, std::chars_format::scientific).ptr;
   const char *p = sci;
-  char text[48];
-  char *o = text;
+  char *o = out;
   if (*p == '-') *o++ = *p++;
   const char *e = sci_end - 1;
   while (*e != 'e') --e;
@@ -634,7 +626,14 @@ void py_float_repr_append(std::string &out, double d) {
       o = std::copy(frac + before, e, o);
     }
   }
-  out.append(text, static_cast<size_t>(o - text));
+  return o;
+}
+
+void py_float_repr_append(std::string &out, double d) {
+  // Built in a local buffer and appended once: a leaf of dump.json has four of these, and growing
+  // `out` a character at a time cost as much as finding the digits.
+  char text[py_float_repr_max];
+  out.append(text, static_cast<size_t>(py_float_repr_write(text, d) - text));
 }
 
 std::string py_float_repr(double d) {

@@ -44,6 +44,10 @@ void pyjson_string_append(std::string &out, std::string_view s);
 // (pyjson_dump writes the JSON tokens NaN / Infinity / -Infinity instead.)
 [[nodiscard]] std::string py_float_repr(double d);
 void py_float_repr_append(std::string &out, double d);
+// The same text written at `out`, which has room for py_float_repr_max bytes; returns its end
+// (for a renderer that builds a whole leaf in a buffer of its own).
+constexpr size_t py_float_repr_max = 32;
+char *py_float_repr_write(char *out, double d);
 
 // Parse JSON text as Python's json.loads() does: standard JSON plus the tokens NaN, Infinity and
 // -Infinity wherever a number may appear; object key order is kept; a repeated key keeps its

@@ -149,3 +149,24 @@ TEST(dump_document, an_entry_is_found_again_by_its_name) {
   EXPECT_EQ(&first.node, &again.node);
   EXPECT_EQ(doc.size(), 1001u);
 }
+
+// stack.json straight from the writer's stacks is the text of the tree the writer built before
+// (key "i" → [names, lines]) as pyjson_dump writes it: empty lists, escapes, non-ASCII, many keys.
+TEST(dump_document, stack_json_is_what_pyjson_dumps_for_the_same_stacks) {
+  EXPECT_EQ([] { std::string out; stack_json_text_append(out, {}); return out; }(), pyjson_dump(json::object(), 1));
+  std::mt19937_64 rng(20261128);
+  const char *texts[] = {"Functional.linear.0.forward", "File \"a.py\", line 3, in f, \n x = \"q\\\\\"",
+                         "caf\xc3\xa9 \xf0\x9f\x98\x80\ttab", "", "line\nbreak \x01"};
+  for (int round = 0; round < 500; ++round) {
+    stack_list stacks(rng() % 14);
+    json tree = json::object();
+    for (size_t i = 0; i < stacks.size(); ++i) {
+      for (size_t n = rng() % 4; n-- > 0;) stacks[i].first.emplace_back(texts[rng() % 5]);
+      for (size_t n = rng() % 4; n-- > 0;) stacks[i].second.emplace_back(texts[rng() % 5]);
+      tree[std::to_string(i)] = json::array({stacks[i].first, stacks[i].second});
+    }
+    std::string out = "kept ";
+    stack_json_text_append(out, stacks);
+    ASSERT_EQ(out, "kept " + pyjson_dump(tree, 1)) << tree.dump();
+  }
+}

@@ -1,5 +1,6 @@
 #include "dump_document.h"
 
+#include <charconv>
 #include <limits>
 
 #include "errors.h"
@@ -153,6 +154,52 @@ void dump_document::render_node(std::string &out, const dump_node &node, int lev
       return;
     }
   }
+}
+
+namespace {
+
+// A list of strings `level` levels deep, as pyjson_dump writes it at indent 1.
+void string_list_append(std::string &out, const std::vector<std::string> &items, int level) {
+  if (items.empty()) {
+    out.append("[]");
+    return;
+  }
+  out.push_back('[');
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i != 0) out.push_back(',');
+    newline_indent(out, level + 1);
+    pyjson_string_append(out, items[i]);
+  }
+  newline_indent(out, level);
+  out.push_back(']');
+}
+
+}  // namespace
+
+void stack_json_text_append(std::string &out, const stack_list &stacks) {
+  if (stacks.empty()) {
+    out.append("{}");
+    return;
+  }
+  out.push_back('{');
+  char key[24];
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    if (i != 0) out.push_back(',');
+    newline_indent(out, 1);
+    const auto end = std::to_chars(key, key + sizeof key, i).ptr;
+    out.push_back('"');
+    out.append(key, static_cast<size_t>(end - key));
+    out.append("\": [");
+    newline_indent(out, 2);
+    string_list_append(out, stacks[i].first, 2);
+    out.push_back(',');
+    newline_indent(out, 2);
+    string_list_append(out, stacks[i].second, 2);
+    newline_indent(out, 1);
+    out.push_back(']');
+  }
+  newline_indent(out, 0);
+  out.push_back('}');
 }
 
 }  // namespace tprobe

@@ -85,4 +85,11 @@ class dump_document {
   std::string text_;  // every leaf's text (a replaced leaf's stays, unused, until the folder ends)
 };
 
+// stack.json's text, {"0": [[entry names…], [stack lines…]], …} as pyjson_dump(…, indent=1)
+// writes it, straight from the writer's stacks (index i is key "i"). A step's stacks are rewritten
+// at its end, on step()'s barrier: building that tree first copied every name and line, and
+// dumping it walked the copies again, half the time the step's files took.
+using stack_list = std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>>;
+void stack_json_text_append(std::string &out, const stack_list &stacks);
+
 }  // namespace tprobe

@@ -69,7 +69,7 @@ struct dump_doc {
   // construct's keys → their positions in its ordered map (which only ever appends): a new entry
   // was looked up key by key, so a step of n entries cost n²/2 string compares at L0 and mix.
   std::unordered_map<std::string, size_t> construct_index;
-  std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> stacks;  // names, lines
+  stack_list stacks;  // names, lines
   std::unordered_map<std::string, size_t> stack_index;  // joined lines → index in stacks
   std::unordered_map<uint64_t, size_t> stack_id_index;  // the run's stack id → index in stacks
   bool dirty = true;
@@ -427,14 +427,9 @@ class dump_writer {
     last_text_size_ = text.size();
     atomic_write_file(d.dir + "/" + data_file_name(d.session), text);
     if (d.stacks_dirty) {
-      json stack = json::object();
-      // Appended to the ordered map's vector, reserved: operator[] searched the keys, and a
-      // growing vector copied every stack's lines each time it doubled (a key is const).
-      auto &stacks = static_cast<json::object_t::Container &>(stack.get_ref<json::object_t &>());
-      stacks.reserve(d.stacks.size());
-      for (size_t i = 0; i < d.stacks.size(); ++i)
-        stacks.emplace_back(std::to_string(i), json::array({d.stacks[i].first, d.stacks[i].second}));
-      atomic_write_file(d.dir + "/stack.json", pyjson_dump(stack, 1));
+      text.clear();  // dump.json's buffer, written already
+      stack_json_text_append(text, d.stacks);
+      atomic_write_file(d.dir + "/stack.json", text);
       d.stacks_dirty = false;
     }
     if (d.construct_dirty) {
