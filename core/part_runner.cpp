@@ -1,45 +1,12 @@
 // part_runner.cpp: see part_runner.h for the contract.
 #include "part_runner.h"
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
 #include "quiet_thread.h"
 
 namespace tprobe {
-
-namespace {
-
-// The CPU's spin-wait hint: it frees the core's shared resources for its sibling and saves power
-// while the loop waits for another core's store.
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
-// Waits until done() holds. run() waits here for the parts a helper is still reading, tens of
-// microseconds each: sched_yield (the wait before) handed the training thread's core to whatever
-// else was runnable there (a stage, the sender thread) for up to a scheduler slice, and cost a
-// system call each time round. So spin on the core first; a wait past spin_limit means the
-// helper itself lost its core, and then yielding is what lets it run.
-template <typename Done>
-void wait_until(Done done) {
-  constexpr auto spin_limit = std::chrono::microseconds(200);
-  if (done()) return;
-  const auto give_up = std::chrono::steady_clock::now() + spin_limit;
-  for (unsigned spins = 1;; ++spins) {
-    if (done()) return;
-    cpu_relax();
-    if (spins % 64 == 0 && std::chrono::steady_clock::now() >= give_up) break;
-  }
-  while (!done()) std::this_thread::yield();
-}
-
-}  // namespace
 
 part_runner::part_runner(unsigned threads) {
   // Quiet: a signal meant for the caller's thread must not land in a helper asleep between parts.
@@ -94,13 +61,13 @@ void part_runner::run(size_t parts, void (*part)(void *, size_t), void *context)
   wake_.notify_all();
   claim_parts(false);
   // Only parts a helper claimed are left: each is one part's reading, already under way.
-  wait_until([&] { return done_.load(std::memory_order_acquire) >= parts; });
+  while (done_.load(std::memory_order_acquire) < parts) std::this_thread::yield();
   {
     std::lock_guard lock(mutex_);
     part_ = nullptr, context_ = nullptr;
   }
   // A helper that joined before the job was cleared finds no part left (next_ >= parts) and leaves.
-  wait_until([&] { return joined_.load(std::memory_order_acquire) == 0; });
+  while (joined_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
 unsigned part_runner_default_threads() { return std::thread::hardware_concurrency() >= 2 ? 2 : 1; }
