@@ -45,7 +45,7 @@ void pyjson_string_append(std::string &out, std::string_view s);
 [[nodiscard]] std::string py_float_repr(double d);
 void py_float_repr_append(std::string &out, double d);
 // The same text written at `out`, which has room for py_float_repr_max bytes; returns its end
-// (for a renderer that builds a whole leaf in a buffer of its own).
+// (for a renderer that writes a whole leaf through a pointer: tensor_leaf_text_append).
 constexpr size_t py_float_repr_max = 32;
 char *py_float_repr_write(char *out, double d);
 
