@@ -33,8 +33,8 @@ void tensor_leaf_text_append(std::string &out, const tensor_facts &t, int level)
   if (level < 0) throw std::invalid_argument("tensor_leaf_text_append: a negative level");
   const size_t dims = t.shape ? t.shape->size() : 0;
   const auto spaces = static_cast<size_t>(level) + 2;
-  // Eleven keys at most with their indents; the strings, escaped (6 bytes a byte at most, as
-  // \uXXXX), and the checksum; the shape's items; the statistics; the braces.
+  // Ten keys at most (eleven counted) with their indents; the strings, escaped (6 bytes a byte at
+  // most, as \uXXXX), and the checksum; the shape's items; the statistics; the braces.
   const size_t bound = 11 * (spaces + 24) + 6 * (t.type.size() + t.dtype.size() + t.data_name.size()) + 32 +
                        (dims + 1) * (spaces + 24) + 4 * py_float_repr_max + spaces + 8;
   const size_t start = out.size();

@@ -1002,8 +1002,8 @@ record_header record_header_decode(std::span<const std::byte> frame) {
 
 namespace {
 
-// record_header_decode's work on a header record_header_reset has just reset (record_decode's
-// record was, by reuse_as: resetting twice cost more than a tenth of the decode).
+// record_header_decode's work on a header record_header_reset has just reset: record_decode's
+// and record_batch_decode's records were, by reuse_as, and a second reset cost 4% of the decode.
 void header_decode_into_reset(std::span<const std::byte> frame, record_header &h) {
   const std::string_view body = header_body(frame);
   header_reader reader(body, h);
