@@ -133,16 +133,7 @@ void dump_value(std::string &out, const json &v, int indent, int level) {
       return;
     case json::value_t::number_integer: append_int(out, *v.get_ptr<const json::number_integer_t *>()); return;
     case json::value_t::number_unsigned: append_int(out, *v.get_ptr<const json::number_unsigned_t *>()); return;
-    case json::value_t::number_float: {
-      const double d = *v.get_ptr<const json::number_float_t *>();
-      if (std::isnan(d))
-        out.append("NaN", 3);
-      else if (std::isinf(d))
-        out.append(d > 0 ? "Infinity" : "-Infinity");
-      else
-        py_float_repr_append(out, d);
-      return;
-    }
+    case json::value_t::number_float: pyjson_real_append(out, *v.get_ptr<const json::number_float_t *>()); return;
     case json::value_t::string: append_string(out, *v.get_ptr<const json::string_t *>()); return;
     case json::value_t::array: {
       const auto &a = *v.get_ptr<const json::array_t *>();
@@ -153,17 +144,11 @@ void dump_value(std::string &out, const json &v, int indent, int level) {
       out.push_back('[');
       bool first = true;
       for (const auto &item : a) {
-        if (indent >= 0) {
-          if (!first) out.push_back(',');
-          append_newline_indent(out, indent, level + 1);
-        } else if (!first) {
-          out.append(", ", 2);
-        }
+        pyjson_item_begin(out, indent, level, first);
         first = false;
         dump_value(out, item, indent, level + 1);
       }
-      if (indent >= 0) append_newline_indent(out, indent, level);
-      out.push_back(']');
+      pyjson_container_end(out, ']', indent, level);
       return;
     }
     case json::value_t::object: {
@@ -175,19 +160,13 @@ void dump_value(std::string &out, const json &v, int indent, int level) {
       out.push_back('{');
       bool first = true;
       for (const auto &[key, item] : o) {
-        if (indent >= 0) {
-          if (!first) out.push_back(',');
-          append_newline_indent(out, indent, level + 1);
-        } else if (!first) {
-          out.append(", ", 2);
-        }
+        pyjson_item_begin(out, indent, level, first);
         first = false;
         append_string(out, key);
         out.append(": ", 2);
         dump_value(out, item, indent, level + 1);
       }
-      if (indent >= 0) append_newline_indent(out, indent, level);
-      out.push_back('}');
+      pyjson_container_end(out, '}', indent, level);
       return;
     }
     case json::value_t::binary: throw usage_error("pyjson_dump: a binary value has no JSON text");
@@ -643,6 +622,32 @@ std::string py_float_repr(double d) {
 }
 
 void pyjson_string_append(std::string &out, std::string_view s) { append_string(out, s); }
+
+void pyjson_item_begin(std::string &out, int indent, int level, bool first) {
+  if (indent >= 0) {
+    if (!first) out.push_back(',');
+    append_newline_indent(out, indent, level + 1);
+  } else if (!first) {
+    out.append(", ", 2);
+  }
+}
+
+void pyjson_container_end(std::string &out, char closing_bracket, int indent, int level) {
+  if (indent >= 0) append_newline_indent(out, indent, level);
+  out.push_back(closing_bracket);
+}
+
+void pyjson_int_append(std::string &out, int64_t v) { append_int(out, v); }
+void pyjson_uint_append(std::string &out, uint64_t v) { append_int(out, v); }
+
+void pyjson_real_append(std::string &out, double d) {
+  if (std::isnan(d))
+    out.append("NaN", 3);
+  else if (std::isinf(d))
+    out.append(d > 0 ? "Infinity" : "-Infinity");
+  else
+    py_float_repr_append(out, d);
+}
 
 void pyjson_dump_append(std::string &out, const nlohmann::ordered_json &v, int indent, int level) {
   dump_value(out, v, indent, level);

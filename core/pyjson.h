@@ -14,6 +14,7 @@
 // Thread-safe: pure functions of their arguments.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -37,6 +38,19 @@ void pyjson_dump_append(std::string &out, const nlohmann::ordered_json &v, int i
 // Python's json.dumps(s) for one string, appended to `out`: for renderers of text without a tree
 // (tensor_leaf_text_append, the writer's dump_document).
 void pyjson_string_append(std::string &out, std::string_view s);
+
+// The pieces of json.dumps's layout, for a renderer that walks something other than a JSON tree
+// (record_meta_pyjson_append renders a record's meta from its msgpack bytes) and must write what
+// pyjson_dump_append writes for the tree it stands for. A container of n > 0 items is its opening
+// bracket, pyjson_item_begin before each item (an object's item is its key, ": " and its value),
+// then pyjson_container_end; an empty one is "[]" or "{}". `level` is the container's own depth.
+void pyjson_item_begin(std::string &out, int indent, int level, bool first);
+void pyjson_container_end(std::string &out, char closing_bracket, int indent, int level);
+// Numbers as pyjson_dump writes them: integers in decimal; reals as repr(float), or NaN,
+// Infinity, -Infinity.
+void pyjson_int_append(std::string &out, int64_t v);
+void pyjson_uint_append(std::string &out, uint64_t v);
+void pyjson_real_append(std::string &out, double d);
 
 // Python's repr(float): shortest round-trip digits, fixed notation when the decimal exponent is
 // in [-4, 16), exponent notation otherwise ("1e-05", "0.0001", "1e+16", "1000000000000000.0",

@@ -23,6 +23,7 @@
 
 #include "dump_semantics.h"
 #include "errors.h"
+#include "pyjson.h"
 
 namespace tprobe {
 
@@ -411,7 +412,9 @@ void header_encode_into(msgpack::sbuffer &buf, const record_header &h) {
   n += h.stored.has_value() ? 2 : 0;  // length, stored
   n += h.shm.has_value() ? 2 : 0;     // length, shm
   n += h.stats.has_value();
-  n += !h.meta.is_null();
+  if (!h.meta.is_null() && !h.meta_msgpack.empty())
+    throw std::logic_error("record header has meta both as a tree and as msgpack bytes");
+  n += !h.meta.is_null() || !h.meta_msgpack.empty();
   p.pack_map(n);
 
   pack_str(p, "kind");
@@ -472,7 +475,10 @@ void header_encode_into(msgpack::sbuffer &buf, const record_header &h) {
     pack_str(p, "inf"), p.pack(s.inf_count);
     if (s.crc32) pack_str(p, "crc32"), p.pack(*s.crc32);
   }
-  if (!h.meta.is_null()) {
+  if (!h.meta_msgpack.empty()) {
+    pack_str(p, "meta");
+    buf.write(h.meta_msgpack.data(), h.meta_msgpack.size());  // checked when it was decoded
+  } else if (!h.meta.is_null()) {
     pack_str(p, "meta");
     if (is_meta_text(h.meta)) {
       const auto &text = h.meta.get_binary();
@@ -665,7 +671,11 @@ class msgpack_cursor {
 // an unknown key is passed over whatever it holds.
 class header_reader : msgpack_cursor {
  public:
-  header_reader(std::string_view body, record_header &h) : msgpack_cursor(body), h_(h) {}
+  header_reader(std::string_view body, record_header &h, const record_decode_options &options = {})
+      : msgpack_cursor(body), h_(h), value_meta_as_msgpack_(options.value_meta_as_msgpack) {}
+
+  // The bytes are one meta value (meta_msgpack's), read into h.meta as a tree.
+  void read_meta_tree() { meta_value(h_.meta, 2); }
 
   // Reads the whole map. Then, in this order: msgpack_problem(), trailing(), problem().
   void read() {
@@ -787,7 +797,11 @@ class header_reader : msgpack_cursor {
       case top_key::shm: case top_key::stats:
         if (*type != MP_MAP) return fail_key(top_name(key), "a map"), skip(2);
         return key == top_key::shm ? shm_value() : stats_value();
-      case top_key::meta: return meta_value(h_.meta, 2);
+      case top_key::meta:
+        // A key given twice counts by its last value, in whichever form that one is kept.
+        if (value_meta_as_msgpack_ && have_kind && h_.kind == record_kind::value) return meta_bytes();
+        h_.meta_msgpack.clear();
+        return meta_value(h_.meta, 2);
       default: break;
     }
     if (container) return fail_key(top_name(key), expected_of(key)), skip(2);
@@ -965,13 +979,20 @@ class header_reader : msgpack_cursor {
     }
     uint64_t elements = 0;
     if (!open(*type, level, elements)) return false;
+    // Room for the items at once (up to a count no header of sane size exceeds): an entry's meta
+    // of three keys grew its vector three times.
+    constexpr uint64_t reserved_at_most = 64;
     if (*type == MP_ARRAY) {
       out = nlohmann::ordered_json::array();
+      auto &items = out.get_ref<nlohmann::ordered_json::array_t &>();
+      items.reserve(std::min(elements, reserved_at_most));
       for (uint64_t i = 0; i < elements; ++i)
-        if (!meta_value(out.emplace_back(nullptr), level + 1)) return false;
+        if (!meta_value(items.emplace_back(nullptr), level + 1)) return false;
       return true;
     }
     out = nlohmann::ordered_json::object();
+    auto &members = out.get_ref<nlohmann::ordered_json::object_t &>();
+    members.reserve(std::min(elements / 2, reserved_at_most));
     for (uint64_t i = 0; i < elements / 2; ++i) {
       const auto key_type = peek();
       if (!key_type) return false;
@@ -982,14 +1003,129 @@ class header_reader : msgpack_cursor {
         fail("meta map key is not a string");
         if (!skip(level + 1)) return false;
       }
-      // A key given twice keeps its first place and takes the last value (ordered_json's []).
-      if (!meta_value(out[std::string(key)], level + 1)) return false;
+      // A key given twice keeps its first place and takes the last value (as ordered_json's []
+      // does). The member stays where it is while its value is read: only deeper maps grow.
+      auto it = std::find_if(members.begin(), members.end(), [&](const auto &m) { return m.first == key; });
+      auto &member = it != members.end() ? it->second : members.emplace_back(std::string(key), nullptr).second;
+      if (!meta_value(member, level + 1)) return false;
+    }
+    return true;
+  }
+
+  // A value record's meta kept as its bytes when it is plain (record_decode_options), else built
+  // as a tree from the same bytes, which then names what is wrong with it as meta_value does.
+  bool meta_bytes() {
+    const char *const start = p_;
+    bool plain = true;
+    if (!meta_check(2, true, plain)) return false;
+    if (plain) {
+      h_.meta = nullptr;
+      h_.meta_msgpack.assign(start, static_cast<size_t>(p_ - start));
+      return true;
+    }
+    p_ = start;
+    h_.meta_msgpack.clear();
+    return meta_value(h_.meta, 2);
+  }
+
+  // Passes over a meta value at nesting `level` as meta_value reads it, building nothing;
+  // `plain` turns false at what the bytes cannot stand for as they are: ext (an error
+  // meta_value names), a map key that is not a string or is given twice (the tree keeps one), a
+  // map of more keys than are compared, bin (no JSON text), and a top-level "barrier" (stage_io
+  // looks for it in the tree). False on bad msgpack.
+  bool meta_check(size_t level, bool top, bool &plain) {
+    const auto type = peek();
+    if (!type) return false;
+    if (*type != MP_ARRAY && *type != MP_MAP) {
+      value v;
+      if (!read_scalar(*type, v)) return false;
+      if (v.type == msgpack::type::EXT || v.type == msgpack::type::BIN) plain = false;
+      return true;
+    }
+    uint64_t elements = 0;
+    if (!open(*type, level, elements)) return false;
+    if (*type == MP_ARRAY) {
+      for (uint64_t i = 0; i < elements; ++i)
+        if (!meta_check(level + 1, false, plain)) return false;
+      return true;
+    }
+    constexpr size_t compared = 16;
+    std::string_view keys[compared];
+    const uint64_t pairs = elements / 2;
+    if (pairs > compared) plain = false;
+    for (uint64_t i = 0; i < pairs; ++i) {
+      const auto key_type = peek();
+      if (!key_type) return false;
+      if (*key_type != MP_STR) {
+        plain = false;
+        if (!skip(level + 1)) return false;
+      } else {
+        std::string_view key;
+        if (!read_str(key)) return false;
+        if (top && key_is(key, "barrier")) plain = false;
+        if (i < compared) {
+          for (size_t j = 0; j < i; ++j) plain &= keys[j] != key;
+          keys[i] = key;
+        }
+      }
+      if (!meta_check(level + 1, false, plain)) return false;
     }
     return true;
   }
 
   record_header &h_;
+  const bool value_meta_as_msgpack_;
   std::string problem_;
+};
+
+// A meta's msgpack bytes, checked when they were decoded (header_reader::meta_bytes), rendered
+// as pyjson_dump_append renders the tree header_reader::meta_value builds of them.
+class meta_renderer : msgpack_cursor {
+ public:
+  explicit meta_renderer(std::string_view bytes) : msgpack_cursor(bytes) {}
+
+  void render(std::string &out, int indent, int level) {
+    if (!value(out, indent, level, 2) || trailing())
+      throw std::logic_error("record_meta_pyjson_append: meta_msgpack is not the one value it was checked to be");
+  }
+
+ private:
+  bool value(std::string &out, int indent, int level, size_t nesting) {
+    const auto type = peek();
+    if (!type) return false;
+    if (*type != MP_ARRAY && *type != MP_MAP) {
+      msgpack_cursor::value v;
+      if (!read_scalar(*type, v)) return false;
+      switch (v.type) {
+        case msgpack::type::NIL: out.append("null", 4); return true;
+        case msgpack::type::BOOLEAN: v.boolean ? out.append("true", 4) : out.append("false", 5); return true;
+        case msgpack::type::POSITIVE_INTEGER: pyjson_uint_append(out, v.u64); return true;
+        case msgpack::type::NEGATIVE_INTEGER: pyjson_int_append(out, v.i64); return true;
+        case msgpack::type::FLOAT32:
+        case msgpack::type::FLOAT64: pyjson_real_append(out, v.f64); return true;
+        case msgpack::type::STR: pyjson_string_append(out, v.text); return true;
+        default: return false;  // bin and ext were never kept as bytes
+      }
+    }
+    uint64_t elements = 0;
+    if (!open(*type, nesting, elements)) return false;
+    const bool map = *type == MP_MAP;
+    const uint64_t items = map ? elements / 2 : elements;
+    if (items == 0) return out.append(map ? "{}" : "[]", 2), true;
+    out.push_back(map ? '{' : '[');
+    for (uint64_t i = 0; i < items; ++i) {
+      pyjson_item_begin(out, indent, level, i == 0);
+      if (map) {
+        std::string_view key;
+        if (!read_str(key)) return false;
+        pyjson_string_append(out, key);
+        out.append(": ", 2);
+      }
+      if (!value(out, indent, level + 1, nesting + 1)) return false;
+    }
+    pyjson_container_end(out, map ? '}' : ']', indent, level);
+    return true;
+  }
 };
 
 }  // namespace
@@ -1004,9 +1140,10 @@ namespace {
 
 // record_header_decode's work on a header record_header_reset has just reset: record_decode's
 // and record_batch_decode's records were, by reuse_as, and a second reset cost 4% of the decode.
-void header_decode_into_reset(std::span<const std::byte> frame, record_header &h) {
+void header_decode_into_reset(std::span<const std::byte> frame, record_header &h,
+                              const record_decode_options &options = {}) {
   const std::string_view body = header_body(frame);
-  header_reader reader(body, h);
+  header_reader reader(body, h, options);
   reader.read();
   if (!reader.msgpack_problem().empty())
     throw framing_error(fmt::format("header is not valid msgpack ({})", reader.msgpack_problem()));
@@ -1017,6 +1154,11 @@ void header_decode_into_reset(std::span<const std::byte> frame, record_header &h
              have_length = reader.have_length;
 
   if (!have_kind) throw framing_error("header has no \"kind\"");
+  if (!h.meta_msgpack.empty() && h.kind != record_kind::value) {  // "kind" given again after meta
+    const std::string bytes = std::move(h.meta_msgpack);
+    h.meta_msgpack.clear();
+    header_reader(bytes, h).read_meta_tree();
+  }
   if (h.kind == record_kind::tensor && (!have_dtype || !have_shape))
     throw framing_error(fmt::format("tensor record {} {} lacks \"dtype\" or \"shape\"", h.entry, h.slot));
   if (!h.foreign_dtype.empty() && (h.stored || h.stats))
@@ -1107,6 +1249,12 @@ void record_header_reset(record_header &h, record_kind kind) {
   h.shm.reset();
   h.stats.reset();
   h.meta = nullptr;
+  h.meta_msgpack.clear();
+}
+
+void record_meta_pyjson_append(std::string &out, const record_header &h, int indent, int level) {
+  if (h.meta_msgpack.empty()) pyjson_dump_append(out, h.meta, indent, level);
+  else meta_renderer(h.meta_msgpack).render(out, indent, level);
 }
 
 void record::drop_payload() {
@@ -1145,12 +1293,12 @@ record record_decode(std::vector<zmq::message_t> &frames) {
   return r;
 }
 
-void record_decode(std::vector<zmq::message_t> &frames, record &r) {
+void record_decode(std::vector<zmq::message_t> &frames, record &r, const record_decode_options &options) {
   if (frames.empty() || frames.size() > 2)
     throw framing_error(fmt::format("a record has 1 or 2 frames, not {}", frames.size()));
   const auto &hf = frames[0];
   r.reuse_as(record_kind::tensor);
-  header_decode_into_reset({static_cast<const std::byte *>(hf.data()), hf.size()}, r.header);
+  header_decode_into_reset({static_cast<const std::byte *>(hf.data()), hf.size()}, r.header, options);
   const bool expects_payload = r.header.stored.has_value();
   if (expects_payload != (frames.size() == 2))
     throw framing_error(r.describe() + (expects_payload ? ": header announces a payload frame that is missing"
@@ -1322,7 +1470,8 @@ void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out) 
   }
 }
 
-void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out, size_t &used) {
+void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out, size_t &used,
+                         const record_decode_options &options) {
   const size_t kept = used;
   const auto *bytes = static_cast<const std::byte *>(frame.data());
   try {
@@ -1330,7 +1479,7 @@ void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out, 
       record &r = used < out.size() ? out[used] : out.emplace_back();
       ++used;
       r.reuse_as(record_kind::tensor);  // a spare record's payload and LZ4 buffer go
-      header_decode_into_reset(header, r.header);
+      header_decode_into_reset(header, r.header, options);
       if (!record_batchable(r.header))
         throw framing_error(fmt::format("batch record {}: {} may not travel in a batch (control, barrier or shm)",
                                         index, r.describe()));
@@ -1635,7 +1784,8 @@ uint64_t frame_size_limit(std::FILE *file, uint64_t offset) {
 
 }  // namespace
 
-record_file_reader::record_file_reader(const std::string &path) : path_(path) {
+record_file_reader::record_file_reader(const std::string &path, const record_decode_options &options)
+    : path_(path), options_(options) {
   file_ = std::fopen(path.c_str(), "rb");
   if (!file_) throw system_error_from_errno("open", path, errno);
   char magic[RECORD_FILE_MAGIC.size()];
@@ -1696,7 +1846,7 @@ bool record_file_reader::read(record &into) {
     frames.push_back(std::move(frame));
   }
   try {
-    record_decode(frames, into);
+    record_decode(frames, into, options_);
     return true;
   } catch (const framing_error &e) {
     throw framing_error(fmt::format("{}: record at byte {}: {}", path_, record_offset, e.what()));

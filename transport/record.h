@@ -267,6 +267,10 @@ struct record_header {
   std::optional<record_shm_ref> shm;  // the payload by reference (never with stored)
   std::optional<tensor_stats> stats;  // statistics when known
   nlohmann::ordered_json meta;        // null when absent
+  // meta as its msgpack bytes instead of a tree: only a value record's, and only when decoded
+  // with record_decode_options::value_meta_as_msgpack; `meta` is then null. Encoded as it is;
+  // record_meta_pyjson_append renders either form.
+  std::string meta_msgpack;
 
   uint64_t element_count() const;  // product of shape (1 for 0-d)
 };
@@ -332,6 +336,16 @@ nlohmann::ordered_json record_meta_text(std::string_view json_text);
 // forces the path every text can take (nlohmann's parse) over the quick one for plain texts, so
 // that tests can hold the two to each other. Throws std::invalid_argument as encoding does.
 std::string record_meta_text_msgpack(std::string_view json_text, bool general_only = false);
+// How a decoder may hold what it reads (record_decode, record_batch_decode, record_file_reader).
+struct record_decode_options {
+  // A value record's meta kept as its msgpack bytes (record_header::meta_msgpack), checked as a
+  // tree would be, instead of built into a tree: for a consumer that only renders it (the
+  // writer), building and freeing the tree was a third of a record's decode. A meta that is
+  // not plain (a key given twice, bin, or a top-level "barrier") is still built as a tree, and
+  // so is the meta of a header that names its kind after its meta.
+  bool value_meta_as_msgpack = false;
+};
+
 // Decode a header frame. Throws framing_error.
 record_header record_header_decode(std::span<const std::byte> frame);
 // The same, into `into`: reset first (record_header_reset), so that a consumer decoding every
@@ -340,13 +354,16 @@ record_header record_header_decode(std::span<const std::byte> frame);
 void record_header_decode(std::span<const std::byte> frame, record_header &into);
 // Every field of `h` at its default and `kind`, the storage its strings and vectors hold kept.
 void record_header_reset(record_header &h, record_kind kind);
+// h.meta as pyjson_dump_append(out, h.meta, indent, level) writes it, from either form
+// (record_header::meta_msgpack): "null" when there is none.
+void record_meta_pyjson_append(std::string &out, const record_header &h, int indent, int level);
 
 // Encode a record as its frames. The payload frame, if any, is shared, not copied.
 std::vector<zmq::message_t> record_encode(const record &r);
 // Decode frames into a record; takes the payload frame. Throws framing_error.
 record record_decode(std::vector<zmq::message_t> &frames);
 // The same, into `into` (reused: record::reuse_as).
-void record_decode(std::vector<zmq::message_t> &frames, record &into);
+void record_decode(std::vector<zmq::message_t> &frames, record &into, const record_decode_options &options = {});
 
 // Compress `bytes` into an LZ4 payload frame; returns nullopt when LZ4 would not shrink it.
 std::optional<zmq::message_t> record_payload_lz4(std::span<const std::byte> bytes);
@@ -401,7 +418,8 @@ std::vector<record> record_batch_decode(const zmq::message_t &frame);
 void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out);
 // The same, into out[used], out[used + 1] …: records already there are reused (record::reuse_as),
 // the rest appended; `used` counts the batch's records in. On a throw, `used` is as it was.
-void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out, size_t &used);
+void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out, size_t &used,
+                         const record_decode_options &options = {});
 
 // A record of a batch as record_batch_glance sees it: the keys that tell whether a stage would
 // pass it on unchanged, without decoding the rest. `run` points into the batch frame.
@@ -465,7 +483,7 @@ class record_file_writer {
 class record_file_reader {
  public:
   // Opens `path` and checks its magic. Throws system_error / framing_error.
-  explicit record_file_reader(const std::string &path);
+  explicit record_file_reader(const std::string &path, const record_decode_options &options = {});
   ~record_file_reader();
   record_file_reader(const record_file_reader &) = delete;
   record_file_reader &operator=(const record_file_reader &) = delete;
@@ -477,6 +495,7 @@ class record_file_reader {
 
  private:
   std::string path_;
+  record_decode_options options_;
   std::FILE *file_ = nullptr;
   uint64_t offset_ = 0;
   // Where frames may end, as measured last: min(file size, offset + RECORD_FILE_MAX_FRAME).

@@ -271,7 +271,7 @@ struct stage_io::impl {
       if (frames.size() == 1 && record_frame_is_batch(frames[0])) {
         try {
           if (pass_batch(id, frames[0])) continue;
-          record_batch_decode(frames[0], batched, batched_used);
+          record_batch_decode(frames[0], batched, batched_used, options.decode);
           batched_from = id;
           // The producer is seen once for the batch, not at each of its records.
           if (auto p = producers.find(id); p != producers.end()) p->second.last_seen = clock_type::now();
@@ -282,7 +282,7 @@ struct stage_io::impl {
         continue;
       }
       try {
-        record_decode(frames, single);
+        record_decode(frames, single, options.decode);
       } catch (const framing_error &e) {
         throw framing_error(fmt::format("malformed record from {} on {}: {}", producer_label(id), input_endpoint,
                                         e.what()));
@@ -534,7 +534,7 @@ stage_io::stage_io(zmq::context_t &ctx, const stage_io_options &options)
   if (!options.input.empty()) {
     std::string path;
     if (endpoint_is_file(options.input, &path)) {
-      s.input_file = std::make_unique<record_file_reader>(path);
+      s.input_file = std::make_unique<record_file_reader>(path, s.options.decode);
       s.input_endpoint = options.input;
     } else {
       s.router = zmq::socket_t(ctx, zmq::socket_type::router);

@@ -38,6 +38,7 @@ struct stage_io_options {
   int high_water_mark = 1000;        // records queued per connection before sends block
   std::string producer_name;         // sent in hello and ack, shown in messages ("tprobe-stats")
   link_deadlines deadlines;          // of the outputs (stall: forever by default, see above)
+  record_decode_options decode;      // how the records next() hands over hold what they read
 };
 
 struct stage_io_counts {

@@ -73,7 +73,7 @@ TEST(record, empty_payload_round_trips) {
 // field: what a stage reads of the next record is never what the last one left.
 TEST(record, reuse_as_leaves_nothing_of_the_record_before) {
   // A new field of record_header changes its size: reset it in record::reuse_as, then here.
-  static_assert(sizeof(record_header) == 528, "record_header changed: does record::reuse_as reset the new field?");
+  static_assert(sizeof(record_header) == 560, "record_header changed: does record::reuse_as reset the new field?");
   record r = tensor_record({2, 3});
   auto &h = r.header;
   h.path = std::vector<record_path_element>{int64_t{1}, std::string("key")};
@@ -87,6 +87,7 @@ TEST(record, reuse_as_leaves_nothing_of_the_record_before) {
   st.nan_count = 2;
   h.stats = st;
   h.meta = {{"stack_id", 3}};
+  h.meta_msgpack = "\x81\xa1k\x01";
   const size_t entry_capacity = h.entry.capacity();
   r.reuse_as(record_kind::value);
 
@@ -112,6 +113,7 @@ TEST(record, reuse_as_leaves_nothing_of_the_record_before) {
   EXPECT_FALSE(h.shm.has_value());
   EXPECT_EQ(h.stats, fresh.stats);
   EXPECT_EQ(h.meta, fresh.meta);
+  EXPECT_EQ(h.meta_msgpack, fresh.meta_msgpack);
   EXPECT_FALSE(r.has_payload());
   EXPECT_EQ(r.payload_frame(), nullptr);
   EXPECT_EQ(header_bytes(h), header_bytes(fresh));
@@ -1299,4 +1301,232 @@ TEST(record_meta_text, plain_texts_pack_as_nlohmanns_parse_packs_them) {
   }
   EXPECT_GT(valid, 3000u);  // both kinds were tried
   EXPECT_LT(valid, texts.size() - 1000);
+}
+
+// ---- a value record's meta kept as its msgpack bytes (record_decode_options) ----
+
+namespace {
+
+// One header decoded as the writer decodes it (value_meta_as_msgpack) and as every other stage
+// does, from the same bytes.
+struct decoded_both_ways {
+  record raw, tree;
+};
+decoded_both_ways decode_both_ways(const std::vector<std::byte> &header) {
+  decoded_both_ways d;
+  std::vector<zmq::message_t> frames;
+  frames.push_back(message_of(header));
+  record_decode(frames, d.raw, record_decode_options{.value_meta_as_msgpack = true});
+  frames.clear();
+  frames.push_back(message_of(header));
+  record_decode(frames, d.tree);
+  return d;
+}
+
+// A random msgpack value of every format a meta may hold: `plain` turns false where it packs what
+// the decoder must still build as a tree (a key given twice, bin, more than 16 keys).
+template <class Packer>
+void pack_random_meta(Packer &p, std::mt19937 &rng, int depth, bool &plain) {
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  const int kind = depth >= 4 ? pick(9) : pick(12);
+  switch (kind) {
+    case 0: p.pack_nil(); return;
+    case 1: p.pack(pick(2) == 1); return;
+    case 2: {  // unsigned of every width, and the signed formats msgpack-c never writes for them
+      const uint64_t widths[] = {0, 127, 128, 255, 65535, 65536, 4294967295u, 4294967296u, UINT64_MAX};
+      const uint64_t v = widths[pick(9)] - static_cast<uint64_t>(pick(2));
+      if (pick(3) == 0 && v <= static_cast<uint64_t>(INT64_MAX)) {
+        const char b[9] = {'\xd3', static_cast<char>(v >> 56), static_cast<char>(v >> 48), static_cast<char>(v >> 40),
+                           static_cast<char>(v >> 32), static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                           static_cast<char>(v >> 8), static_cast<char>(v)};
+        p.pack_bin_body(b, 9);  // raw bytes: an int64 format holding a non-negative number
+      } else {
+        p.pack(v);
+      }
+      return;
+    }
+    case 3: {
+      const int64_t widths[] = {-1, -32, -33, -128, -129, -32768, -32769, INT32_MIN, int64_t{INT32_MIN} - 1, INT64_MIN};
+      p.pack(widths[pick(10)]);
+      return;
+    }
+    case 4: {
+      const double reals[] = {0.0, -0.0, 0.1, 1e16, 1e-5, 123456.789, 5e-324, 1.7976931348623157e308,
+                              std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                              -std::numeric_limits<double>::infinity(), -2.5};
+      const double d = reals[pick(12)];
+      if (pick(2)) {
+        p.pack_float(static_cast<float>(d));
+      } else {
+        uint64_t bits;
+        std::memcpy(&bits, &d, 8);
+        char b[9] = {'\xcb'};
+        for (int i = 0; i < 8; ++i) b[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+        p.pack_bin_body(b, 9);  // float64 as it is: msgpack-c packs integral doubles as integers
+      }
+      return;
+    }
+    case 5: case 6: {
+      const char *texts[] = {"", "int", "a \"quoted\" \\ path\n\t", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+                             "bad \xff byte", "\x01\x1f control", "torch.float32"};
+      const std::string s = texts[pick(7)];
+      p.pack(s);
+      return;
+    }
+    case 7: {
+      plain = false;
+      p.pack_bin(2), p.pack_bin_body("\x00\x01", 2);
+      return;
+    }
+    case 8: {  // an empty container
+      if (pick(2)) p.pack_array(0);
+      else p.pack_map(0);
+      return;
+    }
+    case 9: case 10: {
+      const int n = pick(5);
+      p.pack_array(static_cast<uint32_t>(n));
+      for (int i = 0; i < n; ++i) pack_random_meta(p, rng, depth + 1, plain);
+      return;
+    }
+    default: {
+      const int n = pick(6) == 0 ? 17 + pick(3) : pick(5);
+      if (n > 16) plain = false;
+      p.pack_map(static_cast<uint32_t>(n));
+      std::vector<std::string> keys;
+      for (int i = 0; i < n; ++i) {
+        std::string key = pick(8) == 0 && !keys.empty() ? keys[static_cast<size_t>(pick(static_cast<int>(keys.size())))]
+                                                         : fmt::format("k{}\xc3\xa9", i);
+        if (std::find(keys.begin(), keys.end(), key) != keys.end()) plain = false;
+        keys.push_back(key);
+        p.pack(key);
+        pack_random_meta(p, rng, depth + 1, plain);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+// The writer renders a value's meta from its bytes: what it writes must be what the tree every
+// other stage builds of the same bytes renders to, at every indent and depth, and the bytes must
+// travel on as the same meta.
+TEST(record_decode, a_value_meta_kept_as_bytes_renders_as_its_tree) {
+  std::mt19937 rng(16);
+  int kept_as_bytes = 0, built_as_trees = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    bool plain = true;
+    const auto header = raw_header([&](auto &p) {
+      p.pack_map(3), p.pack("kind"), p.pack("value"), p.pack("entry"), p.pack("Torch.add.0.forward");
+      p.pack("meta");
+      pack_random_meta(p, rng, 0, plain);
+    });
+    SCOPED_TRACE(trial);
+    const auto d = decode_both_ways(header);
+    ASSERT_TRUE(d.tree.header.meta_msgpack.empty());
+    if (plain) {
+      ASSERT_FALSE(d.raw.header.meta_msgpack.empty());
+      ASSERT_TRUE(d.raw.header.meta.is_null());
+      ++kept_as_bytes;
+    } else {
+      ASSERT_TRUE(d.raw.header.meta_msgpack.empty());
+      ASSERT_EQ(header_bytes(d.raw.header), header_bytes(d.tree.header));  // NaN != NaN in a tree
+      ++built_as_trees;
+    }
+    for (const int indent : {1, -1, 0, 2}) {
+      const int level = static_cast<int>(rng() % 5);
+      std::string from_bytes = "prefix", from_tree = "prefix";
+      try {
+        pyjson_dump_append(from_tree, d.tree.header.meta, indent, level);
+      } catch (const usage_error &) {  // bin has no JSON text: the bytes are not kept for it
+        ASSERT_FALSE(plain);
+        EXPECT_THROW(record_meta_pyjson_append(from_bytes, d.raw.header, indent, level), usage_error);
+        continue;
+      }
+      record_meta_pyjson_append(from_bytes, d.raw.header, indent, level);
+      ASSERT_EQ(from_bytes, from_tree) << "indent " << indent << " level " << level;
+    }
+    // Passed on, the bytes are the same meta to the next stage.
+    std::vector<zmq::message_t> frames = record_encode(d.raw);
+    const record again = record_decode(frames);
+    ASSERT_EQ(header_bytes(again.header), header_bytes(d.tree.header));
+  }
+  EXPECT_GT(kept_as_bytes, 1000);
+  EXPECT_GT(built_as_trees, 100);
+}
+
+// What the bytes cannot stand for is built as a tree: another kind's meta, a barrier's, a meta
+// read before the kind, and one whose kind a later key changed.
+TEST(record_decode, a_meta_kept_as_bytes_only_where_the_tree_would_say_the_same) {
+  const auto value_meta = [](auto &p) { p.pack_map(2), p.pack("type"), p.pack("int"), p.pack("value"), p.pack(3); };
+  {
+    const auto d = decode_both_ways(raw_header([&](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta"), value_meta(p); }));
+    EXPECT_FALSE(d.raw.header.meta_msgpack.empty());
+  }
+  {
+    const auto d = decode_both_ways(raw_header([&](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("entry"), p.pack("meta"), value_meta(p); }));
+    EXPECT_TRUE(d.raw.header.meta_msgpack.empty());
+    EXPECT_EQ(d.raw.header.meta, d.tree.header.meta);
+  }
+  {
+    const auto d = decode_both_ways(raw_header([&](auto &p) {
+      p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta"), p.pack_map(1), p.pack("barrier"), p.pack(7);
+    }));
+    EXPECT_TRUE(d.raw.header.meta_msgpack.empty());
+    EXPECT_TRUE(record_is_barrier(d.raw.header));
+  }
+  {
+    const auto d = decode_both_ways(raw_header([&](auto &p) { p.pack_map(2), p.pack("meta"), value_meta(p), p.pack("kind"), p.pack("value"); }));
+    EXPECT_TRUE(d.raw.header.meta_msgpack.empty());
+    EXPECT_EQ(d.raw.header.meta, d.tree.header.meta);
+  }
+  {
+    const auto d = decode_both_ways(raw_header([&](auto &p) {
+      p.pack_map(3), p.pack("kind"), p.pack("value"), p.pack("meta"), value_meta(p), p.pack("kind"), p.pack("entry");
+    }));
+    EXPECT_EQ(d.raw.header.kind, record_kind::entry);
+    EXPECT_TRUE(d.raw.header.meta_msgpack.empty());
+    EXPECT_EQ(d.raw.header.meta, d.tree.header.meta);
+  }
+  {  // meta given twice: the last one counts, whichever form the first was kept in
+    const auto d = decode_both_ways(raw_header([&](auto &p) {
+      p.pack_map(3), p.pack("kind"), p.pack("value"), p.pack("meta"), value_meta(p);
+      p.pack("meta"), p.pack_map(2), p.pack("a"), p.pack(1), p.pack("a"), p.pack(2);
+    }));
+    EXPECT_TRUE(d.raw.header.meta_msgpack.empty());
+    EXPECT_EQ(d.raw.header.meta, d.tree.header.meta);
+    const auto e = decode_both_ways(raw_header([&](auto &p) {
+      p.pack_map(3), p.pack("kind"), p.pack("value"), p.pack("meta"), p.pack_map(2), p.pack("a"), p.pack(1), p.pack("a"), p.pack(2);
+      p.pack("meta"), value_meta(p);
+    }));
+    EXPECT_FALSE(e.raw.header.meta_msgpack.empty());
+    EXPECT_TRUE(e.raw.header.meta.is_null());
+  }
+}
+
+// A broken meta is named the same either way.
+TEST(record_decode, a_broken_meta_is_named_alike_kept_as_bytes_or_not) {
+  const auto message = [](const std::vector<std::byte> &header, bool as_bytes) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(message_of(header));
+    record r;
+    try {
+      record_decode(frames, r, record_decode_options{.value_meta_as_msgpack = as_bytes});
+    } catch (const framing_error &e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::vector<std::vector<std::byte>> broken = {
+      raw_header([](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta"), p.pack_map(1), p.pack("e"), p.pack_ext(1, 1), p.pack_ext_body("x", 1); }),
+      raw_header([](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta"), p.pack_map(1), p.pack(5), p.pack(1); }),
+      raw_header([](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta"), p.pack_array(3), p.pack(1); }),
+      raw_header([](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta"), p.pack_bin_body("\xc1", 1); }),
+  };
+  for (const auto &header : broken) {
+    const std::string as_tree = message(header, false);
+    EXPECT_NE(as_tree, "accepted");
+    EXPECT_EQ(message(header, true), as_tree);
+  }
 }

@@ -20,6 +20,7 @@ int main(int argc, char **argv) {
 
     stage_install_signal_handlers();
     zmq::context_t ctx;
+    common.io.decode = writer_decode_options;
     stage_io io(ctx, common.io);
     stage_signal_ready(common.ready_fd);
     const auto result = writer_run(io, options);

@@ -385,7 +385,7 @@ class dump_writer {
     if (h.kind == record_kind::tensor && r.has_payload() && (h.flags & RECORD_FLAG_SAVE)) data_name = save_tensor(r, d);
     const size_t leaf_start = d.data.text().size();
     if (h.kind == record_kind::tensor) tensor_leaf_append(r, d, data_name, level);
-    else pyjson_dump_append(d.data.text(), h.meta, 1, level);
+    else record_meta_pyjson_append(d.data.text(), h, 1, level);
 
     // A module forward keeps is_recompute last, after a section that arrives later (parameters),
     // as msprobe writes it (msprobe-compat.md §10.2).

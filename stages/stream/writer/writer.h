@@ -53,4 +53,9 @@ const stage_description &writer_stage_description();
 // so far are complete and parse).
 writer_stage_result writer_run(stage_io &io, const writer_stage_options &options);
 
+// How the writer's stage_io should decode (stage_io_options::decode): a value record's meta as
+// its msgpack bytes, which the writer renders straight into dump.json. writer_run takes records
+// decoded either way.
+inline constexpr record_decode_options writer_decode_options{.value_meta_as_msgpack = true};
+
 }  // namespace tprobe
