@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "errors.h"
 
@@ -108,6 +109,37 @@ TEST(PyJson, FloatsAgreeWithAnIndependentShortestFormatting) {
   }
 }
 
+// py_float_repr_write keeps the texts it wrote last by their bits: a real written again, or one
+// that took its slot from another (a pool larger than the cache, drawn at random), is the same
+// text as the independent formatting gives, and so are the reals written on another thread.
+TEST(PyJson, FloatsWrittenAgainAreTheSameText) {
+  const auto reference = [](double d) {
+    std::string s = fmt::format("{}", d);
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    return s;
+  };
+  const auto check = [&](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<double> pool;
+    for (int i = 0; i < 200; ++i) pool.push_back(static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(rng()))));
+    pool.push_back(0.0), pool.push_back(-0.0), pool.push_back(1e16), pool.push_back(1e-5);
+    int failures = 0;
+    for (int i = 0; i < 100000 && failures < 10; ++i) {
+      const double d = pool[rng() % (i % 2 ? pool.size() : 8)];  // half the draws from 8 values: hits
+      if (!std::isfinite(d)) continue;
+      char text[py_float_repr_max];
+      const std::string got(text, py_float_repr_write(text, d)), want = reference(d);
+      if (got != want) ++failures, ADD_FAILURE() << std::hex << std::bit_cast<uint64_t>(d) << ": " << got << " != " << want;
+    }
+  };
+  check(1);
+  std::thread other(check, 2);
+  check(3);
+  other.join();
+  EXPECT_EQ(py_float_repr(-0.0), "-0.0");
+  EXPECT_EQ(py_float_repr(0.0), "0.0");
+}
+
 TEST(PyJson, FloatsParseBackToTheSameBits) {
   for (const auto &c : float_cases) {
     const json v = pyjson_parse(c.python, "test");
@@ -160,6 +192,35 @@ TEST(PyJson, StringsAreEscapedLikeEnsureAscii) {
     EXPECT_EQ(pyjson_dump(json(in)), out);
     EXPECT_EQ(pyjson_parse(out, "test").get<std::string>(), in) << out;
   }
+}
+
+// Every byte at every place around the 16-byte blocks the plain runs are scanned in: the text is
+// what ensure_ascii writes byte by byte (a byte from 0x80 on, alone, is not UTF-8: \ufffd).
+TEST(PyJson, EveryByteAtEveryPlaceIsEscapedAsAlone) {
+  const auto alone = [](unsigned char c) -> std::string {
+    switch (c) {
+      case '"': return "\\\"";
+      case '\\': return "\\\\";
+      case '\n': return "\\n";
+      case '\r': return "\\r";
+      case '\t': return "\\t";
+      case '\b': return "\\b";
+      case '\f': return "\\f";
+      default:
+        if (c >= 0x80) return "\\ufffd";
+        if (c < 0x20 || c == 0x7f) return fmt::format("\\u{:04x}", c);
+        return std::string(1, static_cast<char>(c));
+    }
+  };
+  for (int c = 0; c < 256; ++c)
+    for (size_t at = 0; at < 40; ++at) {
+      std::string s(41, 'a');
+      s[at] = static_cast<char>(c);
+      std::string want = "\"" + std::string(at, 'a') + alone(static_cast<unsigned char>(c)) + std::string(40 - at, 'a') + "\"";
+      std::string got;
+      pyjson_string_append(got, s);
+      ASSERT_EQ(got, want) << "byte " << c << " at " << at;
+    }
 }
 
 TEST(PyJson, LoneSurrogatesRoundTrip) {
