@@ -214,6 +214,42 @@ void record_batch(const zmq::message_t &frame) {
   }
 }
 
+// A header decoded as the writer decodes it (a value's meta kept as its bytes) and as every other
+// stage does: the same answer, the same message on a refusal, and the same text for the meta.
+void value_meta_as_bytes_agrees(const zmq::message_t &header_frame) {
+  const auto decode = [&](bool as_bytes, record &r) -> std::string {
+    std::vector<zmq::message_t> frames(1);
+    frames[0].copy(const_cast<zmq::message_t &>(header_frame));
+    try {
+      record_decode(frames, r, record_decode_options{.value_meta_as_msgpack = as_bytes});
+    } catch (const framing_error &e) {
+      return e.what();
+    }
+    return {};
+  };
+  record as_bytes, as_tree;
+  const std::string refused_as_bytes = decode(true, as_bytes), refused_as_tree = decode(false, as_tree);
+  if (refused_as_bytes != refused_as_tree)
+    throw fuzz_contract_violation("a header is refused differently with a value's meta kept as bytes: \"" +
+                                  refused_as_bytes + "\" against \"" + refused_as_tree + "\"");
+  if (!refused_as_tree.empty()) return;
+  std::string from_bytes, from_tree;
+  bool bytes_threw = false, tree_threw = false;
+  try {
+    record_meta_pyjson_append(from_bytes, as_bytes.header, 1, 3);
+  } catch (const usage_error &) {
+    bytes_threw = true;
+  }
+  try {
+    pyjson_dump_append(from_tree, as_tree.header.meta, 1, 3);
+  } catch (const usage_error &) {
+    tree_threw = true;
+  }
+  if (bytes_threw != tree_threw || from_bytes != from_tree)
+    throw fuzz_contract_violation(as_tree.describe() + ": its meta renders differently kept as bytes: " + from_bytes +
+                                  " against " + from_tree);
+}
+
 void record_frames(uint8_t mode, std::span<const uint8_t> data) {
   const unsigned count = (mode >> 1) & 3u;
   std::vector<zmq::message_t> frames;
@@ -229,6 +265,7 @@ void record_frames(uint8_t mode, std::span<const uint8_t> data) {
     data = data.subspan(size);
   }
   if (frames.size() == 1 && record_frame_is_batch(frames[0])) return record_batch(frames[0]);
+  if (!frames.empty()) value_meta_as_bytes_agrees(frames[0]);
   accepted_or_rejected([&] { use_record(record_decode(frames)); });
 }
 
