@@ -979,8 +979,8 @@ class header_reader : msgpack_cursor {
     }
     uint64_t elements = 0;
     if (!open(*type, level, elements)) return false;
-    // Room for the items at once (up to a count no header of sane size exceeds): an entry's meta
-    // of three keys grew its vector three times.
+    // Room for the items at once, for at most 64 (more grow as before): an entry's meta of three
+    // keys grew its vector three times.
     constexpr uint64_t reserved_at_most = 64;
     if (*type == MP_ARRAY) {
       out = nlohmann::ordered_json::array();
