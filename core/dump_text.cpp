@@ -3,7 +3,6 @@
 // LibTorch's string ABI, and takes nothing else of core.
 #include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -81,11 +80,7 @@ void tensor_leaf_text_append(std::string &out, const tensor_facts &t, int level)
         case stat_value::kind::null: return put("null");
         case stat_value::kind::boolean: return put(value.boolean ? "true" : "false");
         case stat_value::kind::integer: o = std::to_chars(o, o + 24, value.integer).ptr; return;
-        case stat_value::kind::real:
-          if (std::isnan(value.real)) return put("NaN");
-          if (std::isinf(value.real)) return put(value.real > 0 ? "Infinity" : "-Infinity");
-          o = py_float_repr_write(o, value.real);
-          return;
+        case stat_value::kind::real: o = pyjson_real_write(o, value.real); return;
       }
     } else {
       static_assert(std::is_same_v<value_type, bool>);

@@ -691,13 +691,15 @@ void pyjson_container_end(std::string &out, char closing_bracket, int indent, in
 void pyjson_int_append(std::string &out, int64_t v) { append_int(out, v); }
 void pyjson_uint_append(std::string &out, uint64_t v) { append_int(out, v); }
 
+char *pyjson_real_write(char *out, double d) {
+  if (std::isnan(d)) return std::copy_n("NaN", 3, out);
+  if (std::isinf(d)) return d > 0 ? std::copy_n("Infinity", 8, out) : std::copy_n("-Infinity", 9, out);
+  return py_float_repr_write(out, d);
+}
+
 void pyjson_real_append(std::string &out, double d) {
-  if (std::isnan(d))
-    out.append("NaN", 3);
-  else if (std::isinf(d))
-    out.append(d > 0 ? "Infinity" : "-Infinity");
-  else
-    py_float_repr_append(out, d);
+  char text[py_float_repr_max];
+  out.append(text, static_cast<size_t>(pyjson_real_write(text, d) - text));
 }
 
 void pyjson_dump_append(std::string &out, const nlohmann::ordered_json &v, int indent, int level) {

@@ -51,6 +51,9 @@ void pyjson_container_end(std::string &out, char closing_bracket, int indent, in
 void pyjson_int_append(std::string &out, int64_t v);
 void pyjson_uint_append(std::string &out, uint64_t v);
 void pyjson_real_append(std::string &out, double d);
+// The same real written at `out`, which has room for py_float_repr_max bytes; returns its end
+// (bytes past it may have been written too).
+char *pyjson_real_write(char *out, double d);
 
 // Python's repr(float): shortest round-trip digits, fixed notation when the decimal exponent is
 // in [-4, 16), exponent notation otherwise ("1e-05", "0.0001", "1e+16", "1000000000000000.0",
@@ -58,7 +61,8 @@ void pyjson_real_append(std::string &out, double d);
 // (pyjson_dump writes the JSON tokens NaN / Infinity / -Infinity instead.)
 [[nodiscard]] std::string py_float_repr(double d);
 void py_float_repr_append(std::string &out, double d);
-// The same text written at `out`, which has room for py_float_repr_max bytes; returns its end
+// The same text written at `out`, which has room for py_float_repr_max bytes (bytes past the
+// returned end may have been written too); returns its end
 // (for a renderer that writes a whole leaf through a pointer: tensor_leaf_text_append).
 constexpr size_t py_float_repr_max = 32;
 char *py_float_repr_write(char *out, double d);
