@@ -1,10 +1,12 @@
 // Stages run in process through the stage harness (tests/support/stage_harness.h): stats_run,
 // writer_run, tap_run and a stage-kit function fed from a list or from a record file that the C
 // capture API (capture/tprobe_capture.h) wrote, with their outputs, barriers and files checked.
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include <dlpack/dlpack.h>
 #include <fmt/format.h>
@@ -234,6 +236,55 @@ TEST(stage_harness, writer_run_refuses_a_path_it_cannot_place_and_keeps_what_cam
     const auto doc = pyjson_load_file(dir.path() + "/dump/step0/rank/dump.json");
     EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Max"], 5.0);
   }
+}
+
+// A rerun into a dump path an earlier run wrote: a step folder's old files go as the step's first
+// record arrives, not when the step ends, where replacing them would add their unlinking to the
+// training thread's wait on the step's barrier (docs/performance.md); the step then writes its own.
+// Fed by a record_sender rather than the harness, to look at the folder between two barriers.
+TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_when_the_step_begins) {
+  test::temp_dir dir;
+  const std::string dump = dir.path() + "/dump", folder = dump + "/step0/rank", later = dump + "/step1/rank";
+  for (const auto &f : {folder, later}) {
+    std::filesystem::create_directories(f);
+    for (const char *name : {"dump.json", "stack.json", "construct.json"}) test::write_file(f + "/" + name, "{\"old\": 1}");
+  }
+  zmq::context_t ctx;
+  std::string endpoint;
+  std::atomic<bool> ready{false};
+  std::thread stage([&] {
+    stage_io_options o;
+    o.input = test::ipc_endpoint(dir, "writer.in");
+    o.producers = 1;
+    o.decode = writer_decode_options;
+    stage_io io(ctx, o);
+    endpoint = io.input_endpoint();
+    ready = true;
+    writer_stage_options w;
+    w.dump_path = dump;
+    writer_run(io, w);
+  });
+  while (!ready) std::this_thread::yield();
+  record_sender sender(ctx, endpoint, "capture");
+  sender.send(session_record(dump));
+  sender.send(float_tensor("Functional.relu.0.forward", "output.0", {1, 2}));  // step 0's first record
+  // The barrier of a step that has no folder: answered once everything before it was handled.
+  record no_folder(record_kind::step_end);
+  no_folder.header.run = "run-1";
+  no_folder.header.step = 7;
+  ASSERT_TRUE(sender.sync(std::move(no_folder)));
+  for (const char *name : {"dump.json", "stack.json", "construct.json"}) {
+    EXPECT_FALSE(std::filesystem::exists(folder + "/" + name)) << name << " of step 0 is still there";
+    EXPECT_EQ(test::read_file(later + "/" + name), "{\"old\": 1}") << name << " of step 1, which nothing wrote to";
+  }
+  ASSERT_TRUE(sender.sync(step_end_barrier()));
+  const auto doc = pyjson_load_file(folder + "/dump.json");
+  EXPECT_FALSE(doc.contains("old"));
+  EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Max"], 2.0);
+  EXPECT_EQ(test::read_file(folder + "/construct.json"), "{}");
+  EXPECT_EQ(pyjson_load_file(folder + "/stack.json"), nlohmann::ordered_json::object());
+  sender.finish(4, 0);
+  stage.join();
 }
 
 TEST(stage_harness, tap_run_prints_what_the_tap_publishes) {

@@ -7,6 +7,8 @@
 #include <set>
 #include <unordered_map>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "dump_document.h"
@@ -194,6 +196,8 @@ class dump_writer {
         index_keys(d.construct, d.construct_index);
       }
       load_stacks(d);
+    } else if (!reopened_.count(d.dir)) {
+      discard_earlier_files(d);
     }
     reopened_.insert(d.dir);
     // A step has about as many entries and as much leaf text as the one before.
@@ -201,6 +205,16 @@ class dump_writer {
     ++result_.dumps;
     last_doc_ = &*docs_.emplace(key, std::move(d)).first;
     return last_doc_->second;
+  }
+
+  // A folder this writer has not written yet whose files an earlier run left: they are replaced
+  // when the step ends, and a rename over a file unlinks the old one there, which on ext4 frees its
+  // blocks while the training thread waits on the step's barrier (~1 ms for a transformer step's
+  // 425 kB dump.json, against 0.1 ms to write the new one). Unlinked now, as the step's first
+  // record arrives, that work falls in the step, when this stage has time to spare.
+  static void discard_earlier_files(const dump_doc &d) {
+    for (const std::string name : {data_file_name(d.session), std::string("stack.json"), std::string("construct.json")})
+      (void)::unlink((d.dir + "/" + name).c_str());  // missing, or kept by a failure the write will name
   }
 
   // Each key of an ordered object (which only ever appends) → its position.

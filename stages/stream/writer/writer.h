@@ -16,6 +16,9 @@
 // rewritten atomically (temporary file + rename) at most every --flush-interval seconds while
 // records arrive, on a flush or step_end record, and at the end. A pipeline killed at any point
 // therefore leaves JSON files that parse and describe everything received up to the last rewrite.
+// A step folder's three JSON files that an earlier run left there are removed when this writer's
+// first record for that folder arrives (a rerun into the same dump path), not replaced at the
+// step's end: unlinking them is work the step's barrier would otherwise wait for.
 // Directories are created 0750 and files 0640; paths outside msprobe's character set are refused
 // and no symbolic link inside the dump tree is followed.
 //
