@@ -250,41 +250,55 @@ TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_when_the_step_be
     for (const char *name : {"dump.json", "stack.json", "construct.json"}) test::write_file(f + "/" + name, "{\"old\": 1}");
   }
   zmq::context_t ctx;
-  std::string endpoint;
+  std::string endpoint, error;  // the stage thread's, read once `ready`
   std::atomic<bool> ready{false};
   std::thread stage([&] {
-    stage_io_options o;
-    o.input = test::ipc_endpoint(dir, "writer.in");
-    o.producers = 1;
-    o.decode = writer_decode_options;
-    stage_io io(ctx, o);
-    endpoint = io.input_endpoint();
-    ready = true;
-    writer_stage_options w;
-    w.dump_path = dump;
-    writer_run(io, w);
+    try {
+      stage_io_options o;
+      o.input = test::ipc_endpoint(dir, "writer.in");
+      o.producers = 1;
+      o.decode = writer_decode_options;
+      stage_io io(ctx, o);
+      endpoint = io.input_endpoint();
+      ready = true;
+      writer_stage_options w;
+      w.dump_path = dump;
+      writer_run(io, w);
+    } catch (const std::exception &e) {
+      error = e.what();
+      ready = true;
+    }
   });
   while (!ready) std::this_thread::yield();
-  record_sender sender(ctx, endpoint, "capture");
-  sender.send(session_record(dump));
-  sender.send(float_tensor("Functional.relu.0.forward", "output.0", {1, 2}));  // step 0's first record
-  // The barrier of a step that has no folder: answered once everything before it was handled.
-  record no_folder(record_kind::step_end);
-  no_folder.header.run = "run-1";
-  no_folder.header.step = 7;
-  ASSERT_TRUE(sender.sync(std::move(no_folder)));
-  for (const char *name : {"dump.json", "stack.json", "construct.json"}) {
-    EXPECT_FALSE(std::filesystem::exists(folder + "/" + name)) << name << " of step 0 is still there";
-    EXPECT_EQ(test::read_file(later + "/" + name), "{\"old\": 1}") << name << " of step 1, which nothing wrote to";
+  if (endpoint.empty()) {
+    stage.join();
+    FAIL() << "the writer did not start: " << error;
   }
-  ASSERT_TRUE(sender.sync(step_end_barrier()));
+  try {
+    record_sender sender(ctx, endpoint, "capture");
+    sender.send(session_record(dump));
+    sender.send(float_tensor("Functional.relu.0.forward", "output.0", {1, 2}));  // step 0's first record
+    // The barrier of a step that has no folder: answered once everything before it was handled.
+    record no_folder(record_kind::step_end);
+    no_folder.header.run = "run-1";
+    no_folder.header.step = 7;
+    EXPECT_TRUE(sender.sync(std::move(no_folder)));
+    for (const char *name : {"dump.json", "stack.json", "construct.json"}) {
+      EXPECT_FALSE(std::filesystem::exists(folder + "/" + name)) << name << " of step 0 is still there";
+      EXPECT_EQ(test::read_file(later + "/" + name), "{\"old\": 1}") << name << " of step 1, which nothing wrote to";
+    }
+    EXPECT_TRUE(sender.sync(step_end_barrier()));
+    sender.finish(2, 0);
+  } catch (const std::exception &e) {
+    ADD_FAILURE() << "sending to the writer: " << e.what();
+  }
+  stage.join();
+  ASSERT_EQ(error, "");
   const auto doc = pyjson_load_file(folder + "/dump.json");
   EXPECT_FALSE(doc.contains("old"));
   EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Max"], 2.0);
   EXPECT_EQ(test::read_file(folder + "/construct.json"), "{}");
   EXPECT_EQ(pyjson_load_file(folder + "/stack.json"), nlohmann::ordered_json::object());
-  sender.finish(4, 0);
-  stage.join();
 }
 
 TEST(stage_harness, tap_run_prints_what_the_tap_publishes) {
