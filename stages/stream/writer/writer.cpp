@@ -182,9 +182,11 @@ class dump_writer {
     safe_mkdirs(root, d.relative);
     d.dir = (std::filesystem::absolute(root) / d.relative).lexically_normal().string();
     // A folder finished earlier (step_end) that receives more: continue from what is on disk
-    // rather than overwrite it.
+    // rather than overwrite it. One this writer never wrote: an earlier run's files go now.
     const std::string existing = d.dir + "/" + data_file_name(d.session);
-    if (reopened_.count(d.dir) && std::filesystem::exists(existing)) {
+    if (!reopened_.count(d.dir)) {
+      discard_earlier_files(d);
+    } else if (std::filesystem::exists(existing)) {
       json old = pyjson_load_file(existing);
       if (old.contains("data") && old["data"].is_object())
         for (const auto &[name, value] : old["data"].items()) d.data.set_json(d.data.entry(name).node, value, 2);
@@ -196,8 +198,6 @@ class dump_writer {
         index_keys(d.construct, d.construct_index);
       }
       load_stacks(d);
-    } else if (!reopened_.count(d.dir)) {
-      discard_earlier_files(d);
     }
     reopened_.insert(d.dir);
     // A step has about as many entries and as much leaf text as the one before.
