@@ -161,7 +161,9 @@ TEST(faults, killed_or_stopped_stages_under_tprobe_run) {
     test::temp_dir dir;
     const std::string config = write_config(dir, "statistics", dir / "dump");
     const auto t0 = std::chrono::steady_clock::now();
-    test::child_process launcher(run_argv("statistics.json", config, steps), dir.path());
+    // The shipped statistics pipeline is the writer alone; the one with tprobe-stats between.
+    const std::string manifest = stage == "stats" ? "testing/stats-writer.json" : "statistics.json";
+    test::child_process launcher(run_argv(manifest, config, steps), dir.path());
     const pid_t victim = child_named(launcher.pid(), "tprobe-" + stage);
     ASSERT_GT(victim, 0) << "no tprobe-" << stage << " under the launcher";
     // Faults during start-up stop the run before training (tested with the start-up deadline);

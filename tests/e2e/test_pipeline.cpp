@@ -262,7 +262,7 @@ TEST(pipeline, stages_do_not_inherit_the_launchers_fds) {
                    "  [ \"$p\" = \"$PPID\" ] && ls $d/fd >> stages.fds && echo stage >> stages.count\n"
                    "done\n"
                    "true\n");
-  const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json",
+  const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/testing/stats-writer.json",
                                     "--config", write_config(dir, "statistics"), "--", "/bin/sh", script, dir.path()});
   ::close(inherited);
   ASSERT_EQ(r.status, 0) << r.err;

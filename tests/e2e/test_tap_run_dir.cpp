@@ -17,9 +17,10 @@ std::string write_config(const test::temp_dir &dir) {
   return path;
 }
 
-// Runs `script` (sh) as the command of pipelines/statistics.json; `$TAP` is `tprobe tap`.
+// Runs `script` (sh) as the command of pipelines/testing/stats-writer.json (two stages, so two
+// taps); `$TAP` is `tprobe tap`.
 test::process_result run_with(const test::temp_dir &dir, const std::string &script) {
-  return test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json", "--config",
+  return test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/testing/stats-writer.json", "--config",
                             write_config(dir), "--", "/bin/sh", "-c", script},
                            {"TAP=" + test::bin("tprobe") + " tap", "PRODUCER=" + test::bin("tprobe-example-producer"),
                             "OUT=" + dir.path()});

@@ -110,6 +110,16 @@ class DirectModeFaults(CaptureTest):
             f.write(FAULT_TRAIN.replace("STEPS", "60"))
         env = dict(os.environ)
         env.pop("TPROBE_ENDPOINT", None)
+        if stage == "tprobe-stats":
+            # The shipped statistics pipeline has no tprobe-stats (the capture computes in place):
+            # direct mode reads the same manifest name from a folder where it has one.
+            pipelines = os.path.join(directory, "pipelines")
+            os.makedirs(pipelines)
+            with open(os.path.join(PIPELINES, "testing", "stats-writer.json")) as f:
+                two_stages = f.read()
+            with open(os.path.join(pipelines, "statistics.json"), "w") as f:
+                f.write(two_stages)
+            env["TPROBE_PIPELINES"] = pipelines
         t0 = time.monotonic()
         proc = subprocess.Popen([PYTHON, "train.py"], cwd=directory, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)

@@ -21,6 +21,27 @@ class PipelineTest(tt.CaptureTest):
         self.assertFalse(os.path.exists(os.path.join(run.folder(), "dump_tensor_data")))
         self.assertIn("tprobe: done", run.result.stderr)
 
+    def test_statistics_pipeline_is_the_writer_alone_and_writes_what_tprobe_stats_would(self):
+        # The capture computes statistics (and md5) in place, so the shipped pipeline sends its
+        # records straight to the writer: one hop and one barrier stop fewer. The dump must be the
+        # one the pipeline with tprobe-stats between writes (pipelines/testing/stats-writer.json).
+        with open(os.path.join(tt.PIPELINES, "statistics.json")) as f:
+            stages = json.load(f)["stages"]
+        self.assertEqual([(s["stage"], s["inputs"]) for s in stages], [("writer", ["capture"])])
+        for level, summary in (("L1", "statistics"), ("mix", "md5")):
+            config = tt.default_config(level=level, summary_mode=summary)
+            runs = [self.run_script(tt.TRAIN, config=config, manifest=manifest, steps=2, name=f"{level}-{name}")
+                    for name, manifest in (("direct", "statistics.json"), ("staged", "testing/stats-writer.json"))]
+            for step in range(2):
+                for file in ("dump.json", "stack.json", "construct.json"):
+                    # stack.json names the script by its path: the runs' directories differ.
+                    direct, staged = (json.loads(json.dumps(r.load(file, step)).replace(r.dir, "RUN")) for r in runs)
+                    self.assertEqual(direct, staged, f"{level} step {step}: {file}")
+            self.assertIn("Functional.linear.0.forward", runs[0].data(1))
+            if summary == "md5":
+                leaf = runs[0].data(0)["Functional.linear.0.forward"]["output"][0]
+                self.assertRegex(leaf["md5"], "^[0-9a-f]{8}$")
+
     def test_tprobe_run_tensor(self):
         # The tensor manifest switches the task: the script's config says statistics.
         run = self.run_script(tt.TRAIN, manifest="tensor.json")
