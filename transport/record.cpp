@@ -33,7 +33,48 @@ constexpr std::array<std::string_view, 12> kind_names{
     "hello", "ack",      "session", "tensor", "value", "entry", "flush",
     "step_end", "eos", "final", "synced", "control"};
 
-using packer_t = msgpack::packer<msgpack::sbuffer>;
+// The stream headers are packed into. msgpack::packer writes every token through its stream's
+// write(): msgpack::sbuffer's was compiled out of line, a call and a memcpy call for each of a
+// header's forty-odd tokens, a third of the capture's sender thread. This one's fast path is
+// inlined, and a token's write of a constant size becomes a few moves.
+class header_stream {
+ public:
+  explicit header_stream(size_t capacity = 1024) : bytes_(capacity) {}
+  [[gnu::always_inline]] void write(const char *data, size_t n) {
+    if (n == 0) return;  // msgpack writes empty bodies with a null pointer
+    if (n > bytes_.size() - size_) [[unlikely]] grow(n);
+    std::memcpy(bytes_.data() + size_, data, n);
+    size_ += n;
+  }
+  char *data() { return bytes_.data(); }
+  const char *data() const { return bytes_.data(); }
+  [[nodiscard]] size_t size() const { return size_; }
+  [[nodiscard]] size_t capacity() const { return bytes_.size(); }
+  void clear() { size_ = 0; }
+  // A fixstr (a string under 32 bytes: most of a header's keys and names), marker and body.
+  [[gnu::always_inline]] void write_fixstr(std::string_view s) {
+    if (s.size() + 1 > bytes_.size() - size_) [[unlikely]] grow(s.size() + 1);
+    bytes_[size_] = static_cast<char>(0xa0 | s.size());
+    std::memcpy(bytes_.data() + size_ + 1, s.data(), s.size());
+    size_ += s.size() + 1;
+  }
+
+ private:
+  [[gnu::noinline]] void grow(size_t n) { bytes_.resize(std::max(bytes_.size() * 2, size_ + n)); }
+  std::vector<char> bytes_;
+  size_t size_ = 0;
+};
+
+// msgpack's packer, which also gives its stream back: tokens it has no fast way to write go
+// to the stream directly.
+class packer_t : public msgpack::packer<header_stream> {
+ public:
+  explicit packer_t(header_stream &stream) : msgpack::packer<header_stream>(stream), stream_(stream) {}
+  [[nodiscard]] header_stream &stream() const { return stream_; }
+
+ private:
+  header_stream &stream_;
+};
 
 // msgpack-c 4's pack_double() writes integral doubles as integers, which would turn a statistic
 // of 2.0 into 2 and -0.0 into 0. A float64 is always written as one (marker 0xcb, big-endian).
@@ -43,17 +84,14 @@ void pack_float64(packer_t &p, double d) {
   char buf[9];
   buf[0] = static_cast<char>(0xcb);
   for (int i = 0; i < 8; ++i) buf[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
-  p.pack_bin_body(buf, sizeof buf);  // appends raw bytes to the stream, nothing else
+  p.stream().write(buf, sizeof buf);
 }
 
 void pack_str(packer_t &p, std::string_view s) {
-  // Most strings of a header (its keys, names, the run's id) fit a fixstr: marker and body go to
-  // the buffer in one write rather than two (a header has some thirty strings).
+  // Most strings of a header (its keys, names, the run's id) fit a fixstr: marker and body go
+  // straight into the stream (a header has some thirty strings).
   if (s.size() < 32) {
-    char buf[32];
-    buf[0] = static_cast<char>(0xa0 | s.size());
-    std::memcpy(buf + 1, s.data(), s.size());
-    p.pack_bin_body(buf, static_cast<uint32_t>(s.size() + 1));  // raw bytes, as pack_float64
+    p.stream().write_fixstr(s);
     return;
   }
   p.pack_str(static_cast<uint32_t>(s.size()));
@@ -70,13 +108,13 @@ bool is_meta_text(const nlohmann::ordered_json &j) {
 
 // A map32 (0xdf) or array32 (0xdd) whose count is not known yet: its marker and four zero bytes
 // go out now (open_container32 returns where), the count once the container closes.
-size_t open_container32(msgpack::sbuffer &buf, uint8_t marker) {
+size_t open_container32(header_stream &buf, uint8_t marker) {
   const size_t at = buf.size();
   const char header[5] = {static_cast<char>(marker), 0, 0, 0, 0};
   buf.write(header, sizeof header);
   return at;
 }
-void close_container32(msgpack::sbuffer &buf, size_t at, uint32_t count) {
+void close_container32(header_stream &buf, size_t at, uint32_t count) {
   char *bytes = buf.data() + at + 1;
   for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>(count >> (24 - 8 * i));
 }
@@ -87,7 +125,7 @@ void close_container32(msgpack::sbuffer &buf, size_t at, uint32_t count) {
 class json_text_packer {
  public:
   using json = nlohmann::ordered_json;
-  json_text_packer(packer_t &p, msgpack::sbuffer &buf) : p_(p), buf_(buf) {}
+  json_text_packer(packer_t &p, header_stream &buf) : p_(p), buf_(buf) {}
 
   bool null() { return element(), p_.pack_nil(), true; }
   bool boolean(bool v) { return element(), p_.pack(v), true; }
@@ -129,7 +167,7 @@ class json_text_packer {
   }
 
   packer_t &p_;
-  msgpack::sbuffer &buf_;
+  header_stream &buf_;
   std::vector<container> open_;
 };
 
@@ -143,7 +181,7 @@ class plain_json_packer {
  public:
   explicit plain_json_packer(std::string_view text) : s_(text) {}
 
-  bool run(msgpack::sbuffer &out) {
+  bool run(header_stream &out) {
     packer_t p(out);
     p_ = &p;
     out_ = &out;
@@ -280,13 +318,13 @@ class plain_json_packer {
   std::string_view s_;
   size_t at_ = 0;
   packer_t *p_ = nullptr;
-  msgpack::sbuffer *out_ = nullptr;
+  header_stream *out_ = nullptr;
 };
 
 // A meta text packed into `buf`: by plain_json_packer where it can, else by nlohmann's parse.
-void pack_meta_text(packer_t &p, msgpack::sbuffer &buf, std::string_view text, bool general_only) {
+void pack_meta_text(packer_t &p, header_stream &buf, std::string_view text, bool general_only) {
   if (!general_only) {
-    thread_local msgpack::sbuffer scratch;
+    thread_local header_stream scratch;
     scratch.clear();
     if (plain_json_packer(text).run(scratch)) {
       buf.write(scratch.data(), scratch.size());
@@ -377,20 +415,20 @@ namespace {
 // The buffer headers are encoded in, kept per thread: a buffer of its own per header was a
 // malloc, and a realloc or two for the larger ones, per record at every hop. Emptied when the
 // guard goes; one that grew for a huge header is not kept.
-msgpack::sbuffer &header_buffer() {
-  thread_local msgpack::sbuffer buf(1024);
+header_stream &header_buffer() {
+  thread_local header_stream buf(1024);
   return buf;
 }
 struct header_buffer_reset {
   ~header_buffer_reset() {
     auto &buf = header_buffer();
-    if (buf.size() > 64 * 1024) buf = msgpack::sbuffer(1024);
+    if (buf.capacity() > 64 * 1024) buf = header_stream(1024);
     else buf.clear();
   }
 };
 
 // The header frame (prefix + msgpack map), appended to `buf`.
-void header_encode_into(msgpack::sbuffer &buf, const record_header &h) {
+void header_encode_into(header_stream &buf, const record_header &h) {
   const char prefix[RECORD_PREFIX_SIZE] = {'T', 'P', static_cast<char>(RECORD_VERSION_MAJOR),
                                            static_cast<char>(RECORD_VERSION_MINOR)};
   buf.write(prefix, sizeof prefix);
@@ -492,7 +530,7 @@ void header_encode_into(msgpack::sbuffer &buf, const record_header &h) {
 }  // namespace
 
 std::string record_meta_text_msgpack(std::string_view json_text, bool general_only) {
-  msgpack::sbuffer buf;
+  header_stream buf;
   packer_t p(buf);
   pack_meta_text(p, buf, json_text, general_only);
   return {buf.data(), buf.size()};
