@@ -125,7 +125,7 @@ void close_container32(header_stream &buf, size_t at, uint32_t count) {
 class json_text_packer {
  public:
   using json = nlohmann::ordered_json;
-  json_text_packer(packer_t &p, header_stream &buf) : p_(p), buf_(buf) {}
+  explicit json_text_packer(packer_t &p) : p_(p) {}
 
   bool null() { return element(), p_.pack_nil(), true; }
   bool boolean(bool v) { return element(), p_.pack(v), true; }
@@ -159,15 +159,14 @@ class json_text_packer {
   }
   void open(uint8_t marker) {
     element();
-    open_.push_back({open_container32(buf_, marker), marker == 0xdd});
+    open_.push_back({open_container32(p_.stream(), marker), marker == 0xdd});
   }
   void close() {
-    close_container32(buf_, open_.back().at, open_.back().count);
+    close_container32(p_.stream(), open_.back().at, open_.back().count);
     open_.pop_back();
   }
 
   packer_t &p_;
-  header_stream &buf_;
   std::vector<container> open_;
 };
 
@@ -184,7 +183,6 @@ class plain_json_packer {
   bool run(header_stream &out) {
     packer_t p(out);
     p_ = &p;
-    out_ = &out;
     skip_space();
     if (!value(0)) return false;
     skip_space();
@@ -215,7 +213,7 @@ class plain_json_packer {
   // An object (map32: json_text_packer's marker, its count written at the end) or an array.
   bool container(int depth, char close) {
     ++at_;
-    const size_t header_at = open_container32(*out_, close == '}' ? 0xdf : 0xdd);
+    const size_t header_at = open_container32(p_->stream(), close == '}' ? 0xdf : 0xdd);
     uint32_t count = 0;
     skip_space();
     if (eat(close)) return true;
@@ -234,7 +232,7 @@ class plain_json_packer {
       skip_space();
       if (eat(',')) continue;
       if (!eat(close)) return false;
-      close_container32(*out_, header_at, count);
+      close_container32(p_->stream(), header_at, count);
       return true;
     }
   }
@@ -318,20 +316,19 @@ class plain_json_packer {
   std::string_view s_;
   size_t at_ = 0;
   packer_t *p_ = nullptr;
-  header_stream *out_ = nullptr;
 };
 
-// A meta text packed into `buf`: by plain_json_packer where it can, else by nlohmann's parse.
-void pack_meta_text(packer_t &p, header_stream &buf, std::string_view text, bool general_only) {
+// A meta text packed into `p`'s stream: by plain_json_packer where it can, else by nlohmann's parse.
+void pack_meta_text(packer_t &p, std::string_view text, bool general_only) {
   if (!general_only) {
     thread_local header_stream scratch;
     scratch.clear();
     if (plain_json_packer(text).run(scratch)) {
-      buf.write(scratch.data(), scratch.size());
+      p.stream().write(scratch.data(), scratch.size());
       return;
     }
   }
-  json_text_packer packer(p, buf);
+  json_text_packer packer(p);
   nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &packer);
 }
 
@@ -520,7 +517,7 @@ void header_encode_into(header_stream &buf, const record_header &h) {
     pack_str(p, "meta");
     if (is_meta_text(h.meta)) {
       const auto &text = h.meta.get_binary();
-      pack_meta_text(p, buf, {reinterpret_cast<const char *>(text.data()), text.size()}, false);
+      pack_meta_text(p, {reinterpret_cast<const char *>(text.data()), text.size()}, false);
     } else {
       pack_json(p, h.meta);
     }
@@ -532,7 +529,7 @@ void header_encode_into(header_stream &buf, const record_header &h) {
 std::string record_meta_text_msgpack(std::string_view json_text, bool general_only) {
   header_stream buf;
   packer_t p(buf);
-  pack_meta_text(p, buf, json_text, general_only);
+  pack_meta_text(p, json_text, general_only);
   return {buf.data(), buf.size()};
 }
 
