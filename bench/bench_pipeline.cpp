@@ -132,6 +132,7 @@ size_t queue_bytes = 0;
 
 struct pipeline_result {
   double seconds = 0;   // first capture to last stage exit
+  double warmup_seconds = 0;  // the untimed first pass (run_pipeline's `warmup`), through its barrier
   uint64_t received = 0;  // records reaching the end (writer records or sink count)
   tprobe_session_counts counts{};
   std::vector<double> latencies_ns;  // per capture call, when asked for
@@ -145,9 +146,12 @@ struct pipeline_result {
 // Each stage has a tap nobody watches, as the launcher and the direct pipeline give every stage.
 // `tensor_task`: the config's task is "tensor" (every payload saved) rather than "statistics".
 // `with_stats` false: capture -> writer, as pipelines/statistics.json runs it.
+// `warmup`: that many tensors first, in a step of their own whose barrier returns before the clock
+// starts: a session's first pass through fresh memory (the shared-memory ring, the stage's mapping
+// of it) costs a page fault a page, once per session, and is reported on its own.
 pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t elems, long steps,
                              tprobe_stats_mode mode, bool time_calls, bool async_dump = false,
-                             bool tensor_task = false, bool with_stats = true) {
+                             bool tensor_task = false, bool with_stats = true, long warmup = 0) {
   static int run_id = 0;
   ++run_id;
   const std::string stats_ep = "ipc://" + dir + "/stats" + std::to_string(run_id);
@@ -256,6 +260,18 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
   const long per_step = (n + steps - 1) / steps;
   std::vector<std::string> names(per_step);
   for (long i = 0; i < per_step; ++i) names[i] = "Functional.relu." + std::to_string(i) + ".forward";
+
+  if (warmup > 0) {
+    const auto w0 = clock_type::now();
+    check(tprobe_start(s), "tprobe_start");
+    for (long i = 0; i < warmup; ++i) {
+      const std::string name = "Functional.warmup." + std::to_string(i) + ".forward";
+      check(tprobe_capture_tensor(s, name.c_str(), "output.0", &t, 0), "tprobe_capture_tensor");
+    }
+    check(tprobe_stop(s), "tprobe_stop");
+    check(tprobe_step(s), "tprobe_step");
+    res.warmup_seconds = seconds_since(w0);
+  }
 
   auto t0 = clock_type::now();
   const double cpu_capture0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
@@ -395,7 +411,12 @@ int main(int argc, char **argv) try {
     const bool tensor_task = variant == 2;
     if (variant == 1) setenv("TPROBE_SHM", "off", 1);
     const long steps = std::min<long>(a.steps, std::max<long>(1, a.big_count / 10));
-    auto r = run_pipeline(dir, false, a.big_count, big_elems, steps, mode, false, false, tensor_task);
+    // The timed tensors run through memory already touched: twice round the ring (the capture
+    // writes it, the stage reads it through its own mapping), as a training run's second step
+    // and later do. That first pass is a per-session cost, printed on its own line.
+    const size_t ring_bytes = queue_bytes ? queue_bytes : size_t{256} << 20;
+    const long warmup = mode == TPROBE_STATS_COPY ? static_cast<long>(2 * ring_bytes / (big_elems * 4) + 2) : 0;
+    auto r = run_pipeline(dir, false, a.big_count, big_elems, steps, mode, false, false, tensor_task, true, warmup);
     if (variant == 1) unsetenv("TPROBE_SHM");
     const double gbps = static_cast<double>(a.big_count) * big_elems * 4 / r.seconds / 1e9;
     const double ratio = gbps / mc;
@@ -410,6 +431,11 @@ int main(int argc, char **argv) try {
                   static_cast<unsigned long long>(r.received),
                   r.counts.bytes ? 100.0 * static_cast<double>(r.counts.shared_bytes) / r.counts.bytes : 0.0,
                   static_cast<unsigned long long>(r.counts.shared_gave_up));
+    if (warmup > 0)
+      std::printf("  untimed before it: the first %ld tensors (twice the %zu MiB queue and ring: memory each "
+                  "process touches here for the first time): %.3f s = %.2f GB/s\n",
+                  warmup, ring_bytes >> 20, r.warmup_seconds,
+                  static_cast<double>(warmup) * big_elems * 4 / r.warmup_seconds / 1e9);
     else
       std::printf("GB/s (%ld MiB, capture->stats, AUTO in-place): %.2f  = %.2fx memcpy  (goal >= 0.5x) %s  "
                   "[%ld tensors, %.3f s, sink records %llu]\n",
