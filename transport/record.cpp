@@ -1703,8 +1703,52 @@ void record_batch_glance(const zmq::message_t &frame, std::vector<record_glance>
   });
 }
 
-record_batch_builder::record_batch_builder() {
-  buffer_.reserve(RECORD_BATCH_BYTES + RECORD_BATCH_RECORD_MAX);
+namespace {
+
+// Batch buffers, recycled. A batch frame is freed where ZeroMQ lets go of it (its I/O thread,
+// once sent), so with a fresh buffer every batch glibc kept handing the sender's arena top back to
+// the kernel and faulting it in again: ~22 pages a transformer step on the capture's sender, each
+// first touch ~14 µs on a paravirtualised guest (docs/performance.md, 2026-11-28 evening). A few
+// buffers kept here are mapped already, and warm.
+constexpr size_t batch_buffer_bytes = RECORD_BATCH_BYTES + RECORD_BATCH_RECORD_MAX;
+
+struct batch_buffer_pool {
+  static constexpr size_t kept_max = 16;  // batches in flight at once, beyond which buffers go back
+  std::mutex mutex;
+  std::vector<std::vector<std::byte>> kept;
+};
+
+batch_buffer_pool &the_batch_buffer_pool() {
+  static auto *pool = new batch_buffer_pool;  // never destroyed: frames may die in static destruction
+  return *pool;
+}
+
+std::vector<std::byte> batch_buffer_get() {
+  auto &pool = the_batch_buffer_pool();
+  {
+    std::lock_guard lock(pool.mutex);
+    if (!pool.kept.empty()) {
+      std::vector<std::byte> b = std::move(pool.kept.back());
+      pool.kept.pop_back();
+      return b;
+    }
+  }
+  std::vector<std::byte> b;
+  b.reserve(batch_buffer_bytes);
+  return b;
+}
+
+void batch_buffer_put(std::vector<std::byte> &&b) {
+  if (b.capacity() > 4 * batch_buffer_bytes) return;  // grown by an unusual record: not kept
+  b.clear();
+  auto &pool = the_batch_buffer_pool();
+  std::lock_guard lock(pool.mutex);
+  if (pool.kept.size() < batch_buffer_pool::kept_max) pool.kept.push_back(std::move(b));
+}
+
+}  // namespace
+
+record_batch_builder::record_batch_builder() : buffer_(batch_buffer_get()) {
   const unsigned char prefix[BATCH_PREFIX_SIZE] = {BATCH_MAGIC[0], BATCH_MAGIC[1], RECORD_VERSION_MAJOR,
                                                    RECORD_VERSION_MINOR};
   buffer_.insert(buffer_.end(), reinterpret_cast<const std::byte *>(prefix),
@@ -1752,10 +1796,16 @@ void record_batch_builder::append(const std::vector<zmq::message_t> &frames) {
 }
 
 zmq::message_t record_batch_builder::take() {
-  // The frame owns the buffer (no copy); the builder starts over with a fresh one.
+  // The frame owns the buffer (no copy) and gives it back to the pool when freed; the builder
+  // starts over with another.
   auto *owned = new std::vector<std::byte>(std::move(buffer_));
   zmq::message_t frame(owned->data(), owned->size(),
-                       [](void *, void *hint) { delete static_cast<std::vector<std::byte> *>(hint); }, owned);
+                       [](void *, void *hint) {
+                         auto *b = static_cast<std::vector<std::byte> *>(hint);
+                         batch_buffer_put(std::move(*b));
+                         delete b;
+                       },
+                       owned);
   *this = record_batch_builder();
   return frame;
 }
