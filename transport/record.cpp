@@ -1707,7 +1707,7 @@ namespace {
 
 // Batch buffers, recycled. A batch frame is freed where ZeroMQ lets go of it (its I/O thread,
 // once sent), so with a fresh buffer every batch glibc kept handing the sender's arena top back to
-// the kernel and faulting it in again: ~22 pages a transformer step on the capture's sender, each
+// the kernel and faulting it in again: 5-22 pages a transformer step on the capture's sender, each
 // first touch ~14 µs on a paravirtualised guest (docs/performance.md, 2026-11-28 evening). A few
 // buffers kept here are mapped already, and warm.
 constexpr size_t batch_buffer_bytes = RECORD_BATCH_BYTES + RECORD_BATCH_RECORD_MAX;
