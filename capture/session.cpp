@@ -502,6 +502,14 @@ struct tprobe_session {
   // deep_sleep_after naps), so an idle session costs no wake-ups at all.
   static constexpr auto sender_nap = std::chrono::milliseconds(1);
   static constexpr int deep_sleep_after = 50;
+  // The same reasoning one process further: each batch the sender hands on wakes ZeroMQ's I/O
+  // thread, the consumer's, and the consumer, and a sender that sent its open batch before every
+  // nap sent one per millisecond, most of them a few records (35 a 22 ms transformer step, where
+  // its ~2,800 records fill a dozen). So an open batch is kept across naps while the training
+  // thread is busy between captures, and sent once a nap brings nothing (flush_after_naps), when
+  // a record joins it past RECORD_BATCH_MAX_AGE_MS, when it is full, or at once after a control
+  // record (stop, step): what a consumer waits for is never held back.
+  static constexpr int flush_after_naps = 1;
   static constexpr size_t wake_records = 256;
   static constexpr size_t wake_bytes = size_t{4} << 20;
 
@@ -594,10 +602,16 @@ struct tprobe_session {
     try {
       std::vector<pending_ptr> batch;
       int idle_naps = 0;
+      bool holding = false;  // a link keeps an open batch (flush_after_naps)
       for (;;) {
+        bool flush_due = false;
         {
           std::unique_lock lock(mutex);
           while (queue.empty() && !closing) {
+            if (holding && idle_naps >= flush_after_naps) {
+              flush_due = true;  // sent below, without the lock: a send may block
+              break;
+            }
             sender_waiting = true;
             if (idle_naps >= deep_sleep_after) {
               sender_deep_sleep = true;
@@ -607,16 +621,32 @@ struct tprobe_session {
             }
             sender_waiting = sender_deep_sleep = false;
           }
-          if (queue.empty()) return;  // closing, and everything sent
-          idle_naps = 0;
-          batch.swap(queue);  // one lock for everything that piled up
-          // An empty queue lets a waiting producer in (a payload larger than the whole budget
-          // waits for exactly that), and records without payload release no bytes to wake it.
-          if (producer_waiting) has_space.notify_one();
+          if (!flush_due && queue.empty()) {
+            if (!holding) return;  // closing, and everything sent
+            flush_due = true;      // closing: the open batch goes first
+          } else if (!flush_due) {
+            idle_naps = 0;
+            batch.swap(queue);  // one lock for everything that piled up
+            // An empty queue lets a waiting producer in (a payload larger than the whole budget
+            // waits for exactly that), and records without payload release no bytes to wake it.
+            if (producer_waiting) has_space.notify_one();
+          }
         }
+        if (flush_due) {
+          try {
+            for (auto &s : senders) s->flush();
+          } catch (const consumer_lost_error &e) {
+            detach(e.what(), unsent_records());
+            return;
+          }
+          holding = false;
+          continue;
+        }
+        bool control = false;  // a stop or step went by: flush now
         for (size_t i = 0; i < batch.size(); ++i) {
           record &r = batch[i]->r;
           const size_t size = r.has_payload() ? *r.header.stored : 0;
+          control = control || r.header.kind == record_kind::flush || r.header.kind == record_kind::step_end;
           if (options.lz4 && r.has_payload() && r.header.codec == record_codec::raw) {
             if (auto packed = record_payload_lz4(r.payload_bytes())) {
               const uint64_t length = r.header.length;
@@ -664,14 +694,17 @@ struct tprobe_session {
           if (spent.empty()) spent.swap(batch);
         }
         batch.clear();
-        // Small records wait in a link's batch (record.h "Batches") only while more follow: the
-        // queue is empty now, so they go before this thread sleeps.
-        try {
-          for (auto &s : senders) s->flush();
-        } catch (const consumer_lost_error &e) {
-          detach(e.what(), unsent_records());
-          return;
+        // Small records wait in a link's batch (record.h "Batches") while more follow: a nap
+        // that brings none sends them (flush_after_naps), as do a control record and closing.
+        if (control) {
+          try {
+            for (auto &s : senders) s->flush();
+          } catch (const consumer_lost_error &e) {
+            detach(e.what(), unsent_records());
+            return;
+          }
         }
+        holding = unsent_records() > 0;
       }
     } catch (...) {
       std::lock_guard lock(mutex);

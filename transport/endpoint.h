@@ -153,7 +153,8 @@ class record_sender {
   bool shares_memory() const;
   // Sends the open batch (record.h "Batches": small data records to a consumer whose ack said
   // batch: true are held until RECORD_BATCH_BYTES, a record that travels alone, or a wait).
-  // A producer calls it when it runs out of records to send; blocks and throws as send.
+  // A producer calls it when it runs out of records to send (after at most a nap); blocks and
+  // throws as send.
   void flush();
   // Records sent but not yet handed to ZeroMQ (in a batch), or lost with a batch whose send
   // failed: what a producer that detaches counts as not delivered.

@@ -139,8 +139,10 @@
 //    consumer whose ack said batch: true (any host: a batch is bytes); files and taps get records
 //    one by one. A sender closes a batch at RECORD_BATCH_BYTES, when a record joins one that is
 //    RECORD_BATCH_MAX_AGE_MS old, before any record that may not join one, and before it waits
-//    for anything or pauses (its consumer, its own input, a sleep), so a batch never holds
-//    records back from a consumer that could take them.
+//    for anything (its consumer, its own input) longer than a nap of at most a millisecond, so
+//    a batch never holds records back from a consumer that could take them for longer than
+//    that. (The capture's sender naps between the training thread's bursts of records; it keeps
+//    its batch across a nap that brings more, and sends it after one that brings none.)
 //
 //    A stage may pass a batch on as it arrived, undecoded, when it would pass every record of it
 //    on unchanged (stage_io.h, pass_unchanged): it reads each header's msgpack through once and

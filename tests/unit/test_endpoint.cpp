@@ -1,6 +1,7 @@
 // Transport over real sockets, in-process: handshake, end-of-stream with several producers,
 // the launcher's final, backpressure without loss, batches of small records, the lossy tap and
 // its drop count, files.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <atomic>
@@ -494,6 +495,57 @@ TEST(endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
   sink_thread.join();
   EXPECT_EQ(tensors, 3u);
+}
+
+TEST(endpoint, a_capture_keeps_its_batch_across_naps_while_records_keep_coming) {
+  // A training thread that captures a small tensor every ~100 µs (an operator's compute between
+  // captures) keeps its sender napping (1 ms): the sender must not send a batch per nap but let
+  // it fill until its age limit (RECORD_BATCH_MAX_AGE_MS) or its size, for each batch wakes three
+  // threads of two processes. A quiet spell (this thread descheduled for half a nap or more)
+  // rightly sends the batch, so each one the test sees allows one message more.
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.bind(ipc(dir, "naps.in"));
+  const std::string ep = router.get(zmq::sockopt::last_endpoint);
+  std::vector<std::vector<record>> messages;
+  std::thread consumer([&] { messages = raw_consumer(router, true, true); });
+  tprobe_session *s = started_statistics_session(dir, ep);
+  ASSERT_NE(s, nullptr) << tprobe_last_error();
+  float data[4] = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  DLTensor t = test::float_tensor(data, shape);
+  constexpr int captures = 1500;
+  using clock_type = std::chrono::steady_clock;
+  const auto first = clock_type::now();
+  auto last = first;
+  size_t quiet_spells = 0;
+  for (int i = 0; i < captures; ++i) {
+    const auto now = clock_type::now();
+    quiet_spells += now - last >= std::chrono::microseconds(500);
+    last = now;
+    const std::string name = "Functional.relu." + std::to_string(i) + ".forward";
+    ASSERT_EQ(tprobe_capture_tensor(s, name.c_str(), "output.0", &t, 0), TPROBE_OK);
+    const auto until = clock_type::now() + std::chrono::microseconds(100);
+    while (clock_type::now() < until) {
+    }
+  }
+  const auto elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - first).count();
+  EXPECT_EQ(tprobe_stop(s), TPROBE_OK);
+  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
+  consumer.join();
+  size_t tensors = 0, tensor_messages = 0;
+  for (const auto &records : messages) {
+    const auto n = static_cast<size_t>(std::count_if(records.begin(), records.end(), [](const record &r) {
+      return r.header.kind == record_kind::tensor;
+    }));
+    tensors += n;
+    tensor_messages += n > 0;
+  }
+  EXPECT_EQ(tensors, static_cast<size_t>(captures));
+  // A batch per nap would be ~elapsed_ms messages; by age, at most ~elapsed_ms / 5.
+  EXPECT_LE(tensor_messages, static_cast<size_t>(elapsed_ms / (RECORD_BATCH_MAX_AGE_MS - 1)) + quiet_spells + 4)
+      << tensors << " tensors in " << elapsed_ms << " ms, " << quiet_spells << " quiet spells";
 }
 
 TEST(endpoint, a_saved_tensor_arrives_with_its_statistics_taken_in_the_copy) {
