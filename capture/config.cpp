@@ -706,6 +706,15 @@ bool capture_filter::entry_enabled(std::string_view entry) {
   return in_range && in_list(entry);
 }
 
+bool capture_filter::entry_wanted(std::string_view entry) const {
+  if (!in_list(entry)) return false;
+  if (scope_.empty() || in_scope_ || entry == scope_[0]) return true;  // in_scope_range's in_range
+  const entry_name name = entry_parse(entry);
+  if (name.is_backward()) return forwards_in_scope_.contains(entry_with_direction(entry, entry_direction::forward));
+  if (name.is_parameters_grad()) return modules_in_scope_.contains(std::string(name.base));
+  return false;
+}
+
 bool capture_filter::in_scope_range(std::string_view entry) {
   if (scope_.empty()) return true;
   if (entry == scope_[0]) in_scope_ = true;

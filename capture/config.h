@@ -142,6 +142,12 @@ class capture_filter {
   // (exact names); a backward entry is also in range when its forward was, and a
   // parameters_grad entry when a forward of its module was. `list`: any element is a substring.
   [[nodiscard]] bool entry_enabled(std::string_view entry);
+  // What entry_enabled(entry) would answer if called now, with no state changed: lets a caller
+  // skip work an excluded entry does not need (the PyTorch capture's call stack) before it
+  // announces the entry.
+  [[nodiscard]] bool entry_wanted(std::string_view entry) const;
+  // False when neither scope nor list is set: every entry is captured.
+  [[nodiscard]] bool selects_entries() const { return !scope_.empty() || !list_.empty(); }
 
   // data_mode, as data_mode_filter (core/dump_semantics.h) decides it: the direction from the
   // entry name, the io kind from the slot's first segment; parameters follow the forward

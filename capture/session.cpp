@@ -219,6 +219,7 @@ struct tprobe_session {
     std::vector<std::string> list;  // entry name substrings; empty = every entry
     std::string level;              // "" or "mix" = every entry; "L0": modules; "L1": operators
   } narrow;
+  int64_t narrowed_in_step = -1;  // the step the last narrow command came in
   bool stopped_by_pipeline = false;
   payload_pool *pool = nullptr;  // one reference; frames in flight hold theirs
   // Large payloads for consumers on this host (transport/shm.h); null when no sender shares
@@ -457,6 +458,7 @@ struct tprobe_session {
             n.level = it->get<std::string>();
           }
           narrow = std::move(n);
+          narrowed_in_step = step;
           std::fprintf(stderr, "tprobe: %s narrowed the capture (%s)%s%s\n", from.c_str(), m.dump().c_str(),
                        reason.empty() ? "" : ": ", reason.c_str());
         } else {
@@ -956,6 +958,20 @@ struct tprobe_session {
     return enqueue(std::move(p));
   }
 
+  // Whether entry_begin(entry) would capture it now; no state changes (tprobe_entry_wanted).
+  bool entry_wanted(const char *entry) {
+    if (!entry || !*entry) throw usage_error("entry name is empty");
+    poll_control();
+    if (!active()) return false;
+    // Asked for every operator of a full capture: no lookup where every entry is captured. (A
+    // narrowing since the step began may have left answers in `entries` that differ from now.)
+    const bool narrows_entries = !narrow.list.empty() || narrow.level == "L0" || narrow.level == "L1";
+    if (!filter->selects_entries() && !narrows_entries && narrowed_in_step != step) return true;
+    if (auto it = entries.find(std::string_view(entry)); it != entries.end() && it->second.step == step)
+      return it->second.captured;
+    return filter->entry_wanted(entry) && narrowed_entry_enabled(entry);
+  }
+
   // Stacks by content: the id of `stack`, its lines put in the stack book the first time.
   struct known_stack {
     std::vector<std::string> lines;
@@ -1192,6 +1208,11 @@ int tprobe_step(tprobe_session *s) {
 }
 
 int64_t tprobe_current_step(const tprobe_session *s) { return s ? s->step : -1; }
+
+int tprobe_entry_wanted(tprobe_session *s, const char *entry) {
+  if (!s) return null_session();
+  return guarded([&] { return s->entry_wanted(entry) ? TPROBE_OK : TPROBE_SKIPPED; });
+}
 
 int tprobe_entry_begin(tprobe_session *s, const char *entry, const char *parent, const char *const *stack_lines,
                        size_t stack_len, int is_recompute) {

@@ -108,6 +108,11 @@ int64_t tprobe_current_step(const tprobe_session *session);
 int tprobe_entry_begin(tprobe_session *session, const char *entry, const char *parent,
                        const char *const *stack_lines, size_t stack_len, int is_recompute);
 
+/* What tprobe_entry_begin(entry) would answer now (TPROBE_OK: captured, TPROBE_SKIPPED: not),
+   with nothing announced and no filter state changed: a caller asks before it spends work the
+   entry needs only when captured (its call stack, say). TPROBE_ERROR for an empty name. */
+int tprobe_entry_wanted(tprobe_session *session, const char *entry);
+
 /* Captures one tensor of an entry. slot names its place: "input.0", "input.1.0", "kwargs.dim",
    "output.0", "parameters.weight"; for a "….parameters_grad.N" entry, the parameter name.
    The tensor must be in host memory (kDLCPU or kDLCUDAHost), any strides. */

@@ -95,6 +95,8 @@ struct state {
   [[noreturn]] void fail_and_throw(const char *what);
   void check_failure() const;
   bool entry_begin(const std::string &entry, const std::optional<std::string> &parent, int stack, int is_recompute);
+  // Whether entry_begin would capture `entry` now; announces nothing (tprobe_entry_wanted).
+  bool entry_wanted(const std::string &entry);
 
   // ---- values and tensors (torch_values.cpp) ----
 

@@ -54,9 +54,7 @@ const op_info &state::info_of(const at::RecordFunction &fn) {
 std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &fn, int depth) {
   const op_info &info = info_of(fn);
   if (!info.has_schema) return nullptr;
-  // The stack first: it takes the GIL, which must never be awaited under our mutex.
-  const int stack = options.stacks && allow_forward ? python_stack_current() : -1;
-  std::lock_guard lock(mutex);
+  std::unique_lock lock(mutex);
   if (!ops_on.load() || !session) return nullptr;
   try {
     collect_collectives();
@@ -66,6 +64,17 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
     ctx->forward = entry_api_name(n.prefix, n.api, count, entry_direction::forward);
     if (mix && !module_stack.empty()) ctx->parent = module_stack.back();
     ++operators;
+    // The call stack only for an entry the filters keep (a list or scope excludes most): the
+    // walk takes the GIL, which must never be awaited under our mutex, so the lock is let go
+    // for it, and the session checked again after.
+    int stack = -1;
+    if (options.stacks && allow_forward && entry_wanted(ctx->forward)) {
+      tprobe_session *const before = session;
+      lock.unlock();
+      stack = python_stack_current();
+      lock.lock();
+      if (!ops_on.load() || session != before) return nullptr;
+    }
     const bool forward = allow_forward && entry_begin(ctx->forward, ctx->parent, stack, 0);
     ctx->capture_outputs = forward;
     ctx->link = allow_backward && at::GradMode::is_enabled();

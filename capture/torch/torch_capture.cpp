@@ -94,6 +94,10 @@ bool state::entry_begin(const std::string &entry, const std::optional<std::strin
                  "entry") == TPROBE_OK;
 }
 
+bool state::entry_wanted(const std::string &entry) {
+  return checked(tprobe_entry_wanted(session, entry.c_str()), "entry") == TPROBE_OK;
+}
+
 namespace {
 
 std::vector<int64_t> int_list(const nlohmann::ordered_json &v) {

@@ -34,6 +34,24 @@ class FilterTest(tt.CaptureTest):
             "Module.block.fc.Linear.forward.0", "Module.block.fc.Linear.backward.0",
             "Module.block.fc.Linear.parameters_grad.0"]))
 
+    def test_a_filtered_run_has_the_stacks_of_the_entries_it_keeps(self):
+        # The capture walks the Python stack only for an operator the filters keep
+        # (tprobe_entry_wanted): the kept entries' stacks are the unfiltered run's.
+        def stacks_by_entry(run):  # each run has its own directory, which the lines name
+            return {n: [line.replace(run.dir, "RUN") for line in group[1]]
+                    for group in run.load("stack.json").values() for n in group[0]}
+        everything = stacks_by_entry(self.run_script(FORWARD_BACKWARD, name="all"))
+        for name, config in (("list", tt.default_config(list=["relu"])),
+                             ("scope", tt.default_config(scope=["Functional.relu.0.forward",
+                                                                "Functional.linear.1.forward"]))):
+            run = self.run_script(FORWARD_BACKWARD, config=config, name=name)
+            forwards = sorted(n for n in run.data() if n.endswith(".forward"))
+            kept = stacks_by_entry(run)
+            self.assertEqual(sorted(kept), forwards)
+            for entry in forwards:
+                self.assertEqual(kept[entry], everything[entry], entry)
+                self.assertTrue(any("train.py" in line for line in kept[entry]), entry)
+
     def test_data_mode_forward(self):
         run = self.run_script(FORWARD_BACKWARD, config=tt.default_config(data_mode=["forward"]))
         names = list(run.data())

@@ -18,9 +18,11 @@ struct capture_file_session {
   std::string stream = dir / "capture.tpr";
   tprobe_session *s = nullptr;
 
-  capture_file_session() {
+  // `extra`: more of the config's keys, after a comma (`"statistics": {"list": ["relu"]}`).
+  explicit capture_file_session(const std::string &extra = "") {
     const std::string config = dir / "config.json";
-    write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
+    write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"" +
+                           (extra.empty() ? "" : ", " + extra) + "}");
     tprobe_open_options o = tprobe_open_options_default();
     o.endpoint = stream.c_str();
     EXPECT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();

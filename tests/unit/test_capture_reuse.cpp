@@ -116,3 +116,34 @@ TEST(capture_reuse, a_line_array_filled_with_another_stack_names_that_stack) {
             (nlohmann::ordered_json{"File a.py, line 1, in f", "File c.py, line 3, in h"}));
   EXPECT_EQ(book[stack_of["Torch.add.3.forward"]], (nlohmann::ordered_json{"File a.py, line 1, in f"}));
 }
+
+TEST(capture_reuse, asking_whether_an_entry_is_wanted_announces_nothing_and_answers_as_entry_begin_will) {
+  // The PyTorch capture asks before it walks an operator's Python stack (tprobe_entry_wanted).
+  file_session f(R"("statistics": {"list": ["relu"], "scope": [], "data_mode": ["all"]})");
+  std::vector<float> data{1.0f};
+  for (const char *entry : {"Functional.relu.0.forward", "Functional.linear.0.forward"}) {
+    const int wanted = tprobe_entry_wanted(f.s, entry);
+    EXPECT_EQ(tprobe_entry_wanted(f.s, entry), wanted) << entry;  // asking twice changes nothing
+    EXPECT_EQ(tprobe_entry_begin(f.s, entry, nullptr, nullptr, 0, -1), wanted) << entry;
+    EXPECT_EQ(tprobe_entry_wanted(f.s, entry), wanted) << entry;  // and after, the step's answer
+  }
+  EXPECT_EQ(tprobe_entry_wanted(f.s, "Functional.relu.0.forward"), TPROBE_OK);
+  EXPECT_EQ(tprobe_entry_wanted(f.s, "Functional.linear.0.forward"), TPROBE_SKIPPED);
+  // Asked about, never begun: no entry record, and the next capture still announces it.
+  EXPECT_EQ(tprobe_entry_wanted(f.s, "Functional.relu.1.forward"), TPROBE_OK);
+  EXPECT_EQ(tprobe_entry_wanted(f.s, ""), TPROBE_ERROR);
+  EXPECT_NE(std::string(tprobe_last_error()).find("entry name is empty"), std::string::npos) << tprobe_last_error();
+  ASSERT_EQ(tprobe_stop(f.s), TPROBE_OK) << tprobe_last_error();
+  std::vector<std::string> announced;
+  for (const record &r : f.records())
+    if (r.header.kind == record_kind::entry) announced.push_back(r.header.entry);
+  EXPECT_EQ(announced, std::vector<std::string>{"Functional.relu.0.forward"});
+}
+
+TEST(capture_reuse, an_unfiltered_session_wants_every_entry_until_it_stops) {
+  file_session f;
+  EXPECT_EQ(tprobe_entry_wanted(f.s, "Functional.linear.0.forward"), TPROBE_OK);
+  EXPECT_EQ(tprobe_entry_wanted(f.s, "Module.fc.Linear.forward.0"), TPROBE_OK);
+  ASSERT_EQ(tprobe_stop(f.s), TPROBE_OK) << tprobe_last_error();
+  EXPECT_EQ(tprobe_entry_wanted(f.s, "Functional.linear.0.forward"), TPROBE_SKIPPED);  // capture is off
+}

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -747,6 +748,35 @@ std::vector<bool> run_entries(capture_filter &filter, const std::vector<std::str
   std::vector<bool> out;
   for (const auto &name : names) out.push_back(filter.entry_enabled(name));
   return out;
+}
+
+// entry_wanted, asked before each entry_enabled, gives its answer and changes nothing: the same
+// names through a filter nobody asks give the same answers.
+std::vector<bool> run_entries_asking_first(capture_filter &filter, const std::vector<std::string> &names) {
+  std::vector<bool> out;
+  for (const auto &name : names) {
+    const bool wanted = filter.entry_wanted(name);
+    EXPECT_EQ(filter.entry_wanted(name), wanted) << name;
+    out.push_back(filter.entry_enabled(name));
+    EXPECT_EQ(out.back(), wanted) << name;
+  }
+  return out;
+}
+
+TEST(CaptureFilter, EntryWantedAnswersAsEntryEnabledWillWithoutMovingTheScope) {
+  const std::vector<std::string> names = {
+      "Functional.linear.0.forward", "Functional.linear.1.forward", "Functional.relu.0.forward",
+      "Tensor.__add__.0.forward", "Functional.linear.2.forward", "Functional.linear.2.backward",
+      "Tensor.__add__.0.backward", "Functional.relu.0.backward", "Functional.linear.1.backward",
+      "Module.fc.Linear.parameters_grad.0"};
+  for (const auto &options : std::vector<std::map<std::string, std::vector<std::string>>>{
+           {{"scope", {"Functional.linear.1.forward", "Tensor.__add__.0.forward"}}},
+           {{"scope", {"Functional.relu.0.forward", "Functional.linear.2.forward"}}, {"list", {"linear"}}},
+           {{"list", {"relu", "__add__"}}},
+           {}}) {
+    capture_filter asked(filter_config(options)), plain(filter_config(options));
+    EXPECT_EQ(run_entries_asking_first(asked, names), run_entries(plain, names));
+  }
 }
 
 TEST(CaptureFilter, ApiScopeRange) {
