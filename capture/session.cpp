@@ -605,6 +605,16 @@ struct tprobe_session {
       std::vector<pending_ptr> batch;
       int idle_naps = 0;
       bool holding = false;  // a link keeps an open batch (flush_after_naps)
+      // Sends every link's open batch; false once the session has detached.
+      auto flush_links = [&] {
+        try {
+          for (auto &s : senders) s->flush();
+          return true;
+        } catch (const consumer_lost_error &e) {
+          detach(e.what(), unsent_records());
+          return false;
+        }
+      };
       for (;;) {
         bool flush_due = false;
         {
@@ -635,12 +645,7 @@ struct tprobe_session {
           }
         }
         if (flush_due) {
-          try {
-            for (auto &s : senders) s->flush();
-          } catch (const consumer_lost_error &e) {
-            detach(e.what(), unsent_records());
-            return;
-          }
+          if (!flush_links()) return;
           holding = false;
           continue;
         }
@@ -698,14 +703,7 @@ struct tprobe_session {
         batch.clear();
         // Small records wait in a link's batch (record.h "Batches") while more follow: a nap
         // that brings none sends them (flush_after_naps), as do a control record and closing.
-        if (control) {
-          try {
-            for (auto &s : senders) s->flush();
-          } catch (const consumer_lost_error &e) {
-            detach(e.what(), unsent_records());
-            return;
-          }
-        }
+        if (control && !flush_links()) return;
         holding = unsent_records() > 0;
       }
     } catch (...) {
