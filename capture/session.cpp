@@ -507,7 +507,7 @@ struct tprobe_session {
   // The same reasoning one process further: each batch the sender hands on wakes ZeroMQ's I/O
   // thread, the consumer's, and the consumer, and a sender that sent its open batch before every
   // nap sent one per millisecond, most of them a few records (35 a 22 ms transformer step, where
-  // its ~2,800 records fill a dozen). So an open batch is kept across naps while the training
+  // its 485 KiB of records fill about 15). So an open batch is kept across naps while the training
   // thread is busy between captures, and sent once a nap brings nothing (flush_after_naps), when
   // a record joins it past RECORD_BATCH_MAX_AGE_MS, when it is full, or at once after a control
   // record (stop, step): what a consumer waits for is never held back.
