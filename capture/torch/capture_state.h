@@ -133,6 +133,10 @@ struct state {
   // all forgotten when it grows past contents_known_max.
   std::unordered_map<const c10::StorageImpl *, known_content> contents;
   uint64_t contents_named = 0;
+  // Operators on the training thread below the captured depth or inside an autograd node whose
+  // RecordFunction reached the callback anyway (counters(): what quiet_nested leaves).
+  std::atomic<uint64_t> nested_record_functions{0};
+  bool quiet_nested = true;  // TPROBE_QUIET_NESTED=off: nested operators keep their RecordFunction (op_callbacks.cpp)
   bool reuse_stats = true;  // TPROBE_REUSE_STATS=off: every tensor is read (to measure, to rule it out)
   bool capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);
   bool capture_summary_null(const std::string &entry, const std::string &slot, const at::Tensor &t,
@@ -184,7 +188,7 @@ struct state {
   // ---- operators (op_callbacks.cpp) ----
 
   const op_info &info_of(const at::RecordFunction &fn);
-  std::unique_ptr<at::ObserverContext> op_begin(const at::RecordFunction &fn, int depth);
+  std::unique_ptr<at::ObserverContext> op_begin(const at::RecordFunction &fn, const op_info &info, int depth);
   // The contents an operator is about to write are forgotten (content_of), after its inputs were
   // captured as they were before it ran.
   void forget_written(const op_info &info, decltype(std::declval<const at::RecordFunction &>().inputs()) inputs);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include <ATen/SequenceNumber.h>
 #include <ATen/core/function_schema.h>
@@ -51,8 +52,7 @@ const op_info &state::info_of(const at::RecordFunction &fn) {
   return *slot;
 }
 
-std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &fn, int depth) {
-  const op_info &info = info_of(fn);
+std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &fn, const op_info &info, int depth) {
   if (!info.has_schema) return nullptr;
   std::unique_lock lock(mutex);
   if (!ops_on.load() || !session) return nullptr;
@@ -164,6 +164,39 @@ void quiesce_after_fork(state &s) {
   if (s.backward_callback) at::disableCallback(*s.backward_callback);
 }
 
+// ---- Quiet below the captured depth ----
+//
+// A callback that needs inputs and outputs makes every RecordFunction on the thread box its
+// operator's arguments and results, whether or not the callback wants them. Only the operators
+// down to op_depth are captured, yet a transformer step runs ~5,300 RecordFunctions for its ~580
+// captured operators: the ops inside them (linear's t and addmm) and inside the backward kernels.
+// So while an operator at the deepest captured level runs, and while an autograd node runs, the
+// thread's RecordFunction is off (at::enableRecordFunction, thread-local): its nested operators
+// make none. Never when
+//   - the operator has no schema: the autograd engine's evaluate_function ranges are FUNCTION
+//     scope too, and the node inside them must still reach on_backward_start;
+//   - a thread-local callback is registered (the profiler is one): it wants every operator;
+//   - TPROBE_DEVICE_STATS=deferred: every write must pass flush_before_write (device_stats.h);
+//   - TPROBE_QUIET_NESTED=off.
+// Only C++ autograd nodes are quiet: a Python one (a custom autograd.Function's backward) may run
+// module hooks that link what they see, or a reentrant backward (checkpoint) whose nodes must reach
+// on_backward_start.
+thread_local int tl_quiet_depth = -1;   // the depth whose operator turned RecordFunction off
+thread_local bool tl_quiet_node = false;  // an autograd node turned it off
+
+bool may_quiet(const state &s) {
+  return s.quiet_nested && !device_path_settings_get().deferred_copies && !at::hasThreadLocalCallbacks();
+}
+
+// The nodes PyTorch generates are named `{Op}Backward{N}` (AddmmBackward0) and run ATen operators
+// only; so does AccumulateGrad. A Python Function's node is named after its class
+// (`{Function}Backward`), a C++ Function's after its type, and CopySlices runs another node inside
+// it: those are not quiet.
+bool is_generated_node(std::string_view name) {
+  return (!name.empty() && name.back() >= '0' && name.back() <= '9' && name.find("Backward") != name.npos) ||
+         name == "torch::autograd::AccumulateGrad";
+}
+
 std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction &fn) {
   if (is_own(fn)) return nullptr;
   const int depth = tl_depth++;
@@ -175,27 +208,52 @@ std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction 
   // Before the early returns: an operator nested too deep to capture, in backward or on another
   // thread still writes memory a deferred copy has yet to read (device_stats.h).
   if (s.device.has_deferred.load(std::memory_order_acquire)) s.flush_before_write(fn);
-  if (!s.ops_on.load(std::memory_order_relaxed) || tl_backward_depth > 0 || depth >= s.options.op_depth ||
-      at::RecordFunction::currentThreadId() != s.training_thread)
+  if (!s.ops_on.load(std::memory_order_relaxed) || at::RecordFunction::currentThreadId() != s.training_thread)
     return nullptr;
-  return s.op_begin(fn, depth);
+  if (tl_backward_depth > 0 || depth >= s.options.op_depth) {
+    s.nested_record_functions.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  const op_info &info = s.info_of(fn);
+  auto ctx = s.op_begin(fn, info, depth);
+  if (info.has_schema && depth + 1 == s.options.op_depth && may_quiet(s)) {
+    tl_quiet_depth = depth;
+    at::enableRecordFunction(false);
+  }
+  return ctx;
 }
 
 void on_function_end(const at::RecordFunction &fn, at::ObserverContext *ctx) {
   if (is_own(fn)) return;
-  --tl_depth;
+  if (--tl_depth == tl_quiet_depth) {
+    tl_quiet_depth = -1;
+    at::enableRecordFunction(true);
+  }
   if (ctx) the_state().op_end(fn, *static_cast<op_context *>(ctx));
 }
 
 std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction &fn) {
   ++tl_backward_depth;
   state &s = the_state();
-  if (s.forked) quiesce_after_fork(s);
-  else if (s.backward_on.load(std::memory_order_relaxed)) s.backward_node(fn);
+  if (s.forked) {
+    quiesce_after_fork(s);
+    return nullptr;
+  }
+  if (s.backward_on.load(std::memory_order_relaxed)) s.backward_node(fn);
+  if (!tl_quiet_node && s.ops_on.load(std::memory_order_relaxed) && is_generated_node(fn.name()) && may_quiet(s)) {
+    tl_quiet_node = true;
+    at::enableRecordFunction(false);
+  }
   return nullptr;
 }
 
-void on_backward_end(const at::RecordFunction &, at::ObserverContext *) { --tl_backward_depth; }
+void on_backward_end(const at::RecordFunction &, at::ObserverContext *) {
+  --tl_backward_depth;
+  if (tl_quiet_node) {
+    tl_quiet_node = false;
+    at::enableRecordFunction(true);
+  }
+}
 
 }  // namespace
 

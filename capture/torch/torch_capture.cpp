@@ -139,6 +139,8 @@ std::string open(const open_options &options) {
   s.high_precision = cfg.value("precision", "low") == "high";
   const char *reuse = std::getenv("TPROBE_REUSE_STATS");
   s.reuse_stats = !(reuse && std::string_view(reuse) == "off");
+  const char *quiet = std::getenv("TPROBE_QUIET_NESTED");
+  s.quiet_nested = !(quiet && std::string_view(quiet) == "off");
   s.forget_contents();
   s.ranks = int_list(cfg.value("rank", nlohmann::ordered_json::array()));
   s.steps = int_list(cfg.value("step", nlohmann::ordered_json::array()));
@@ -338,6 +340,7 @@ std::string counters() {
          {"stats_reused", c.stats_reused},
          {"stats_parts_helped", c.stats_parts_helped},
          {"operators", s.operators},       {"unsupported", s.unsupported},
+         {"nested_record_functions", s.nested_record_functions.load()},
          {"device_summaries", s.device_summaries}, {"device_tensors", s.device.tensors},
          {"device_segments", s.device.segments}, {"device_reused", s.device.reused},
          {"device_reads", s.device.reads}, {"device_waits", s.device.waits},
