@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include <ATen/SequenceNumber.h>
 #include <ATen/core/function_schema.h>
@@ -197,10 +198,26 @@ bool is_generated_node(std::string_view name) {
          name == "torch::autograd::AccumulateGrad";
 }
 
+// A Python autograd.Function's apply is a FUNCTION-scope RecordFunction too, named after its class
+// and without a schema. It is not an operator: the operators its forward calls are the outermost
+// ones, as msprobe, which hooks them from Python, dumps them (checkpoint's forward, a model's own
+// fused functions). So it does not count as a level of depth; its RecordFunction is kept here to
+// know it at its end. The ranges PyTorch names in C++ (`autograd::engine::evaluate_function: ...`,
+// holding the gradient sums the engine runs between nodes) have a `::` and still count.
+thread_local std::vector<const at::RecordFunction *> tl_function_applies;
+
+bool is_function_apply(state &s, const at::RecordFunction &fn) {
+  return std::strchr(fn.name(), ':') == nullptr && !s.info_of(fn).has_schema;
+}
+
 std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction &fn) {
   if (is_own(fn)) return nullptr;
-  const int depth = tl_depth++;
   state &s = the_state();
+  if (is_function_apply(s, fn)) {
+    tl_function_applies.push_back(&fn);
+    return nullptr;
+  }
+  const int depth = tl_depth++;
   if (s.forked) {
     quiesce_after_fork(s);
     return nullptr;
@@ -225,6 +242,10 @@ std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction 
 
 void on_function_end(const at::RecordFunction &fn, at::ObserverContext *ctx) {
   if (is_own(fn)) return;
+  if (!tl_function_applies.empty() && tl_function_applies.back() == &fn) {
+    tl_function_applies.pop_back();
+    return;
+  }
   if (--tl_depth == tl_quiet_depth) {
     tl_quiet_depth = -1;
     at::enableRecordFunction(true);

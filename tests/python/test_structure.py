@@ -132,6 +132,46 @@ class StructureTest(tt.CaptureTest):
         self.assertIn("Functional.linear.0.forward", names)
         self.assertTrue(any(n.startswith("Aten.") for n in names), names)
 
+    def test_operators_inside_an_autograd_function_are_the_outermost(self):
+        # A Python autograd.Function's apply is a RecordFunction without a schema: the operators its
+        # forward calls are dumped as msprobe dumps them (checkpoint's forward is one such function),
+        # and the engine's gradient sums between nodes are still not.
+        script = """
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from tprobe import PrecisionDebugger
+from model import make
+
+class Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.relu(x) * 2
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+model, x, y = make()
+debugger = PrecisionDebugger(config_path="./config.json")
+debugger.start(model)
+h = torch.utils.checkpoint.checkpoint(model.inp, Scaled.apply(x.requires_grad_()), use_reentrant=True)
+loss = F.cross_entropy(model.out(model.block(h)), y)
+loss.backward()
+debugger.stop()
+debugger.step()
+"""
+        names = list(self.run_script(script).data())
+        forwards = [n for n in names if n.endswith(".forward")]
+        self.assertEqual(forwards[:3], ["Functional.relu.0.forward", "Torch.mul.0.forward", "Functional.linear.0.forward"])
+        # The rest is the unwrapped model's: its residual x is used twice (the engine sums two
+        # gradients into it), and no entry comes of that sum.
+        self.assertEqual(without_autograd_seed(forwards[3:]), [
+            "Functional.linear.1.forward", "Functional.relu.1.forward", "Torch.add.0.forward",
+            "Functional.linear.2.forward", "Functional.cross_entropy_loss.0.forward"])
+        self.assertEqual([n for n in names if n.endswith(".backward")], [
+            "Functional.cross_entropy_loss.0.backward", "Functional.linear.2.backward", "Torch.add.0.backward",
+            "Functional.relu.1.backward", "Functional.linear.1.backward"])
+
     def test_module_leaves_keep_their_order(self):
         """A module's forward entry holds its leaves in order: tensors and values among the
         arguments and results, keyword arguments where torch shows them to hooks, then the
