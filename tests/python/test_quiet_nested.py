@@ -66,10 +66,20 @@ def script(profile=False, exotic=True):
     return NESTED.replace("PROFILE_FLAG", str(profile)).replace("EXOTIC_FLAG", str(exotic))
 
 
-def counters(run):
+def all_counters(run):
     got = [json.loads(line.split(" ", 1)[1]) for line in run.result.stdout.splitlines() if line.startswith("COUNTERS ")]
     assert got, run.result.stdout + run.result.stderr
-    return got[-1]
+    return got
+
+
+def counters(run):
+    return all_counters(run)[-1]
+
+
+def last_step(run, key):
+    """A counter's growth over the run's last step."""
+    got = all_counters(run)
+    return got[-1][key] - got[-2][key]
 
 
 def files(run, step):
@@ -86,42 +96,43 @@ class QuietNestedTest(tt.CaptureTest):
     def test_the_dump_is_the_same_with_the_nested_operators_quiet(self):
         for level in ("L1", "mix"):
             config = tt.default_config(level=level)
-            quiet = self.run_script(script(), config=config, steps=2, name=f"quiet-{level}")
-            loud = self.run_script(script(), config=config, steps=2, name=f"loud-{level}",
+            quiet = self.run_script(script(), config=config, steps=3, name=f"quiet-{level}")
+            loud = self.run_script(script(), config=config, steps=3, name=f"loud-{level}",
                                    env={"TPROBE_QUIET_NESTED": "off"})
-            for step in (0, 1):
+            self.assertLess(last_step(quiet, "nested_record_functions"), last_step(loud, "nested_record_functions"))
+            for step in (0, 2):
                 got, want = files(quiet, step), files(loud, step)
                 for name in want:
                     self.assertEqual(got[name], want[name], f"{level} step{step} {name}")
-            names = list(quiet.data(1))
+            names = list(quiet.data(2))
             # The run did reach what the quiet must not hide: the backward entries, whose inputs
             # come from the autograd nodes' RecordFunctions.
             self.assertIn("Functional.layer_norm.0.backward", names)
-            backward = quiet.data(1)["Functional.layer_norm.0.backward"]
+            backward = quiet.data(2)["Functional.layer_norm.0.backward"]
             self.assertTrue(backward["input"], backward)
 
     def test_nested_operators_no_longer_reach_the_callback(self):
         config = tt.default_config()
-        quiet = counters(self.run_script(script(exotic=False), config=config, name="quiet"))
-        loud = counters(self.run_script(script(exotic=False), config=config, name="loud",
-                                        env={"TPROBE_QUIET_NESTED": "off"}))
-        self.assertEqual(quiet["operators"], loud["operators"])
+        quiet = self.run_script(script(exotic=False), config=config, name="quiet", steps=3)
+        loud = self.run_script(script(exotic=False), config=config, name="loud", steps=3,
+                               env={"TPROBE_QUIET_NESTED": "off"})
+        self.assertEqual(last_step(quiet, "operators"), last_step(loud, "operators"))
+        nested_quiet, nested_loud = last_step(quiet, "nested_record_functions"), last_step(loud, "nested_record_functions")
         # Without the quiet, linear's t and addmm, the backward kernels' operators, ... all come
         # through; with it, only those the engine runs outside the nodes (the sum of two gradients).
-        self.assertGreater(loud["nested_record_functions"], quiet["operators"])
-        self.assertLess(quiet["nested_record_functions"] * 10, loud["nested_record_functions"],
-                        (quiet["nested_record_functions"], loud["nested_record_functions"]))
+        self.assertGreater(nested_loud, last_step(quiet, "operators"))
+        self.assertLess(nested_quiet * 10, nested_loud, (nested_quiet, nested_loud))
 
     def test_a_profiler_on_the_thread_still_sees_every_operator(self):
         config = tt.default_config()
-        run = self.run_script(script(profile=True), config=config, name="profiled")
+        run = self.run_script(script(profile=True), config=config, name="profiled", steps=3)
         profiled = [json.loads(line.split(" ", 1)[1]) for line in run.result.stdout.splitlines()
                     if line.startswith("PROFILED ")][-1]
         # Nested in linear, and run inside the backward kernels: what the quiet would hide.
         for name in ("aten::linear", "aten::addmm", "aten::t", "aten::mm", "aten::native_layer_norm"):
             self.assertIn(name, profiled)
-        loud = counters(self.run_script(script(), config=config, name="loud", env={"TPROBE_QUIET_NESTED": "off"}))
-        self.assertEqual(counters(run)["nested_record_functions"], loud["nested_record_functions"])
+        loud = self.run_script(script(), config=config, name="loud", steps=3, env={"TPROBE_QUIET_NESTED": "off"})
+        self.assertEqual(last_step(run, "nested_record_functions"), last_step(loud, "nested_record_functions"))
         self.assertIn("Functional.layer_norm.0.forward", list(run.data()))
 
 
