@@ -213,15 +213,16 @@ bool is_function_apply(state &s, const at::RecordFunction &fn) {
 std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction &fn) {
   if (is_own(fn)) return nullptr;
   state &s = the_state();
+  if (s.forked) {  // before any lock: one held at the fork is never let go in the child
+    ++tl_depth;
+    quiesce_after_fork(s);
+    return nullptr;
+  }
   if (is_function_apply(s, fn)) {
     tl_function_applies.push_back(&fn);
     return nullptr;
   }
   const int depth = tl_depth++;
-  if (s.forked) {
-    quiesce_after_fork(s);
-    return nullptr;
-  }
   // Before the early returns: an operator nested too deep to capture, in backward or on another
   // thread still writes memory a deferred copy has yet to read (device_stats.h).
   if (s.device.has_deferred.load(std::memory_order_acquire)) s.flush_before_write(fn);

@@ -136,5 +136,47 @@ class QuietNestedTest(tt.CaptureTest):
         self.assertIn("Functional.layer_norm.0.forward", list(run.data()))
 
 
+    def test_forked_data_loader_workers_run_functions_and_operators(self):
+        # A DataLoader worker is a fork of the training process, callbacks still registered: its
+        # operators, its custom Function and its nested operators must neither hang nor be dumped.
+        script = """
+import torch
+import torch.nn.functional as F
+from tprobe import PrecisionDebugger
+from model import make
+
+class Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return F.linear(x, torch.eye(x.shape[-1])) * 2
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+    def __getitem__(self, i):
+        return Twice.apply(torch.full((4,), float(i))).softmax(0)
+
+model, x, y = make()
+debugger = PrecisionDebugger(config_path="./config.json")
+for step in range(STEPS):
+    debugger.start(model)
+    for batch in torch.utils.data.DataLoader(Data(), batch_size=5, num_workers=2):
+        loss = F.cross_entropy(model(batch), y[: len(batch)])
+        loss.backward()
+    debugger.stop()
+    debugger.step()
+"""
+        run = self.run_script(script, steps=2, timeout=120)
+        for step in (0, 1):
+            names = list(run.data(step))
+            # Two batches in the training process; nothing of the workers' Twice or softmax.
+            self.assertEqual(names.count("Functional.cross_entropy_loss.0.forward"), 1, names)
+            self.assertIn("Functional.cross_entropy_loss.1.forward", names)
+            self.assertFalse([n for n in names if "softmax" in n or n.startswith("Torch.mul.")], names)
+
+
 if __name__ == "__main__":
     unittest.main()
