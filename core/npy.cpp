@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -329,45 +330,93 @@ std::string npy_header(dtype type, std::span<const int64_t> shape) {
   return out;
 }
 
-void npy_write(const std::string &path, dtype type, std::span<const int64_t> shape, std::span<const std::byte> data,
-               mode_t mode) {
-  const size_t count = checked_count(shape, path);
+namespace {
+
+void npy_data_check(const std::string &path, dtype type, std::span<const int64_t> shape, size_t data_size,
+                    size_t &count) {
+  count = checked_count(shape, path);
   const size_t expected = checked_bytes(count, dtype_size(type), path);
-  if (data.size() != expected)
-    throw usage_error(path + ": " + std::to_string(data.size()) + " data bytes given for a " +
+  if (data_size != expected)
+    throw usage_error(path + ": " + std::to_string(data_size) + " data bytes given for a " +
                       std::string(dtype_name(type)) + " array of shape " + shape_repr(shape) + ", expected " +
                       std::to_string(expected));
+}
+
+// Header and data in one writev: a step of small tensors is thousands of files, and system calls
+// are what each of them costs most.
+void write_header_and_data(int fd, std::string_view header, std::span<const std::byte> data, const std::string &path) {
+  iovec iov[2] = {{const_cast<char *>(header.data()), header.size()},
+                  {const_cast<std::byte *>(data.data()), std::min(data.size(), size_t{1} << 30)}};
+  ssize_t n;
+  do n = ::writev(fd, iov, 2);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) throw system_error_from_errno("write", path, errno);
+  size_t done = static_cast<size_t>(n);
+  if (done < header.size()) {
+    safe_write_all(fd, header.data() + done, header.size() - done, path);
+    done = header.size();
+  }
+  done -= header.size();
+  safe_write_all(fd, data.data() + done, data.size() - done, path);
+}
+
+void npy_write_fd(int fd, const std::string &path, dtype type, std::span<const int64_t> shape,
+                  std::span<const std::byte> data, size_t count) {
   const std::string header = npy_header(type, shape);
-  const int fd = safe_open_for_write(path, mode);
-  try {
-    safe_write_all(fd, header.data(), header.size(), path);
-    if (type != dtype::bfloat16) {
-      safe_write_all(fd, data.data(), data.size(), path);
-    } else {
-      constexpr size_t chunk = 1 << 15;
-      std::vector<uint32_t> buf(std::min(chunk, count));
-      for (size_t done = 0; done < count;) {
-        const size_t n = std::min(chunk, count - done);
-        const std::byte *src = data.data() + done * 2;
-        for (size_t i = 0; i < n; ++i) {
-          uint16_t bits;
-          std::memcpy(&bits, src + 2 * i, 2);
-          buf[i] = static_cast<uint32_t>(bits) << 16;
-        }
-        safe_write_all(fd, buf.data(), n * 4, path);
-        done += n;
-      }
+  if (type != dtype::bfloat16) {
+    write_header_and_data(fd, header, data, path);
+    return;
+  }
+  safe_write_all(fd, header.data(), header.size(), path);
+  constexpr size_t chunk = 1 << 15;
+  std::vector<uint32_t> buf(std::min(chunk, count));
+  for (size_t done = 0; done < count;) {
+    const size_t n = std::min(chunk, count - done);
+    const std::byte *src = data.data() + done * 2;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, src + 2 * i, 2);
+      buf[i] = static_cast<uint32_t>(bits) << 16;
     }
+    safe_write_all(fd, buf.data(), n * 4, path);
+    done += n;
+  }
+}
+
+// Writes through `fd` and closes it; `remove` unlinks the partly written file on any failure.
+template <typename Remove>
+void npy_write_and_close(int fd, const std::string &path, dtype type, std::span<const int64_t> shape,
+                         std::span<const std::byte> data, size_t count, Remove &&remove) {
+  try {
+    npy_write_fd(fd, path, type, shape, data, count);
   } catch (...) {
     ::close(fd);
-    ::unlink(path.c_str());
+    remove();
     throw;
   }
   if (::close(fd) != 0) {
     const int err = errno;
-    ::unlink(path.c_str());
+    remove();
     throw system_error_from_errno("write", path, err);
   }
+}
+
+}  // namespace
+
+void npy_write(const std::string &path, dtype type, std::span<const int64_t> shape, std::span<const std::byte> data,
+               mode_t mode) {
+  size_t count = 0;
+  npy_data_check(path, type, shape, data.size(), count);
+  npy_write_and_close(safe_open_for_write(path, mode), path, type, shape, data, count,
+                      [&] { ::unlink(path.c_str()); });
+}
+
+void npy_write(const safe_dir &dir, const std::string &name, dtype type, std::span<const int64_t> shape,
+               std::span<const std::byte> data, mode_t mode) {
+  const std::string path = dir.file_path(name);
+  size_t count = 0;
+  npy_data_check(path, type, shape, data.size(), count);
+  npy_write_and_close(dir.open_for_write(name, mode), path, type, shape, data, count, [&] { dir.remove(name); });
 }
 
 npy_array npy_read(const std::string &path) {

@@ -27,6 +27,8 @@
 
 namespace tprobe {
 
+class safe_dir;  // safe_path.h
+
 // The complete header (magic, version, length, dict, padding, '\n') for an array of `type` with
 // `shape` in C order. Shape () is a 0-d array, (5,) 1-d. Throws usage_error for a negative
 // dimension.
@@ -37,6 +39,9 @@ namespace tprobe {
 // bfloat16 data is converted to float32. Throws usage_error if data.size() does not match the
 // shape; a partly written file is removed on error.
 void npy_write(const std::string &path, dtype type, std::span<const int64_t> shape,
+               std::span<const std::byte> data, mode_t mode = 0640);
+// The same, as the file `name` in the open directory `dir` (safe_dir::open_for_write).
+void npy_write(const safe_dir &dir, const std::string &name, dtype type, std::span<const int64_t> shape,
                std::span<const std::byte> data, mode_t mode = 0640);
 
 struct npy_array {

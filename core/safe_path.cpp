@@ -202,17 +202,25 @@ void safe_write_all(int fd, const void *data, size_t size, const std::string &pa
   }
 }
 
-int safe_open_for_write(const std::string &path, mode_t mode) {
-  const std::string abs = absolute_normal_path(path);
-  std::string base;
-  fd_guard dir(open_parent_dir(abs, base));
-  // O_NONBLOCK: a FIFO planted at `path` must not block us; it is refused below.
-  fd_guard fd(::openat(dir.get(), base.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
-                       mode));
+namespace {
+
+// Opens `base` in the directory `dirfd` for writing with mode `mode` (abs names it in errors).
+// A file that does not exist yet is created with O_EXCL, which guarantees a new regular file, so
+// it needs none of the checks below; an existing one (a rerun into the same dump path) is opened
+// with O_NONBLOCK, so that a planted FIFO cannot block us, and refused unless it is a regular
+// file. Either way fchmod sets `mode`, which the umask may have narrowed.
+int open_in_dir_for_write(int dirfd, const char *base, const std::string &abs, mode_t mode) {
+  fd_guard fd(::openat(dirfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (fd.get() >= 0) {
+    if (::fchmod(fd.get(), mode) != 0) throw system_error_from_errno("set the mode of", abs, errno);
+    return fd.release();
+  }
+  if (errno == EEXIST)
+    fd.reset(::openat(dirfd, base, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode));
   if (fd.get() < 0) {
     const int err = errno;
     struct stat st {};
-    if (err == ELOOP && ::fstatat(dir.get(), base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+    if (err == ELOOP && ::fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
       throw_symlink(abs);
     throw system_error_from_errno("open", abs, err);
   }
@@ -225,6 +233,37 @@ int safe_open_for_write(const std::string &path, mode_t mode) {
   if (::fchmod(fd.get(), mode) != 0) throw system_error_from_errno("set the mode of", abs, errno);
   return fd.release();
 }
+
+}  // namespace
+
+int safe_open_for_write(const std::string &path, mode_t mode) {
+  const std::string abs = absolute_normal_path(path);
+  std::string base;
+  fd_guard dir(open_parent_dir(abs, base));
+  return open_in_dir_for_write(dir.get(), base.c_str(), abs, mode);
+}
+
+safe_dir::safe_dir(const std::string &path) : path_(absolute_normal_path(path)) {
+  if (path_ == "/") throw usage_error("/: is not a dump directory");
+  std::string base;
+  fd_guard parent(open_parent_dir(path_, base));
+  fd_ = ::openat(parent.get(), base.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd_ < 0) throw_open_dir_error(parent.get(), base, path_, errno);
+}
+
+safe_dir::~safe_dir() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string safe_dir::file_path(const std::string &name) const { return join(path_, name); }
+
+int safe_dir::open_for_write(const std::string &name, mode_t mode) const {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    throw usage_error(file_path(name) + ": is not a file name in " + path_);
+  return open_in_dir_for_write(fd_, name.c_str(), file_path(name), mode);
+}
+
+void safe_dir::remove(const std::string &name) const noexcept { ::unlinkat(fd_, name.c_str(), 0); }
 
 void atomic_write_file(const std::string &path, std::string_view content, bool sync) {
   const std::string abs = absolute_normal_path(path);

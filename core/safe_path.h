@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace tprobe {
 
@@ -47,6 +48,36 @@ void safe_mkdirs(const std::string &root, const std::string &relative = {});
 // (default 0640). Refuses a symbolic link at `path` or as its parent directory, and anything
 // that is not a regular file. Returns the descriptor (O_CLOEXEC); the caller closes it.
 [[nodiscard]] int safe_open_for_write(const std::string &path, mode_t mode = 0640);
+
+// A directory of the dump tree held open (an O_PATH descriptor; the directory itself must not be
+// a symbolic link), so that a writer creating thousands of files in it (dump_tensor_data/)
+// resolves its path once rather than once a file. Move-only; closes the descriptor when destroyed.
+class safe_dir {
+ public:
+  // Opens `path`, an existing directory: usage_error if it is a symbolic link or not a
+  // directory, system_error if it cannot be opened.
+  explicit safe_dir(const std::string &path);
+  safe_dir(safe_dir &&other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
+  safe_dir &operator=(safe_dir &&other) noexcept {
+    std::swap(fd_, other.fd_);
+    std::swap(path_, other.path_);
+    return *this;
+  }
+  safe_dir(const safe_dir &) = delete;
+  ~safe_dir();
+
+  const std::string &path() const { return path_; }  // absolute, normalised
+  std::string file_path(const std::string &name) const;
+  // safe_open_for_write(path() + "/" + name, mode) without resolving the path again; `name` is
+  // a plain file name (usage_error for "", ".", ".." or one with a '/').
+  [[nodiscard]] int open_for_write(const std::string &name, mode_t mode = 0640) const;
+  // Unlinks `name` here, ignoring errors: the clean-up of a partly written file.
+  void remove(const std::string &name) const noexcept;
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
 
 // Write `size` bytes to `fd` (retrying short writes and EINTR); system_error
 // "unable to write PATH: ..." on failure.

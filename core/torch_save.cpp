@@ -662,18 +662,27 @@ std::string_view torch_storage_name(dtype type) {
   throw usage_error("dtype " + std::string(dtype_name(type)) + " has no torch storage");
 }
 
-void torch_save_write(const std::string &path, dtype type, std::span<const int64_t> shape,
-                      std::span<const std::byte> data, mode_t mode, const torch_save_options &options) {
+namespace {
+
+// Checks the data against the shape and returns the archive's pickle.
+std::string torch_save_pickle(const std::string &path, dtype type, std::span<const int64_t> shape,
+                              std::span<const std::byte> data) {
   const uint64_t count = element_count_of(shape, path);
   const size_t itemsize = dtype_size(type);
   if (count > std::numeric_limits<uint64_t>::max() / itemsize) bad(path, "byte count overflows");
   if (data.size() != count * itemsize)
     bad(path, std::to_string(data.size()) + " data bytes given for a " + std::string(dtype_name(type)) +
                   " tensor of " + std::to_string(count) + " elements, expected " + std::to_string(count * itemsize));
-  const std::string pickle = tensor_pickle(type, shape, count);
+  return tensor_pickle(type, shape, count);
+}
+
+// Writes the archive through `fd` and closes it; `remove` unlinks the partly written file on any
+// failure.
+template <typename Remove>
+void torch_save_write_and_close(int fd, const std::string &path, const std::string &pickle,
+                                std::span<const std::byte> data, const torch_save_options &options, Remove &&remove) {
   // torch names the archive after the file: "a/b/x.y.pt" → "x.y".
   const std::string stem = std::filesystem::path(path).stem().string();
-  const int fd = safe_open_for_write(path, mode);
   try {
     zip_writer zip(fd, path, options.force_zip64);
     zip.add(stem + "/data.pkl", as_bytes(pickle));
@@ -683,14 +692,30 @@ void torch_save_write(const std::string &path, dtype type, std::span<const int64
     zip.finish();
   } catch (...) {
     ::close(fd);
-    ::unlink(path.c_str());
+    remove();
     throw;
   }
   if (::close(fd) != 0) {
     const int err = errno;
-    ::unlink(path.c_str());
+    remove();
     throw system_error_from_errno("write", path, err);
   }
+}
+
+}  // namespace
+
+void torch_save_write(const std::string &path, dtype type, std::span<const int64_t> shape,
+                      std::span<const std::byte> data, mode_t mode, const torch_save_options &options) {
+  const std::string pickle = torch_save_pickle(path, type, shape, data);
+  torch_save_write_and_close(safe_open_for_write(path, mode), path, pickle, data, options,
+                             [&] { ::unlink(path.c_str()); });
+}
+
+void torch_save_write(const safe_dir &dir, const std::string &name, dtype type, std::span<const int64_t> shape,
+                      std::span<const std::byte> data, mode_t mode, const torch_save_options &options) {
+  const std::string path = dir.file_path(name);
+  const std::string pickle = torch_save_pickle(path, type, shape, data);
+  torch_save_write_and_close(dir.open_for_write(name, mode), path, pickle, data, options, [&] { dir.remove(name); });
 }
 
 std::vector<zip_member> zip_members(std::span<const std::byte> file, const std::string &source) {

@@ -46,6 +46,8 @@
 
 namespace tprobe {
 
+class safe_dir;  // safe_path.h
+
 struct torch_save_options {
   // Give every member zip64 size and offset fields even when they would fit in 32 bits. Only for
   // tests: it exercises the >4 GiB layout on small files.
@@ -57,6 +59,9 @@ struct torch_save_options {
 // a dimension may be 0 (empty tensor). Throws usage_error if data.size() does not match the shape
 // or a dimension is negative.
 void torch_save_write(const std::string &path, dtype type, std::span<const int64_t> shape,
+                      std::span<const std::byte> data, mode_t mode = 0640, const torch_save_options &options = {});
+// The same, as the file `name` in the open directory `dir` (safe_dir::open_for_write).
+void torch_save_write(const safe_dir &dir, const std::string &name, dtype type, std::span<const int64_t> shape,
                       std::span<const std::byte> data, mode_t mode = 0640, const torch_save_options &options = {});
 
 // The storage class name torch pickles for a dtype, e.g. "FloatStorage", "BFloat16Storage".

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "safe_path.h"
 
 namespace tprobe {
 namespace {
@@ -159,6 +160,32 @@ TEST_F(Npy, WriteRejectsWrongSizeAndSymlinks) {
   ASSERT_EQ(::symlink(path("victim").c_str(), path("link.npy").c_str()), 0);
   EXPECT_THROW(npy_write(path("link.npy"), dtype::float32, two, bytes_of(f)), usage_error);
   EXPECT_EQ(read_file(path("victim")), "keep");
+}
+
+// The writer's path: files created by name in dump_tensor_data/, opened once (safe_dir). Same
+// bytes as a write by path, bfloat16 widened the same way, and nothing left behind on an error.
+TEST_F(Npy, WriteInAnOpenDirectoryMatchesWriteByPath) {
+  const safe_dir dir(dir_);
+  std::vector<float> big(100000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.25f - 7.f;
+  const std::array<int64_t, 2> shape{250, 400};
+  npy_write(path("by_path.npy"), dtype::float32, shape, bytes_of(big));
+  npy_write(dir, "in_dir.npy", dtype::float32, shape, bytes_of(big));
+  EXPECT_EQ(read_file(path("in_dir.npy")), read_file(path("by_path.npy")));
+  struct stat st {};
+  ASSERT_EQ(::stat(path("in_dir.npy").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+
+  const std::vector<uint16_t> bf16{0x3FC0, 0xC000, 0x7F80};
+  const std::array<int64_t, 1> three{3};
+  npy_write(path("bf16_path.npy"), dtype::bfloat16, three, bytes_of(bf16));
+  npy_write(dir, "bf16_dir.npy", dtype::bfloat16, three, bytes_of(bf16));
+  EXPECT_EQ(read_file(path("bf16_dir.npy")), read_file(path("bf16_path.npy")));
+
+  npy_write(dir, "in_dir.npy", dtype::bfloat16, three, bytes_of(bf16));  // a rerun: replaced
+  EXPECT_EQ(read_file(path("in_dir.npy")), read_file(path("bf16_path.npy")));
+  EXPECT_THROW(npy_write(dir, "bad.npy", dtype::float32, three, bytes_of(bf16)), usage_error);
+  EXPECT_FALSE(std::filesystem::exists(path("bad.npy")));
 }
 
 TEST_F(Npy, MalformedFilesAreUsageErrorsNamingTheFile) {

@@ -222,6 +222,57 @@ TEST_F(SafePath, OpenForWriteRefusesLinksAndSpecialFiles) {
   expect_error<system_error>([&] { (void)safe_open_for_write(path("no/such/dir/f")); }, "unable to open directory");
 }
 
+// safe_dir: a directory opened once, files created in it by name with safe_open_for_write's
+// guarantees (the writer's dump_tensor_data/).
+TEST_F(SafePath, DirOpensFilesWithMode0640AndTruncatesExistingOnes) {
+  ::umask(077);
+  const std::string sub = path("dump_tensor_data");
+  ASSERT_TRUE(fs::create_directory(sub));
+  const safe_dir dir(sub);
+  EXPECT_EQ(dir.path(), sub);
+  EXPECT_EQ(dir.file_path("a.npy"), sub + "/a.npy");
+  int fd = dir.open_for_write("a.npy");  // new: created, mode set despite the umask
+  safe_write_all(fd, "hello", 5, dir.file_path("a.npy"));
+  ::close(fd);
+  EXPECT_EQ(mode_of(sub + "/a.npy"), 0640u);
+  EXPECT_EQ(read_file(sub + "/a.npy"), "hello");
+  ASSERT_EQ(::chmod((sub + "/a.npy").c_str(), 0666), 0);
+  fd = dir.open_for_write("a.npy");  // existing (a rerun): truncated, mode set again
+  safe_write_all(fd, "hi", 2, dir.file_path("a.npy"));
+  ::close(fd);
+  EXPECT_EQ(mode_of(sub + "/a.npy"), 0640u);
+  EXPECT_EQ(read_file(sub + "/a.npy"), "hi");
+  dir.remove("a.npy");
+  EXPECT_TRUE(fs::is_empty(sub));
+  ::umask(022);
+}
+
+TEST_F(SafePath, DirRefusesLinksSpecialFilesAndPaths) {
+  const std::string real_dir = path("real");
+  ASSERT_TRUE(fs::create_directory(real_dir));
+  const std::string dir_link = path("dir_link");
+  ASSERT_EQ(::symlink(real_dir.c_str(), dir_link.c_str()), 0);
+  expect_error<usage_error>([&] { safe_dir d(dir_link); }, dir_link + ": is a symbolic link");
+  write_file(path("plain"), "x");
+  expect_error<usage_error>([&] { safe_dir d(path("plain")); }, path("plain") + ": exists and is not a directory");
+  expect_error<system_error>([&] { safe_dir d(path("missing")); }, "unable to open directory");
+
+  const safe_dir dir(real_dir);
+  const std::string victim = path("victim");
+  write_file(victim, "keep");
+  ASSERT_EQ(::symlink(victim.c_str(), (real_dir + "/link.npy").c_str()), 0);
+  expect_error<usage_error>([&] { (void)dir.open_for_write("link.npy"); }, real_dir + "/link.npy: is a symbolic link");
+  EXPECT_EQ(read_file(victim), "keep");
+  ASSERT_EQ(::symlink((real_dir + "/nowhere").c_str(), (real_dir + "/dangling.npy").c_str()), 0);
+  expect_error<usage_error>([&] { (void)dir.open_for_write("dangling.npy"); }, "is a symbolic link");
+  EXPECT_FALSE(fs::exists(real_dir + "/nowhere"));
+  ASSERT_EQ(::mkfifo((real_dir + "/fifo").c_str(), 0600), 0);
+  EXPECT_ANY_THROW((void)dir.open_for_write("fifo"));  // refused at once, never blocks
+  for (const char *bad : {"", ".", "..", "a/b.npy", "../escape.npy"})
+    expect_error<usage_error>([&] { (void)dir.open_for_write(bad); }, "is not a file name in " + real_dir);
+  EXPECT_FALSE(fs::exists(path("escape.npy")));
+}
+
 TEST_F(SafePath, AtomicWriteReplacesContentAndLeavesNoTemporaryFiles) {
   ::umask(0);
   const std::string target = path("dump.json");

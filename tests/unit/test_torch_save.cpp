@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "errors.h"
+#include "safe_path.h"
 #include "test_support.h"
 
 namespace tprobe {
@@ -127,6 +129,27 @@ TEST(TorchSave, EveryDtypeRoundTrips) {
     ASSERT_EQ(t.data().size(), data.size());
     EXPECT_EQ(std::memcmp(t.data().data(), data.data(), data.size()), 0);
   }
+}
+
+// The writer's path: the file created by name in an open dump_tensor_data/ (safe_dir), byte for
+// byte what a write by path makes, the archive still named after the file.
+TEST(TorchSave, WriteInAnOpenDirectoryMatchesWriteByPath) {
+  test::temp_dir dir, other;
+  const safe_dir open_dir(dir.path());
+  const std::string name = "Tensor.add.0.forward.output.0.pt";
+  const std::vector<int64_t> shape{4, 5};
+  const std::string data = sample_bytes(dtype::float32, 20);
+  torch_save_write(open_dir, name, dtype::float32, shape, bytes_of(data));
+  torch_save_write(other / name, dtype::float32, shape, bytes_of(data));
+  EXPECT_EQ(read_file(dir / name), read_file(other / name));
+  const torch_save_tensor t(dir / name);
+  EXPECT_EQ(t.archive_name(), "Tensor.add.0.forward.output.0");
+  EXPECT_EQ(t.shape(), shape);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / name).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_THROW(torch_save_write(open_dir, "bad.pt", dtype::float32, shape, {}), usage_error);
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad.pt"));
 }
 
 TEST(TorchSave, ZeroDimEmptyAndLargeIntegers) {

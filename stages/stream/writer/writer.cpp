@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <map>
 #include <memory>
 #include <set>
@@ -79,7 +80,7 @@ struct dump_doc {
   // stacks): each rewrite is a new file, and file creation is what a step's write costs most.
   bool stacks_dirty = true;
   bool construct_dirty = true;
-  bool tensor_dir_ready = false;
+  std::optional<safe_dir> tensor_dir;  // dump_tensor_data/, opened at its first tensor file
 };
 
 class dump_writer {
@@ -339,14 +340,14 @@ class dump_writer {
     const std::string name = h.entry + "." + h.slot + (pt ? ".pt" : ".npy");
     if (const std::string problem = dump_name_problem(name); !problem.empty())
       throw usage_error(fmt::format("{} {}: tensor file name \"{}\" {}", r_describe(h), h.slot, name, problem));
-    if (!d.tensor_dir_ready) {
+    if (!d.tensor_dir) {
       const std::string root = std::filesystem::path(d.dir).parent_path().parent_path().string();
       safe_mkdirs(root, d.relative + "/dump_tensor_data");
-      d.tensor_dir_ready = true;
+      d.tensor_dir.emplace(d.dir + "/dump_tensor_data");
     }
     const auto bytes = r.payload_bytes();
-    if (pt) torch_save_write(d.dir + "/dump_tensor_data/" + name, h.type, h.shape, bytes);
-    else npy_write(d.dir + "/dump_tensor_data/" + name, h.type, h.shape, bytes);
+    if (pt) torch_save_write(*d.tensor_dir, name, h.type, h.shape, bytes);
+    else npy_write(*d.tensor_dir, name, h.type, h.shape, bytes);
     ++result_.tensor_files;
     result_.tensor_bytes += bytes.size();
     return name;
