@@ -2,9 +2,9 @@
 
 #include <chrono>
 #include <filesystem>
-#include <optional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
