@@ -39,6 +39,12 @@ namespace tprobe::torch_capture {
 extern thread_local int tl_depth;
 extern thread_local int tl_backward_depth;
 
+// Whether this thread is running a Python autograd.Function's backward now, not a node nested in
+// it: what runs there is a recomputation, as msprobe counts one (`is_recomputation`: a `backward`
+// called from torch/autograd/function.py), a reentrant checkpoint's forward run again. Its
+// operators and modules are dumped as forward entries with `is_recompute: true` (op_callbacks.cpp).
+bool recomputing();
+
 // A C API call's TPROBE_ERROR as an exception naming `what` and tprobe_last_error().
 [[noreturn]] void fail_c_api(const char *what);
 int checked(int rc, const char *what);
@@ -188,7 +194,8 @@ struct state {
   // ---- operators (op_callbacks.cpp) ----
 
   const op_info &info_of(const at::RecordFunction &fn);
-  std::unique_ptr<at::ObserverContext> op_begin(const at::RecordFunction &fn, const op_info &info, int depth);
+  std::unique_ptr<at::ObserverContext> op_begin(const at::RecordFunction &fn, const op_info &info, int depth,
+                                                bool recompute);
   // The contents an operator is about to write are forgotten (content_of), after its inputs were
   // captured as they were before it ran.
   void forget_written(const op_info &info, decltype(std::declval<const at::RecordFunction &>().inputs()) inputs);

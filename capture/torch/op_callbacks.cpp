@@ -53,7 +53,8 @@ const op_info &state::info_of(const at::RecordFunction &fn) {
   return *slot;
 }
 
-std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &fn, const op_info &info, int depth) {
+std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &fn, const op_info &info, int depth,
+                                                    bool recompute) {
   if (!info.has_schema) return nullptr;
   std::unique_lock lock(mutex);
   if (!ops_on.load() || !session) return nullptr;
@@ -76,7 +77,7 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
       lock.lock();
       if (!ops_on.load() || session != before) return nullptr;
     }
-    const bool forward = allow_forward && entry_begin(ctx->forward, ctx->parent, stack, 0);
+    const bool forward = allow_forward && entry_begin(ctx->forward, ctx->parent, stack, recompute ? 1 : 0);
     ctx->capture_outputs = forward;
     ctx->link = allow_backward && at::GradMode::is_enabled();
     if (ctx->link) {
@@ -206,6 +207,27 @@ bool is_generated_node(std::string_view name) {
 // holding the gradient sums the engine runs between nodes) have a `::` and still count.
 thread_local std::vector<const at::RecordFunction *> tl_function_applies;
 
+// A Python Function's backward node: what it runs is a recomputation (state.h `recomputing`). The
+// operators it calls directly are the outermost ones again, so depth counts from where it began.
+// A node nested in it (a reentrant checkpoint's backward through the recomputed graph) is not.
+struct python_node {
+  const at::RecordFunction *range;  // its own, to know it at its end
+  int backward_depth;  // tl_backward_depth inside the node
+  int depth_base;      // tl_depth when it began: its own operators' depth 0
+};
+thread_local std::vector<python_node> tl_python_nodes;
+
+bool in_python_node() {
+  return !tl_python_nodes.empty() && tl_python_nodes.back().backward_depth == tl_backward_depth;
+}
+
+// The nodes of Functions written in Python are named after their class, `{Function}Backward`: not
+// generated, no `::` (a C++ node's name is its qualified type), not a number at the end.
+bool is_python_node(std::string_view name) {
+  return !is_generated_node(name) && name.find("::") == name.npos && name.size() > 8 &&
+         name.substr(name.size() - 8) == "Backward";
+}
+
 bool is_function_apply(state &s, const at::RecordFunction &fn) {
   return std::strchr(fn.name(), ':') == nullptr && !s.info_of(fn).has_schema;
 }
@@ -222,20 +244,22 @@ std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction 
     tl_function_applies.push_back(&fn);
     return nullptr;
   }
-  const int depth = tl_depth++;
+  const int absolute_depth = tl_depth++;
   // Before the early returns: an operator nested too deep to capture, in backward or on another
   // thread still writes memory a deferred copy has yet to read (device_stats.h).
   if (s.device.has_deferred.load(std::memory_order_acquire)) s.flush_before_write(fn);
   if (!s.ops_on.load(std::memory_order_relaxed) || at::RecordFunction::currentThreadId() != s.training_thread)
     return nullptr;
-  if (tl_backward_depth > 0 || depth >= s.options.op_depth) {
+  const bool recompute = tl_backward_depth > 0 && in_python_node();
+  const int depth = recompute ? absolute_depth - tl_python_nodes.back().depth_base : absolute_depth;
+  if ((tl_backward_depth > 0 && !recompute) || depth >= s.options.op_depth) {
     s.nested_record_functions.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
   const op_info &info = s.info_of(fn);
-  auto ctx = s.op_begin(fn, info, depth);
+  auto ctx = s.op_begin(fn, info, depth, recompute);
   if (info.has_schema && depth + 1 == s.options.op_depth && may_quiet(s)) {
-    tl_quiet_depth = depth;
+    tl_quiet_depth = absolute_depth;
     at::enableRecordFunction(false);
   }
   return ctx;
@@ -262,6 +286,12 @@ std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction 
     return nullptr;
   }
   if (s.backward_on.load(std::memory_order_relaxed)) s.backward_node(fn);
+  // A node beginning at this depth means none at it or deeper is still open: an entry left there
+  // (its end never reached us, the callback switched off in between) must not make the operators
+  // of a generated node look recomputed.
+  while (!tl_python_nodes.empty() && tl_python_nodes.back().backward_depth >= tl_backward_depth)
+    tl_python_nodes.pop_back();
+  if (is_python_node(fn.name())) tl_python_nodes.push_back({&fn, tl_backward_depth, tl_depth});
   if (!tl_quiet_node && s.ops_on.load(std::memory_order_relaxed) && is_generated_node(fn.name()) && may_quiet(s)) {
     tl_quiet_node = true;
     at::enableRecordFunction(false);
@@ -269,7 +299,8 @@ std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction 
   return nullptr;
 }
 
-void on_backward_end(const at::RecordFunction &, at::ObserverContext *) {
+void on_backward_end(const at::RecordFunction &fn, at::ObserverContext *) {
+  if (!tl_python_nodes.empty() && tl_python_nodes.back().range == &fn) tl_python_nodes.pop_back();
   --tl_backward_depth;
   if (tl_quiet_node) {
     tl_quiet_node = false;
@@ -278,6 +309,8 @@ void on_backward_end(const at::RecordFunction &, at::ObserverContext *) {
 }
 
 }  // namespace
+
+bool recomputing() { return tl_backward_depth > 0 && in_python_node(); }
 
 void register_callbacks(state &s) {
   if (s.function_callback) return;

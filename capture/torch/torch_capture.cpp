@@ -259,7 +259,8 @@ bool entry(const std::string &entry, const std::optional<std::string> &parent, i
   state &s = the_state();
   std::lock_guard lock(s.mutex);
   return hook_guarded(s, [&] {
-    return s.entry_begin(entry, parent, static_cast<int>(stack), static_cast<int>(is_recompute));
+    const int flag = is_recompute == 0 && recomputing() ? 1 : static_cast<int>(is_recompute);
+    return s.entry_begin(entry, parent, static_cast<int>(stack), flag);
   });
 }
 

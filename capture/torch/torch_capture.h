@@ -77,6 +77,8 @@ void stop();       // capture off, files brought up to date
 int64_t step();    // ends the step; returns the new step number
 
 // Announces an entry (python side: modules, parameters_grad, save). stack: python_stack id or -1.
+// is_recompute: 0 or 1, the forward entry's flag; 0 becomes 1 while the thread runs a Python
+// Function's backward (a recomputation, capture_state.h `recomputing`); -1: the entry has none.
 bool entry(const std::string &entry, const std::optional<std::string> &parent, int64_t stack, int64_t is_recompute);
 bool tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);
 bool value(const std::string &entry, const std::string &slot, const std::string &json);

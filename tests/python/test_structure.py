@@ -41,6 +41,33 @@ L0_ENTRIES = [
 ]
 
 
+# A custom autograd.Function and a reentrant checkpoint around the model's first linear.
+SCALED_AND_CHECKPOINTED = """
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from tprobe import PrecisionDebugger
+from model import make
+
+class Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.relu(x) * 2
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+model, x, y = make()
+debugger = PrecisionDebugger(config_path="./config.json")
+debugger.start(model)
+h = torch.utils.checkpoint.checkpoint(model.inp, Scaled.apply(x.requires_grad_()), use_reentrant=True)
+loss = F.cross_entropy(model.out(model.block(h)), y)
+loss.backward()
+debugger.stop()
+debugger.step()
+"""
+
+
 def without_autograd_seed(names):
     # loss.backward() makes its seed gradient with torch.ones_like: an operator like any other.
     return [n for n in names if not n.startswith("Torch.ones_like.")]
@@ -136,41 +163,47 @@ class StructureTest(tt.CaptureTest):
         # A Python autograd.Function's apply is a RecordFunction without a schema: the operators its
         # forward calls are dumped as msprobe dumps them (checkpoint's forward is one such function),
         # and the engine's gradient sums between nodes are still not.
-        script = """
-import torch
-import torch.nn.functional as F
-import torch.utils.checkpoint
-from tprobe import PrecisionDebugger
-from model import make
-
-class Scaled(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return torch.relu(x) * 2
-    @staticmethod
-    def backward(ctx, g):
-        return g * 2
-
-model, x, y = make()
-debugger = PrecisionDebugger(config_path="./config.json")
-debugger.start(model)
-h = torch.utils.checkpoint.checkpoint(model.inp, Scaled.apply(x.requires_grad_()), use_reentrant=True)
-loss = F.cross_entropy(model.out(model.block(h)), y)
-loss.backward()
-debugger.stop()
-debugger.step()
-"""
-        names = list(self.run_script(script).data())
-        forwards = [n for n in names if n.endswith(".forward")]
+        data = self.run_script(SCALED_AND_CHECKPOINTED).data()
+        forwards = [n for n, e in data.items() if n.endswith(".forward") and not e["is_recompute"]]
         self.assertEqual(forwards[:3], ["Functional.relu.0.forward", "Torch.mul.0.forward", "Functional.linear.0.forward"])
         # The rest is the unwrapped model's: its residual x is used twice (the engine sums two
         # gradients into it), and no entry comes of that sum.
         self.assertEqual(without_autograd_seed(forwards[3:]), [
             "Functional.linear.1.forward", "Functional.relu.1.forward", "Torch.add.0.forward",
             "Functional.linear.2.forward", "Functional.cross_entropy_loss.0.forward"])
-        self.assertEqual([n for n in names if n.endswith(".backward")], [
+        self.assertEqual([n for n in data if n.endswith(".backward")][:5], [
             "Functional.cross_entropy_loss.0.backward", "Functional.linear.2.backward", "Torch.add.0.backward",
             "Functional.relu.1.backward", "Functional.linear.1.backward"])
+
+    def test_recomputation_in_backward_is_dumped_with_is_recompute(self):
+        # What a Python Function's backward runs is a recomputation, as msprobe's is_recomputation
+        # says (a `backward` called from torch/autograd/function.py): the reentrant checkpoint's
+        # forward run again, and the custom Function's own backward (`g * 2`). Those operators are
+        # dumped as forward entries, counted on, with is_recompute true, and the recomputed
+        # linear gets its backward from the inner backward pass. msprobe 8.3.3 dumps the same
+        # three (as Functional.linear.3, its backward and Tensor.__mul__.1); tprobe also shows
+        # the checkpoint's detach and the engine's is_same_size, as it would anywhere.
+        data = self.run_script(SCALED_AND_CHECKPOINTED).data()
+        recomputed = [n for n, e in data.items() if e.get("is_recompute") is True]
+        self.assertEqual(recomputed, ["Torch.detach.0.forward", "Functional.linear.3.forward",
+                                      "Torch.is_same_size.0.forward", "Torch.mul.1.forward"])
+        names = list(data)
+        self.assertLess(names.index("Functional.linear.3.forward"), names.index("Functional.linear.3.backward"))
+        self.assertLess(names.index("Functional.linear.3.backward"), names.index("Torch.mul.1.forward"))
+        # The recomputation computes what the first pass did (which ran without grad).
+        stats = lambda e: {k: e["output"][0][k] for k in ("shape", "Max", "Min", "Mean", "Norm")}
+        self.assertEqual(stats(data["Functional.linear.3.forward"]), stats(data["Functional.linear.0.forward"]))
+        self.assertIs(data["Functional.linear.3.forward"]["output"][0]["requires_grad"], True)
+        self.assertGreater(data["Functional.linear.3.backward"]["input"][0]["Norm"], 0)
+
+        run = self.run_script(SCALED_AND_CHECKPOINTED, config=tt.default_config(level="mix"), name="mix")
+        data, construct = run.data(), run.load("construct.json")
+        self.assertIs(data["Module.inp.Linear.forward.0"]["is_recompute"], False)
+        self.assertIs(data["Module.inp.Linear.forward.1"]["is_recompute"], True)
+        self.assertEqual(construct["Functional.linear.3.forward"], "Module.inp.Linear.forward.1")
+        self.assertEqual(construct["Functional.linear.3.backward"], "Module.inp.Linear.backward.1")
+        self.assertIn("Module.inp.Linear.backward.1", data)
+        self.assertIs(data["Module.block.Block.forward.0"]["is_recompute"], False)
 
     def test_module_leaves_keep_their_order(self):
         """A module's forward entry holds its leaves in order: tensors and values among the
