@@ -39,10 +39,12 @@ namespace tprobe::torch_capture {
 extern thread_local int tl_depth;
 extern thread_local int tl_backward_depth;
 
-// Whether this thread is running a Python autograd.Function's backward now, not a node nested in
-// it: what runs there is a recomputation, as msprobe counts one (`is_recomputation`: a `backward`
-// called from torch/autograd/function.py), a reentrant checkpoint's forward run again. Its
-// operators and modules are dumped as forward entries with `is_recompute: true` (op_callbacks.cpp).
+// Whether this thread is recomputing now: running a Python autograd.Function's backward (not a
+// node nested in it), as msprobe counts one (`is_recomputation`: a `backward` called from
+// torch/autograd/function.py; a reentrant checkpoint's forward run again), or inside a
+// saved-tensor hooks context entered during a node (a non-reentrant checkpoint's recomputation,
+// msprobe's `recompute_fn` on torch 2.x). Its operators and modules are dumped as forward entries
+// with `is_recompute: true` (op_callbacks.cpp).
 bool recomputing();
 
 // A C API call's TPROBE_ERROR as an exception naming `what` and tprobe_last_error().

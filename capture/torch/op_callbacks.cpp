@@ -207,18 +207,21 @@ bool is_generated_node(std::string_view name) {
 // holding the gradient sums the engine runs between nodes) have a `::` and still count.
 thread_local std::vector<const at::RecordFunction *> tl_function_applies;
 
-// A Python Function's backward node: what it runs is a recomputation (state.h `recomputing`). The
-// operators it calls directly are the outermost ones again, so depth counts from where it began.
-// A node nested in it (a reentrant checkpoint's backward through the recomputed graph) is not.
-struct python_node {
-  const at::RecordFunction *range;  // its own, to know it at its end
-  int backward_depth;  // tl_backward_depth inside the node
-  int depth_base;      // tl_depth when it began: its own operators' depth 0
+// Recomputation (capture_state.h `recomputing`) happens in two places, each a frame here: a Python
+// Function's backward node (a reentrant checkpoint, a custom Function's backward), and a
+// saved-tensor hooks context entered while a node runs (a non-reentrant checkpoint recomputing
+// inside the node that unpacks its saved tensors: recompute_scope_enter). The operators a frame
+// runs directly are the outermost again, so depth counts from where it began. A node nested in it
+// (a reentrant checkpoint's backward through the recomputed graph) is not a recomputation.
+struct recompute_frame {
+  const at::RecordFunction *range;  // a node's own, to know it at its end; null for a scope
+  int backward_depth;               // tl_backward_depth inside the frame
+  int depth_base;                   // tl_depth when it began: its own operators' depth 0
 };
-thread_local std::vector<python_node> tl_python_nodes;
+thread_local std::vector<recompute_frame> tl_recompute_frames;
 
-bool in_python_node() {
-  return !tl_python_nodes.empty() && tl_python_nodes.back().backward_depth == tl_backward_depth;
+bool in_recompute_frame() {
+  return !tl_recompute_frames.empty() && tl_recompute_frames.back().backward_depth == tl_backward_depth;
 }
 
 // The nodes of Functions written in Python are named after their class, `{Function}Backward`: not
@@ -250,8 +253,8 @@ std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction 
   if (s.device.has_deferred.load(std::memory_order_acquire)) s.flush_before_write(fn);
   if (!s.ops_on.load(std::memory_order_relaxed) || at::RecordFunction::currentThreadId() != s.training_thread)
     return nullptr;
-  const bool recompute = tl_backward_depth > 0 && in_python_node();
-  const int depth = recompute ? absolute_depth - tl_python_nodes.back().depth_base : absolute_depth;
+  const bool recompute = tl_backward_depth > 0 && in_recompute_frame();
+  const int depth = recompute ? absolute_depth - tl_recompute_frames.back().depth_base : absolute_depth;
   if ((tl_backward_depth > 0 && !recompute) || depth >= s.options.op_depth) {
     s.nested_record_functions.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
@@ -289,9 +292,9 @@ std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction 
   // A node beginning at this depth means none at it or deeper is still open: an entry left there
   // (its end never reached us, the callback switched off in between) must not make the operators
   // of a generated node look recomputed.
-  while (!tl_python_nodes.empty() && tl_python_nodes.back().backward_depth >= tl_backward_depth)
-    tl_python_nodes.pop_back();
-  if (is_python_node(fn.name())) tl_python_nodes.push_back({&fn, tl_backward_depth, tl_depth});
+  while (!tl_recompute_frames.empty() && tl_recompute_frames.back().backward_depth >= tl_backward_depth)
+    tl_recompute_frames.pop_back();
+  if (is_python_node(fn.name())) tl_recompute_frames.push_back({&fn, tl_backward_depth, tl_depth});
   if (!tl_quiet_node && s.ops_on.load(std::memory_order_relaxed) && is_generated_node(fn.name()) && may_quiet(s)) {
     tl_quiet_node = true;
     at::enableRecordFunction(false);
@@ -300,7 +303,7 @@ std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction 
 }
 
 void on_backward_end(const at::RecordFunction &fn, at::ObserverContext *) {
-  if (!tl_python_nodes.empty() && tl_python_nodes.back().range == &fn) tl_python_nodes.pop_back();
+  if (!tl_recompute_frames.empty() && tl_recompute_frames.back().range == &fn) tl_recompute_frames.pop_back();
   --tl_backward_depth;
   if (tl_quiet_node) {
     tl_quiet_node = false;
@@ -310,7 +313,25 @@ void on_backward_end(const at::RecordFunction &fn, at::ObserverContext *) {
 
 }  // namespace
 
-bool recomputing() { return tl_backward_depth > 0 && in_python_node(); }
+bool recomputing() { return tl_backward_depth > 0 && in_recompute_frame(); }
+
+bool recompute_scope_enter() {
+  state &s = the_state();
+  if (tl_backward_depth == 0 || s.forked || !s.ops_on.load(std::memory_order_relaxed) ||
+      at::RecordFunction::currentThreadId() != s.training_thread)
+    return false;
+  tl_recompute_frames.push_back({nullptr, tl_backward_depth, tl_depth});
+  // The node that unpacks runs quiet (on_backward_start): its recomputation must be seen.
+  if (tl_quiet_node) at::enableRecordFunction(true);
+  return true;
+}
+
+void recompute_scope_exit() {
+  if (!tl_recompute_frames.empty() && tl_recompute_frames.back().range == nullptr &&
+      tl_recompute_frames.back().backward_depth == tl_backward_depth)
+    tl_recompute_frames.pop_back();
+  if (tl_quiet_node) at::enableRecordFunction(false);
+}
 
 void register_callbacks(state &s) {
   if (s.function_callback) return;

@@ -76,6 +76,14 @@ bool start();
 void stop();       // capture off, files brought up to date
 int64_t step();    // ends the step; returns the new step number
 
+// The Python side calls these around every torch.autograd.graph.saved_tensors_hooks context
+// (python/tprobe/_recompute.py). enter: true when it began a recomputation (on the training
+// thread, while an autograd node runs, capturing: a non-reentrant checkpoint unpacking), which
+// makes the node's quiet RecordFunction observe again; only then is exit to be called, on the
+// same thread, before the node ends (op_callbacks.cpp).
+bool recompute_scope_enter();
+void recompute_scope_exit();
+
 // Announces an entry (python side: modules, parameters_grad, save). stack: python_stack id or -1.
 // is_recompute: 0 or 1, the forward entry's flag; 0 becomes 1 while the thread runs a Python
 // Function's backward (a recomputation, capture_state.h `recomputing`); -1: the entry has none.

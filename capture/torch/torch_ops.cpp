@@ -159,4 +159,6 @@ TORCH_LIBRARY(tprobe, m) {
         "Scalar? norm) -> bool",
         &op_value_ndarray);
   m.def("stack_current() -> int", &op_stack_current);
+  m.def("recompute_scope_enter() -> bool", &tc::recompute_scope_enter);
+  m.def("recompute_scope_exit() -> ()", &tc::recompute_scope_exit);
 }

@@ -31,7 +31,7 @@ import tempfile
 
 import torch
 
-from . import _native
+from . import _native, _recompute
 from ._modules import ModuleHooks
 from ._pipeline import DirectPipeline
 from ._stack import Stacks
@@ -362,6 +362,7 @@ class PrecisionDebugger:
             if temporary:
                 os.unlink(temporary)
         self._session = True
+        _recompute.install(self._ops)
         self._stacks = Stacks(self._ops)
         if self._config["level"] in ("L0", "mix"):
             self._modules = ModuleHooks(self._ops, self._stacks)

@@ -205,6 +205,36 @@ class StructureTest(tt.CaptureTest):
         self.assertIn("Module.inp.Linear.backward.1", data)
         self.assertIs(data["Module.block.Block.forward.0"]["is_recompute"], False)
 
+    def test_non_reentrant_checkpoint_recomputes_inside_a_node(self):
+        # use_reentrant=False recomputes from a saved-tensor unpack hook inside the node that
+        # unpacks (AddmmBackward0, whose operators are otherwise not observed), under a
+        # saved_tensors_hooks context (python/tprobe/_recompute.py). msprobe 8.3.3 dumps the same
+        # linear.3 and Module.inp.Linear.forward.1 there (flagged only on torch 2.x, where its
+        # check finds recompute_fn on the stack).
+        script = SCALED_AND_CHECKPOINTED.replace("Scaled.apply(x.requires_grad_()), use_reentrant=True",
+                                                 "x.requires_grad_(), use_reentrant=False")
+        data = self.run_script(script).data()
+        self.assertEqual([n for n, e in data.items() if e.get("is_recompute") is True], ["Functional.linear.3.forward"])
+        stats = lambda e: {k: e["output"][0][k] for k in ("shape", "Max", "Min", "Mean", "Norm")}
+        self.assertEqual(stats(data["Functional.linear.3.forward"]), stats(data["Functional.linear.0.forward"]))
+        # The backward went on to the end: the first linear's backward is whole.
+        self.assertEqual(len(data["Functional.linear.0.backward"]["output"]), 3)
+        self.assertEqual(without_autograd_seed([n for n, e in data.items() if e.get("is_recompute") is False]), [
+            "Functional.linear.0.forward", "Functional.linear.1.forward", "Functional.relu.0.forward",
+            "Torch.add.0.forward", "Functional.linear.2.forward", "Functional.cross_entropy_loss.0.forward"])
+
+        run = self.run_script(script, config=tt.default_config(level="mix"), name="mix")
+        data, construct = run.data(), run.load("construct.json")
+        self.assertIs(data["Module.inp.Linear.forward.1"]["is_recompute"], True)
+        self.assertEqual(construct["Functional.linear.3.forward"], "Module.inp.Linear.forward.1")
+        self.assertIn("Module.inp.Linear.parameters_grad.0", data)
+        # Outside a backward, a saved_tensors_hooks context changes nothing.
+        script = FORWARD_BACKWARD.replace("    loss = F.cross_entropy(model(x), y)", """\
+    import torch
+    with torch.autograd.graph.save_on_cpu():
+        loss = F.cross_entropy(model(x), y)""")
+        self.assertEqual(without_autograd_seed(self.run_script(script, name="save_on_cpu").data()), L1_ENTRIES)
+
     def test_module_leaves_keep_their_order(self):
         """A module's forward entry holds its leaves in order: tensors and values among the
         arguments and results, keyword arguments where torch shows them to hooks, then the

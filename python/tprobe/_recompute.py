@@ -1,0 +1,41 @@
+"""Recomputation inside PyTorch's own backward kernels (msprobe-compat.md §1.2, `is_recompute`).
+
+A non-reentrant checkpoint (`torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`) runs
+its forward again from a saved-tensor unpack hook, inside the autograd node that unpacks, under a
+`torch.autograd.graph.saved_tensors_hooks` context: torch 1.13's `unpack` enters one, torch 2.x's
+`recompute_fn` runs under `_recomputation_hook`, a subclass. The capture does not observe the
+operators inside a node, so every such context tells it when it begins and ends; one entered
+while a node runs (the capture checks) is a recomputation: its operators and modules are dumped
+with `is_recompute: true`, as msprobe on torch 2.x dumps them. Entered anywhere else (a forward
+pass, `save_on_cpu`) it costs one call and changes nothing.
+"""
+
+import torch.autograd.graph
+
+_installed = False
+
+
+def install(ops):
+    """Wraps saved_tensors_hooks' __enter__ and __exit__ once per process."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    cls = torch.autograd.graph.saved_tensors_hooks
+    enter, leave = cls.__enter__, cls.__exit__
+
+    def __enter__(self):
+        result = enter(self)
+        self._tprobe_recompute = ops.recompute_scope_enter()
+        return result
+
+    def __exit__(self, *args):
+        try:
+            return leave(self, *args)
+        finally:
+            if getattr(self, "_tprobe_recompute", False):
+                self._tprobe_recompute = False
+                ops.recompute_scope_exit()
+
+    cls.__enter__ = __enter__
+    cls.__exit__ = __exit__
