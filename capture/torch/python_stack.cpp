@@ -89,6 +89,10 @@ stack_table &table() {
   return *t;
 }
 
+bool ends_with(std::string_view text, std::string_view tail) {
+  return text.size() >= tail.size() && text.substr(text.size() - tail.size()) == tail;
+}
+
 bool python_usable() {
   if (!Py_IsInitialized || !PyGILState_GetThisThreadState || !PyGILState_Ensure || !PyGILState_Release ||
       !PyEval_GetFrame || !PyFrame_GetCode || !PyFrame_GetBack || !PyFrame_GetLineNumber || !PyObject_GetAttrString || !PyUnicode_AsUTF8 || !Py_IncRef ||
@@ -157,6 +161,9 @@ int walk_frames() {
     for (const auto &fr : frames) {
       const std::string file = attr_text(fr.code, "co_filename");
       if (t.is_excluded(file)) continue;
+      // torch.ops' Python entry, through which our own hooks call the capture (and any script a
+      // torch.ops operator): not a line of the model, and msprobe's stacks have none.
+      if (lines.empty() && ends_with(file, "/torch/_ops.py")) continue;
       const std::string func = attr_text(fr.code, "co_name");
       const int line = by_offset ? PyCode_Addr2Line(fr.code, fr.line) : fr.line;
       lines.push_back(stack_line(file, line, func, t.source_line(file, line)));

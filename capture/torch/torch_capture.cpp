@@ -257,6 +257,7 @@ auto hook_guarded(state &s, F &&f) -> decltype(f()) {
 
 bool entry(const std::string &entry, const std::optional<std::string> &parent, int64_t stack, int64_t is_recompute) {
   state &s = the_state();
+  if (stack == entry_stack_here) stack = python_stack_current();  // takes the GIL: never under our mutex
   std::lock_guard lock(s.mutex);
   return hook_guarded(s, [&] {
     const int flag = is_recompute == 0 && recomputing() ? 1 : static_cast<int>(is_recompute);
@@ -268,6 +269,16 @@ bool tensor(const std::string &entry, const std::string &slot, const at::Tensor 
   state &s = the_state();
   std::lock_guard lock(s.mutex);
   return hook_guarded(s, [&] { return s.capture_tensor(entry, slot, t); });
+}
+
+int64_t tensors(const std::string &entry, const std::vector<at::Tensor> &tensors, const std::vector<std::string> &slots) {
+  if (tensors.size() != slots.size()) throw std::runtime_error("tprobe: tensors: one slot per tensor needed");
+  state &s = the_state();
+  std::lock_guard lock(s.mutex);
+  int64_t captured = 0;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    captured += hook_guarded(s, [&] { return s.capture_tensor(entry, slots[i], tensors[i]); });
+  return captured;
 }
 
 bool value(const std::string &entry, const std::string &slot, const std::string &text) {
@@ -284,8 +295,6 @@ bool value_leaf(const std::string &entry, const std::string &slot, const nlohman
   std::lock_guard lock(s.mutex);
   return hook_guarded(s, [&] { return s.capture_value(entry, slot, leaf); });
 }
-
-int64_t stack_current() { return python_stack_current(); }
 
 int64_t module_enter(const std::string &forward_entry, const std::vector<at::Tensor> &inputs,
                      const std::vector<std::string> &slots) {

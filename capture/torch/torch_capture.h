@@ -84,17 +84,21 @@ int64_t step();    // ends the step; returns the new step number
 bool recompute_scope_enter();
 void recompute_scope_exit();
 
-// Announces an entry (python side: modules, parameters_grad, save). stack: python_stack id or -1.
+// Announces an entry (python side: modules, parameters_grad, save). stack: python_stack id, -1
+// for none, or entry_stack_here: the calling Python thread's stack, walked here (one operator call
+// from Python instead of two).
 // is_recompute: 0 or 1, the forward entry's flag; 0 becomes 1 while the thread runs a Python
 // Function's backward (a recomputation, capture_state.h `recomputing`); -1: the entry has none.
 bool entry(const std::string &entry, const std::optional<std::string> &parent, int64_t stack, int64_t is_recompute);
+constexpr int64_t entry_stack_here = -2;
 bool tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);
+// tensor() for each of `tensors` in order, at the slot of the same index, under one lock: a module's
+// leaves in one call from Python. Returns how many were captured.
+int64_t tensors(const std::string &entry, const std::vector<at::Tensor> &tensors, const std::vector<std::string> &slots);
 bool value(const std::string &entry, const std::string &slot, const std::string &json);
 // A non-tensor value as its leaf, built by core/dump_semantics.h from the typed facts python/tprobe
 // passes (torch_ops.cpp's value_* operators).
 bool value_leaf(const std::string &entry, const std::string &slot, const nlohmann::ordered_json &leaf);
-// The interned id of the calling Python thread's stack (python_stack_current), -1 without one.
-int64_t stack_current();
 
 // A module's forward begins: `forward_entry` becomes the parent of the operators inside it (mix),
 // and the gradient edges of `inputs` (tensors requiring grad, at their forward slots "input.0",

@@ -66,6 +66,9 @@ bool op_entry(std::string entry, c10::optional<std::string> parent, int64_t stac
 }
 
 bool op_tensor(std::string entry, std::string slot, const at::Tensor &t) { return tc::tensor(entry, slot, t); }
+int64_t op_tensors(std::string entry, at::TensorList tensors, std::string slots) {
+  return tc::tensors(entry, tensors.vec(), split_lines(slots));
+}
 bool op_value(std::string entry, std::string slot, std::string json) { return tc::value(entry, slot, json); }
 
 // Value encoding for python/tprobe/_values.py: Python passes a value's typed facts, one operator
@@ -121,7 +124,6 @@ bool op_value_ndarray(std::string entry, std::string slot, std::string dtype, st
                         tprobe::value_ndarray(dtype, shape, stat_of(max), stat_of(min), stat_of(mean), stat_of(norm)));
 }
 
-int64_t op_stack_current() { return tc::stack_current(); }
 
 int64_t op_module_enter(std::string forward_entry, at::TensorList inputs, std::string slots) {
   return tc::module_enter(forward_entry, inputs.vec(), split_lines(slots));
@@ -147,6 +149,7 @@ TORCH_LIBRARY(tprobe, m) {
   m.def("counters() -> str", &op_counters);
   m.def("entry(str entry, str? parent, int stack, int is_recompute) -> bool", &op_entry);
   m.def("tensor(str entry, str slot, Tensor t) -> bool", &op_tensor);
+  m.def("tensors(str entry, Tensor[] tensors, str slots) -> int", &op_tensors);
   m.def("value(str entry, str slot, str json) -> bool", &op_value);
   m.def("module_enter(str forward_entry, Tensor[] inputs, str slots) -> int", &op_module_enter);
   m.def("module_exit(int token, str forward_entry, str? parent, Tensor[] outputs, str slots) -> ()",
@@ -158,7 +161,6 @@ TORCH_LIBRARY(tprobe, m) {
   m.def("value_ndarray(str entry, str slot, str dtype, int[] shape, Scalar? max, Scalar? min, Scalar? mean, "
         "Scalar? norm) -> bool",
         &op_value_ndarray);
-  m.def("stack_current() -> int", &op_stack_current);
   m.def("recompute_scope_enter() -> bool", &tc::recompute_scope_enter);
   m.def("recompute_scope_exit() -> ()", &tc::recompute_scope_exit);
 }

@@ -17,6 +17,14 @@ autograd graph instead (module_enter/module_exit): the graph is left as it was.
 from ._values import grad_tensors, output_items, send, walk
 
 
+def flush_tensors(ops, entry, tensors, slots):
+    """Captures the tensors gathered so far at their slots, in one call, and empties the lists."""
+    if tensors:
+        ops.tensors(entry, tensors, "\n".join(slots))
+        tensors.clear()
+        slots.clear()
+
+
 class ModuleHooks:
     def __init__(self, ops, stacks):
         self._ops = ops
@@ -86,9 +94,19 @@ class ModuleHooks:
             forward, parent, token, n = frames.pop()
             if self._running and self._running[-1] == forward:
                 self._running.pop()
-            if ops.entry(forward, parent, self._stacks.current(), 0):
-                tensor = lambda slot, t: ops.tensor(forward, slot, t)
-                value = lambda slot, v: send(ops, forward, slot, v)
+            if ops.entry(forward, parent, self._stacks.here(), 0):
+                # Tensors go in one call per run of them: a value between two flushes the first
+                # run, so that the leaves keep their order.
+                tensors, slots = [], []
+
+                def tensor(slot, t):
+                    tensors.append(t)
+                    slots.append(slot)
+
+                def value(slot, v):
+                    flush_tensors(ops, forward, tensors, slots)
+                    send(ops, forward, slot, v)
+
                 for i, a in enumerate(args):
                     walk(a, f"input.{i}", tensor, value)
                 for k, v in (kwargs or {}).items():
@@ -96,7 +114,8 @@ class ModuleHooks:
                 for i, o in output_items(output):
                     walk(o, f"output.{i}", tensor, value)
                 for param_name, param in module.named_parameters(recurse=False):
-                    ops.tensor(forward, f"parameters.{param_name}", param)
+                    tensor(f"parameters.{param_name}", param)
+                flush_tensors(ops, forward, tensors, slots)
             tensors, slots = [], []
             for i, o in output_items(output):
                 grad_tensors(o, f"output.{i}", tensors, slots)

@@ -7,12 +7,10 @@ msprobe leaves out its own.
 
 
 class Stacks:
-    def __init__(self, ops, enabled=True):
-        self._ops = ops
+    def __init__(self, enabled=True):
         self._enabled = enabled
 
-    def current(self):
-        """The interned id of the caller's stack, or -1 when stacks are off."""
-        if not self._enabled:
-            return -1
-        return self._ops.stack_current()
+    def here(self):
+        """What ops.entry takes as its stack for the caller's own: -2, which the capture walks
+        itself (one operator call instead of two), or -1 when stacks are off."""
+        return -2 if self._enabled else -1

@@ -167,7 +167,7 @@ class PrecisionDebugger:
         self._saves[name] = n + 1
         entry = f"{name}.{n}.debug"
         ops = self._ops
-        if ops.entry(entry, None, self._stacks.current(), -1):
+        if ops.entry(entry, None, self._stacks.here(), -1):
             walk(variable, "debug", lambda s, t: ops.tensor(entry, s, t), lambda s, v: send(ops, entry, s, v))
         if save_backward:
             tensors, slots = [], []
@@ -363,7 +363,7 @@ class PrecisionDebugger:
                 os.unlink(temporary)
         self._session = True
         _recompute.install(self._ops)
-        self._stacks = Stacks(self._ops)
+        self._stacks = Stacks()
         if self._config["level"] in ("L0", "mix"):
             self._modules = ModuleHooks(self._ops, self._stacks)
         for _ in range(self._early_steps):

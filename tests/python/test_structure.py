@@ -105,6 +105,18 @@ class StructureTest(tt.CaptureTest):
         groups = [g[0] for g in stacks.values() if any(n.startswith("Functional.linear.") for n in g[0])]
         self.assertEqual(sum(len(g) for g in groups), 3)
 
+    def test_module_stacks_begin_at_the_module_call(self):
+        # A module's stack is walked by the capture when the hook announces the entry: it begins
+        # at torch's module call, without tprobe's own frames or torch.ops' Python entry.
+        run = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix"))
+        stacks = run.load("stack.json")
+        block = next(group[1] for group in stacks.values() if "Module.block.Block.forward.0" in group[0])
+        self.assertIn("torch/nn/modules/module.py", block[0])
+        self.assertFalse(any("/tprobe/" in line or "torch/_ops.py" in line for line in block), block)
+        self.assertEqual(len([line for line in block if "train.py" in line]), 1, block)
+        names = [n for group in stacks.values() for n in group[0]]
+        self.assertEqual(sorted(names), sorted(n for n in run.data() if n.endswith(".forward") or ".forward." in n))
+
     def test_l0_modules_parameters_and_construct(self):
         run = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="L0"), steps=2)
         for step in (0, 1):
