@@ -10,13 +10,18 @@ with `is_recompute: true`, as msprobe on torch 2.x dumps them. Entered anywhere 
 pass, `save_on_cpu`) it costs one call and changes nothing.
 """
 
+import threading
+
 import torch.autograd.graph
 
 _installed = False
+_open = threading.local()  # per thread, a stack: whether each open context began a recomputation
 
 
 def install(ops):
-    """Wraps saved_tensors_hooks' __enter__ and __exit__ once per process."""
+    """Wraps saved_tensors_hooks' __enter__ and __exit__ once per process. The contexts' own
+    objects are left alone (a subclass may have __slots__): what each began is kept per thread, in
+    the order `with` enters and leaves them."""
     global _installed
     if _installed:
         return
@@ -26,15 +31,18 @@ def install(ops):
 
     def __enter__(self):
         result = enter(self)
-        self._tprobe_recompute = ops.recompute_scope_enter()
+        began = bool(ops.recompute_scope_enter())
+        if not hasattr(_open, "stack"):
+            _open.stack = []
+        _open.stack.append(began)
         return result
 
     def __exit__(self, *args):
         try:
             return leave(self, *args)
         finally:
-            if getattr(self, "_tprobe_recompute", False):
-                self._tprobe_recompute = False
+            stack = getattr(_open, "stack", None)
+            if stack and stack.pop():
                 ops.recompute_scope_exit()
 
     cls.__enter__ = __enter__
