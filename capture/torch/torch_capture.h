@@ -87,8 +87,9 @@ void recompute_scope_exit();
 // Announces an entry (python side: modules, parameters_grad, save). stack: python_stack id, -1
 // for none, or entry_stack_here: the calling Python thread's stack, walked here (one operator call
 // from Python instead of two).
-// is_recompute: 0 or 1, the forward entry's flag; 0 becomes 1 while the thread runs a Python
-// Function's backward (a recomputation, capture_state.h `recomputing`); -1: the entry has none.
+// is_recompute: 0 or 1, the forward entry's flag; 0 becomes 1 while the thread recomputes (a
+// Python Function's backward, a saved-tensor hooks context in a node: capture_state.h
+// `recomputing`); -1: the entry has none.
 bool entry(const std::string &entry, const std::optional<std::string> &parent, int64_t stack, int64_t is_recompute);
 constexpr int64_t entry_stack_here = -2;
 bool tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);

@@ -124,7 +124,6 @@ bool op_value_ndarray(std::string entry, std::string slot, std::string dtype, st
                         tprobe::value_ndarray(dtype, shape, stat_of(max), stat_of(min), stat_of(mean), stat_of(norm)));
 }
 
-
 int64_t op_module_enter(std::string forward_entry, at::TensorList inputs, std::string slots) {
   return tc::module_enter(forward_entry, inputs.vec(), split_lines(slots));
 }
