@@ -225,10 +225,10 @@ bool in_recompute_frame() {
 }
 
 // The nodes of Functions written in Python are named after their class, `{Function}Backward`: not
-// generated, no `::` (a C++ node's name is its qualified type), not a number at the end.
-bool is_python_node(std::string_view name) {
-  return !is_generated_node(name) && name.find("::") == name.npos && name.size() > 8 &&
-         name.substr(name.size() - 8) == "Backward";
+// generated (the caller has asked is_generated_node), no `::` (a C++ node's name is its qualified
+// type), not a number at the end.
+bool is_python_node(std::string_view name, bool generated) {
+  return !generated && name.find("::") == name.npos && name.size() > 8 && name.substr(name.size() - 8) == "Backward";
 }
 
 bool is_function_apply(state &s, const at::RecordFunction &fn) {
@@ -294,8 +294,10 @@ std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction 
   // of a generated node look recomputed.
   while (!tl_recompute_frames.empty() && tl_recompute_frames.back().backward_depth >= tl_backward_depth)
     tl_recompute_frames.pop_back();
-  if (is_python_node(fn.name())) tl_recompute_frames.push_back({&fn, tl_backward_depth, tl_depth});
-  if (!tl_quiet_node && s.ops_on.load(std::memory_order_relaxed) && is_generated_node(fn.name()) && may_quiet(s)) {
+  const std::string_view name = fn.name();
+  const bool generated = is_generated_node(name);
+  if (is_python_node(name, generated)) tl_recompute_frames.push_back({&fn, tl_backward_depth, tl_depth});
+  if (!tl_quiet_node && s.ops_on.load(std::memory_order_relaxed) && generated && may_quiet(s)) {
     tl_quiet_node = true;
     at::enableRecordFunction(false);
   }

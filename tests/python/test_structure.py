@@ -68,6 +68,12 @@ debugger.step()
 """
 
 
+def output_stats(entry):
+    """The first output's shape and statistics, without requires_grad (a recomputation has grad
+    where the first pass under no_grad had none)."""
+    return {k: entry["output"][0][k] for k in ("shape", "Max", "Min", "Mean", "Norm")}
+
+
 def without_autograd_seed(names):
     # loss.backward() makes its seed gradient with torch.ones_like: an operator like any other.
     return [n for n in names if not n.startswith("Torch.ones_like.")]
@@ -203,8 +209,7 @@ class StructureTest(tt.CaptureTest):
         self.assertLess(names.index("Functional.linear.3.forward"), names.index("Functional.linear.3.backward"))
         self.assertLess(names.index("Functional.linear.3.backward"), names.index("Torch.mul.1.forward"))
         # The recomputation computes what the first pass did (which ran without grad).
-        stats = lambda e: {k: e["output"][0][k] for k in ("shape", "Max", "Min", "Mean", "Norm")}
-        self.assertEqual(stats(data["Functional.linear.3.forward"]), stats(data["Functional.linear.0.forward"]))
+        self.assertEqual(output_stats(data["Functional.linear.3.forward"]), output_stats(data["Functional.linear.0.forward"]))
         self.assertIs(data["Functional.linear.3.forward"]["output"][0]["requires_grad"], True)
         self.assertGreater(data["Functional.linear.3.backward"]["input"][0]["Norm"], 0)
 
@@ -227,8 +232,7 @@ class StructureTest(tt.CaptureTest):
                                                  "x.requires_grad_(), use_reentrant=False")
         data = self.run_script(script).data()
         self.assertEqual([n for n, e in data.items() if e.get("is_recompute") is True], ["Functional.linear.3.forward"])
-        stats = lambda e: {k: e["output"][0][k] for k in ("shape", "Max", "Min", "Mean", "Norm")}
-        self.assertEqual(stats(data["Functional.linear.3.forward"]), stats(data["Functional.linear.0.forward"]))
+        self.assertEqual(output_stats(data["Functional.linear.3.forward"]), output_stats(data["Functional.linear.0.forward"]))
         # The backward went on to the end: the first linear's backward is whole.
         self.assertEqual(len(data["Functional.linear.0.backward"]["output"]), 3)
         self.assertEqual(without_autograd_seed([n for n, e in data.items() if e.get("is_recompute") is False]), [
