@@ -280,6 +280,9 @@ struct tprobe_session {
   int64_t step = 0;
   bool started = false;
   bool service_ended = false;  // past the last configured step
+  // The last seq stamped (record.h): at enqueue, under the mutex, so that the records a link
+  // sends are numbered 1, 2, 3, … in that order whichever thread captured them, and a record
+  // made but never enqueued leaves no gap. Its consumers check it (the hello says numbered).
   uint64_t seq = 0;
   // Looked up by the caller's const char * without a std::string made for it: every capture call
   // asks (slot_wanted), and most entry names are past the short-string buffer (a malloc each).
@@ -481,7 +484,6 @@ struct tprobe_session {
     h.run = run_id;
     h.rank = options.rank;
     h.step = step;
-    h.seq = ++seq;
   }
 
   // A record to fill and enqueue, its header as header(kind) makes it: a spent one reused when
@@ -564,6 +566,7 @@ struct tprobe_session {
       }
     }
     queued_bytes += size;
+    p->r.header.seq = ++seq;
     queue.push_back(std::move(p));
     ++counts.records;
     if (sender_waiting &&
@@ -772,7 +775,8 @@ struct tprobe_session {
             link_deadlines{.connect_timeout_ms = options.handshake_timeout_ms,
                            .stall_timeout_ms = options.pipeline_timeout_ms,
                            .watch_pid = options.watch_pid,
-                           .failure_marker = failure_marker()}));
+                           .failure_marker = failure_marker()},
+            /*numbered=*/true));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -780,6 +784,7 @@ struct tprobe_session {
     open_control();
     open_ring();
     record session(header(record_kind::session));
+    session.header.seq = ++seq;  // sent here, before the sender thread starts, not enqueued
     session.header.meta = config.session_meta();
     if (control) session.header.meta["control"] = control->endpoint();
     session.header.meta["framework"] = framework;

@@ -180,7 +180,7 @@ std::string curve_hint(const curve_plan &plan) {
 class link_impl {
  public:
   link_impl(zmq::context_t &ctx, const std::string &spec, const std::string &producer_name, int hwm,
-            const link_deadlines &deadlines)
+            const link_deadlines &deadlines, bool numbered = false)
       : spec_(spec), deadlines_(deadlines) {
     std::string path;
     if (endpoint_is_file(spec, &path)) {
@@ -203,6 +203,7 @@ class link_impl {
     }
     record hello(record_kind::hello);
     hello.header.meta = peer_meta(producer_name);
+    if (numbered) hello.header.meta["numbered"] = true;  // record.h, hello
     send(hello);
     try {
       wait_reply(reply::hello_ack);
@@ -707,13 +708,13 @@ struct record_sender::impl {
   link_impl link;
   uint64_t barrier_token = 0;
   impl(zmq::context_t &ctx, const std::string &endpoint, const std::string &name, int hwm,
-       const link_deadlines &deadlines)
-      : link(ctx, endpoint, name, hwm, deadlines) {}
+       const link_deadlines &deadlines, bool numbered)
+      : link(ctx, endpoint, name, hwm, deadlines, numbered) {}
 };
 
 record_sender::record_sender(zmq::context_t &ctx, const std::string &endpoint, const std::string &producer_name,
-                             int high_water_mark, link_deadlines deadlines)
-    : impl_(std::make_unique<impl>(ctx, endpoint, producer_name, high_water_mark, deadlines)) {}
+                             int high_water_mark, link_deadlines deadlines, bool numbered)
+    : impl_(std::make_unique<impl>(ctx, endpoint, producer_name, high_water_mark, deadlines, numbered)) {}
 
 record_sender::~record_sender() = default;
 void record_sender::send(const record &r) { impl_->link.send(r); }

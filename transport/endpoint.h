@@ -140,8 +140,10 @@ class record_sender {
  public:
   // Connects to `endpoint` (or opens a record file) and completes the hello/ack handshake.
   // Throws system_error if no consumer answers within deadlines.connect_timeout_ms.
+  // `numbered`: the caller stamps seq 1, 2, 3, … on the data records in the order it sends them
+  // (a capture does); hello says so, and the consumer reports the records that never arrived.
   record_sender(zmq::context_t &ctx, const std::string &endpoint, const std::string &producer_name,
-                int high_water_mark = 1000, link_deadlines deadlines = {});
+                int high_water_mark = 1000, link_deadlines deadlines = {}, bool numbered = false);
   ~record_sender();
   record_sender(const record_sender &) = delete;
   record_sender &operator=(const record_sender &) = delete;
@@ -160,7 +162,8 @@ class record_sender {
   // failed: what a producer that detaches counts as not delivered.
   size_t unsent_records() const;
   // eos with the given counts, then close (delivers everything first); consumer_lost_error as
-  // send, when the eos is not acknowledged.
+  // send, when the eos is not acknowledged. `records`: the data records sent on this connection,
+  // barriers included; a consumer that received fewer reports the rest as lost (stage_io.h).
   void finish(uint64_t records, uint64_t dropped);
   // Closes without eos, dropping whatever the socket still holds (after consumer_lost_error).
   void abandon();

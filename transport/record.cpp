@@ -1605,11 +1605,12 @@ class glance_reader : msgpack_cursor {
       have_kind_ = true;
       return true;
     }
-    if (key_is(key, "flags") || key_is(key, "length") || key_is(key, "stored")) {
+    if (key_is(key, "flags") || key_is(key, "length") || key_is(key, "stored") || key_is(key, "seq")) {
       std::optional<uint64_t> v;
       if (!unsigned_value(v)) return false;
       if (!v) return fail(fmt::format("header key \"{}\" is not an unsigned int", key));
       if (key_is(key, "length")) g_.length = *v;
+      else if (key_is(key, "seq")) g_.seq = *v;
       else if (key_is(key, "stored")) stored_ = *v, g_.has_payload = true;
       else if (*v > UINT32_MAX) return fail("header key \"flags\" is not a 32-bit set");
       else g_.flags = static_cast<uint32_t>(*v);

@@ -28,7 +28,8 @@
 //      rank           int               producer rank, -1 when not distributed (opt, -1)
 //      step           int               training step the record belongs to (opt, 0)
 //      seq            uint              producer sequence number, +1 per record sent by that
-//                                       producer (opt, 0); gaps seen on a lossy tap are drops
+//                                       producer (opt, 0); gaps seen on a lossy tap are drops,
+//                                       on a connection whose hello said numbered, losses
 //      entry          str               dump entry, msprobe naming: "Functional.linear.0.forward",
 //                                       "Module.conv1.Conv2d.forward.0" (opt, "")
 //      slot           str               place in the entry: "input.0", "input.1.0", "kwargs.dim",
@@ -68,6 +69,9 @@
 //      hello     producer → consumer, first record on a connection. The consumer answers with
 //                ack on the same connection; only then does the producer send data, so a
 //                consumer knows every producer before that producer's data (see endpoint.h).
+//                meta (opt): {name: str, host: str, pid: int}, as ack's; numbered: true when the
+//                producer's data records on this connection carry seq 1, 2, 3, … in the order
+//                sent (a capture's do; a stage passes its producers' seq on and does not say so).
 //      ack       consumer → producer. meta (opt): {name: str, host: str, pid: int}, the consumer
 //                that answered, so that a producer blocked on it can tell a consumer that died
 //                (a pid on this host that is gone) from one that is slow (endpoint.h); and
@@ -104,8 +108,11 @@
 //                          entries containing one), level ("L0": modules only, "L1": operators
 //                          only, "mix"). A narrowing replaces the previous one of the same key.
 //                A capture ignores (and reports once) a command it does not know.
-//      eos       end of this producer's stream: meta = {records: uint, dropped: uint}. The
-//                consumer answers ack: everything before eos has arrived.
+//      eos       end of this producer's stream: meta = {records: uint, dropped: uint}: the
+//                data records it sent on this connection, and those its own producers reported
+//                dropped or lost. The consumer answers ack: everything before eos has arrived;
+//                records it counted fewer than `records` were lost on the way (reported, and
+//                passed on as dropped).
 //                A stage that has seen eos from every producer finishes its output, sends its
 //                own eos downstream and exits 0.
 //      final     sent by the launcher to a stage input after the producing command exited:
@@ -429,6 +436,7 @@ void record_batch_decode(const zmq::message_t &frame, std::vector<record> &out, 
 struct record_glance {
   record_kind kind = record_kind::tensor;
   std::string_view run;
+  uint64_t seq = 0;          // key seq (0 when absent)
   uint32_t flags = 0;
   uint64_t length = 0;       // decoded payload bytes (key length; 0 when absent)
   bool has_payload = false;  // key stored: the payload follows the header

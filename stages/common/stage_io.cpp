@@ -33,6 +33,13 @@ struct producer_state {
   bool done = false;
   uint64_t lost_payloads = 0;  // references that could not be opened after the producer died
   clock_type::time_point last_seen;
+  // Data records that came, and for a numbered producer (hello, record.h) the seq expected next
+  // and the records its gaps skipped: what the eos count and the seq check hold against it.
+  uint64_t received = 0;
+  bool numbered = false;
+  uint64_t next_seq = 1;
+  uint64_t skipped = 0;
+  uint64_t first_skipped = 0;  // the first seq that never came (0: none)
 };
 
 }  // namespace
@@ -97,6 +104,7 @@ struct stage_io::impl {
       p.name = m.value("name", std::string{});
       p.host = m.value("host", std::string{});
       p.pid = m.value("pid", int64_t{0});
+      p.numbered = m.value("numbered", false);
     }
     p.last_seen = clock_type::now();
     producers[id] = p;
@@ -148,6 +156,47 @@ struct stage_io::impl {
     }
   }
 
+  // A data record from `p` came (its seq, 0 when it has none). A numbered producer's records come
+  // in seq order, each once: a seq further on means records in between were lost; one already
+  // past is a broken producer.
+  void note_arrival(producer_state &p, uint64_t seq) {
+    ++p.received;
+    if (!p.numbered || seq == p.next_seq) {
+      ++p.next_seq;
+      return;
+    }
+    if (seq < p.next_seq)
+      throw framing_error(fmt::format("{} (pid {}) sent seq {} after seq {}: its records must come in order, once",
+                                      p.name, p.pid, seq, p.next_seq - 1));
+    if (!p.first_skipped) p.first_skipped = p.next_seq;
+    p.skipped += seq - p.next_seq;
+    p.next_seq = seq + 1;
+  }
+
+  // The end of `p`'s stream: its eos said it sent `sent` data records (nullopt: no eos, or one
+  // without the count). What never arrived is counted in counts.lost and named in lost_message,
+  // which ends the stage once its output is complete (lost_check).
+  void note_stream_end(const producer_state &p, std::optional<uint64_t> sent, const std::string &where) {
+    const uint64_t short_by = sent && *sent > p.received ? *sent - p.received : 0;
+    const uint64_t lost = std::max(short_by, p.skipped);
+    if (!lost) return;
+    counts.lost += lost;
+    if (!lost_message.empty()) return;  // the first loss is the one named
+    const std::string who = p.name.empty() ? "a producer" : p.name;
+    lost_message = fmt::format("{} record{} that {} sent never arrived on {}{}; what came is written, and the "
+                               "output lacks {}",
+                               lost, lost == 1 ? "" : "s", p.pid ? fmt::format("{} (pid {})", who, p.pid) : who, where,
+                               p.first_skipped ? fmt::format(" (the first: seq {})", p.first_skipped) : "",
+                               lost == 1 ? "it" : "them");
+  }
+  std::string lost_message;
+
+  // Records were lost on the way to this stage: a system error, raised once the stage has
+  // written (a sink, at the end of its input) or passed on (finish) everything that came.
+  void lost_check() const {
+    if (counts.lost) throw system_error(lost_message);
+  }
+
   std::string producer_label(const std::string &id) const {
     auto it = producers.find(id);
     if (it == producers.end() || it->second.name.empty()) return "an unregistered producer";
@@ -164,6 +213,7 @@ struct stage_io::impl {
       if (!process_is_gone(p.pid)) continue;
       p.done = true;
       ++counts.truncated_producers;
+      note_stream_end(p, std::nullopt, input_endpoint);
       fmt::print(stderr, "{}: warning: producer {} (pid {}) exited without end-of-stream; its stream is truncated\n",
                  options.producer_name, p.name, p.pid);
     }
@@ -172,6 +222,7 @@ struct stage_io::impl {
   record *receive_file() {
     for (;;) {
       if (!input_file->read(single)) {
+        note_stream_end(file_producer, std::nullopt, options.input);
         fmt::print(stderr, "{}: warning: {} ends without end-of-stream (a truncated recording)\n",
                    options.producer_name, options.input);
         ++counts.truncated_producers;
@@ -179,6 +230,7 @@ struct stage_io::impl {
       }
       switch (single.header.kind) {
         case record_kind::eos:
+          note_stream_end(file_producer, eos_records(single), options.input);
           if (single.header.meta.is_object())
             counts.upstream_dropped += single.header.meta.value("dropped", uint64_t{0});
           return nullptr;
@@ -189,12 +241,23 @@ struct stage_io::impl {
         case record_kind::final: continue;  // connection control, meaningless in a file
         default:
           ++counts.received;
+          note_arrival(file_producer, 0);  // a file's records are not numbered: counted
           // A recording keeps the stream's stack ids (record.h section 5) as they were sent: a
           // stack's lines once, then its id, across steps.
           note_stack(single);
           return &single;
       }
     }
+  }
+
+  producer_state file_producer{.name = "the recording"};  // the writer of a file input
+
+  // The `records` of an eos: the data records its producer sent (record.h).
+  static std::optional<uint64_t> eos_records(const record &eos) {
+    if (!eos.header.meta.is_object()) return std::nullopt;
+    auto it = eos.header.meta.find("records");
+    if (it == eos.header.meta.end() || !it->is_number_unsigned()) return std::nullopt;
+    return it->get<uint64_t>();
   }
 
   // The lines behind a stack id, for this stage's outputs and for record_stack_lines.
@@ -215,12 +278,16 @@ struct stage_io::impl {
     if (ended) return nullptr;
     if (input_file) {
       record *r = receive_file();
-      if (!r) ended = true;
+      if (!r) {
+        ended = true;
+        if (outputs.empty()) lost_check();
+      }
       return r;
     }
     for (;;) {
       if (stream_complete()) {
         ended = true;
+        if (outputs.empty()) lost_check();  // a stage with outputs says so in finish()
         return nullptr;
       }
       if (stop_requested()) {
@@ -284,6 +351,9 @@ struct stage_io::impl {
       try {
         record_decode(frames, single, options.decode);
       } catch (const framing_error &e) {
+        // It arrived, unreadable: reported as malformed, not again as lost. Its seq, unread, is
+        // taken to be the one expected.
+        if (auto p = producers.find(id); p != producers.end()) note_arrival(p->second, p->second.next_seq);
         throw framing_error(fmt::format("malformed record from {} on {}: {}", producer_label(id), input_endpoint,
                                         e.what()));
       }
@@ -310,6 +380,7 @@ struct stage_io::impl {
           if (!o->stack_defined(g.run, *g.stack_id)) return false;
     }
     producer->second.last_seen = clock_type::now();
+    for (const auto &g : glances) note_arrival(producer->second, g.seq);
     for (auto &o : outputs) {
       zmq::message_t copy;
       copy.copy(const_cast<zmq::message_t &>(frame));  // shares the bytes
@@ -339,7 +410,10 @@ struct stage_io::impl {
         send_ack(id);
         return false;
       case record_kind::eos:
-        if (it != producers.end()) it->second.done = true;
+        if (it != producers.end()) {
+          it->second.done = true;
+          note_stream_end(it->second, eos_records(r), input_endpoint);
+        }
         if (r.header.meta.is_object()) counts.upstream_dropped += r.header.meta.value("dropped", uint64_t{0});
         send_ack(id);  // tells the producer that everything before eos arrived
         return false;
@@ -352,6 +426,7 @@ struct stage_io::impl {
         if (it == producers.end())
           throw framing_error(fmt::format("{} from a producer that did not say hello first on {}", r.describe(),
                                           input_endpoint));
+        note_arrival(it->second, r.header.seq);
         if (r.header.meta.is_object()) {
           if (auto b = r.header.meta.find("barrier"); b != r.header.meta.end() && b->is_number_unsigned())
             barrier_received = barrier_from{id, b->get<uint64_t>()};
@@ -512,13 +587,15 @@ struct stage_io::impl {
   void finish() {
     settle_barrier();
     record eos(record_header_of(record_kind::eos));
-    eos.header.meta = {{"records", counts.sent}, {"dropped", counts.upstream_dropped}};
+    // What was lost on the way here is dropped for everyone downstream.
+    eos.header.meta = {{"records", counts.sent}, {"dropped", counts.upstream_dropped + counts.lost}};
     for (auto &o : outputs) o->finish(eos);
     outputs.clear();
     if (tap) {
       auto frame = record_header_encode(eos.header);
       (void)tap.send(frame, zmq::send_flags::dontwait);
     }
+    lost_check();
   }
 };
 

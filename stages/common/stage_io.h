@@ -9,7 +9,12 @@
 // data records go to the stage in order; eos is acknowledged (everything before it arrived). The
 // stream ends when registration is closed (`producers` registered, or a `final` record) and every
 // registered producer sent eos; a producer on this host that died without eos and has been silent
-// a second is counted as truncated, never waited for. Outputs are output_links (transport/link.h);
+// a second is counted as truncated, never waited for. Lossless means checked: a producer's eos
+// counts the data records it sent, and a numbered producer's (a capture's, record.h hello) carry
+// seq 1, 2, 3, …; records that never arrived are counted (counts().lost), passed on as dropped in
+// this stage's eos, and end the stage with system_error naming the producer and the first
+// missing seq, once what came is written: at the end of the input for a stage without outputs
+// (next() throws there), in finish() after its eos otherwise. Outputs are output_links (transport/link.h);
 // the tap is an XPUB bound at options.tap, lossy on purpose (tap_dropped counts what it could not
 // take).
 #pragma once
@@ -48,6 +53,7 @@ struct stage_io_counts {
   uint64_t producers = 0;         // producers registered
   uint64_t truncated_producers = 0;  // producers gone without eos
   uint64_t upstream_dropped = 0;  // sum of `dropped` in upstream eos records
+  uint64_t lost = 0;              // records producers sent that never arrived (see above)
   uint64_t passed_unchanged = 0;  // records of batches passed on as they came (pass_unchanged)
 };
 

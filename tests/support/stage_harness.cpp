@@ -87,7 +87,7 @@ std::vector<record> stage_harness::run_with(const std::function<void(stage_io &)
       link_deadlines deadlines;
       deadlines.connect_timeout_ms = 10000;
       deadlines.stall_timeout_ms = 10000;  // a stage that stopped reading fails the run, not hangs it
-      record_sender sender(ctx_, in, "stage-harness", 1000, deadlines);
+      record_sender sender(ctx_, in, "stage-harness", 1000, deadlines, numbered_);
       for (const auto &r : *input) {
         if (record_is_barrier(r.header)) {
           record copy = record_copy(r);

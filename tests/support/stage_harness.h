@@ -39,6 +39,10 @@ class stage_harness {
   // The same with the records of a record file as input (the stage reads the file itself).
   std::vector<record> run_file(const std::function<void(stage_io &)> &stage, const std::string &path);
 
+  // The feeding producer says numbered in its hello (as a capture does): the records' seq, as
+  // the input gives them, is checked by the stage's stage_io.
+  void set_numbered_producer(bool numbered) { numbered_ = numbered; }
+
   zmq::context_t &context() { return ctx_; }
   // The stage's stage_io counts after the last run.
   const stage_io_counts &counts() const { return counts_; }
@@ -50,6 +54,7 @@ class stage_harness {
                                const std::string &file);
   zmq::context_t ctx_;
   bool has_output_;
+  bool numbered_ = false;
   stage_io_options extra_;
   stage_io_counts counts_;
   std::vector<bool> barriers_;

@@ -4,6 +4,7 @@
 // of the one whose storage it reuses, and a line array reused for another stack names that
 // stack.
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -146,4 +147,36 @@ TEST(capture_reuse, an_unfiltered_session_wants_every_entry_until_it_stops) {
   EXPECT_EQ(tprobe_entry_wanted(f.s, "Module.fc.Linear.forward.0"), TPROBE_OK);
   ASSERT_EQ(tprobe_stop(f.s), TPROBE_OK) << tprobe_last_error();
   EXPECT_EQ(tprobe_entry_wanted(f.s, "Functional.linear.0.forward"), TPROBE_SKIPPED);  // capture is off
+}
+
+TEST(capture_reuse, records_are_numbered_as_they_are_sent_and_the_eos_counts_them) {
+  // Captures the filter skips, values and steps between them: the records that go out carry seq
+  // 1, 2, 3, … with no gap (a record made and not sent takes no number), and eos counts them;
+  // stage_io checks both (the capture's hello says numbered).
+  file_session f(R"("statistics": {"list": ["relu"], "scope": [], "data_mode": ["all"]})");
+  std::vector<float> data(64, 0.5f);
+  for (int step = 0; step < 3; ++step) {
+    for (const char *entry : {"Functional.relu.0.forward", "Functional.linear.0.forward", "Functional.relu.1.forward"}) {
+      (void)tprobe_entry_begin(f.s, entry, nullptr, nullptr, 0, -1);
+      (void)capture_floats(f.s, entry, "input.0", data);
+      (void)tprobe_capture_value(f.s, entry, "kwargs.inplace", "{\"type\": \"bool\", \"value\": false}");
+      (void)capture_floats(f.s, entry, "output.0", data);
+    }
+    ASSERT_EQ(tprobe_step(f.s), TPROBE_OK) << tprobe_last_error();
+  }
+  ASSERT_EQ(tprobe_stop(f.s), TPROBE_OK);
+  uint64_t data_records = 0, linear = 0;
+  std::optional<uint64_t> eos_records;
+  for (const record &r : f.records()) {
+    if (r.header.kind == record_kind::eos) {
+      eos_records = r.header.meta.value("records", uint64_t{0});
+      continue;
+    }
+    ASSERT_FALSE(record_kind_is_control(r.header.kind)) << r.describe();
+    ASSERT_EQ(r.header.seq, ++data_records) << r.describe();
+    linear += r.header.entry.find("linear") != std::string::npos;
+  }
+  EXPECT_EQ(linear, 0u);  // skipped, and unnumbered
+  EXPECT_GT(data_records, 3u * 2 * 3);
+  EXPECT_EQ(eos_records, data_records);
 }

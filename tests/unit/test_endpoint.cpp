@@ -6,6 +6,7 @@
 #include <cstring>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -163,6 +164,153 @@ TEST(endpoint, stage_forwards_to_every_output_and_passes_eos_on) {
   tb.join();
   EXPECT_EQ(got_a.load(), 10u);
   EXPECT_EQ(got_b.load(), 10u);
+}
+
+// ---- lossless, checked (stage_io.h): the eos count and a numbered producer's seq ----
+
+namespace {
+
+// Runs `feed` as the producer of a sink on `input` and returns what the sink read, with the error
+// that ended it ("" when none).
+struct sink_run {
+  uint64_t received = 0, lost = 0;
+  std::string error;
+};
+sink_run sink_of(zmq::context_t &ctx, const std::string &input, const std::function<void()> &feed) {
+  stage_io_options in;
+  in.input = input;
+  stage_io sink(ctx, in);
+  std::thread producer(feed);
+  sink_run out;
+  try {
+    while (sink.receive()) ++out.received;
+  } catch (const system_error &e) {
+    out.error = e.what();
+  }
+  producer.join();
+  out.lost = sink.counts().lost;
+  return out;
+}
+
+}  // namespace
+
+TEST(endpoint, records_an_eos_counts_that_never_came_end_a_sink_once_it_read_the_rest) {
+  zmq::context_t ctx;
+  // Not numbered: seq is whatever the records carry (a stage passes its producers' on), unchecked.
+  const auto run = sink_of(ctx, "inproc://lossy", [&] {
+    record_sender s(ctx, "inproc://lossy", "lossy producer");
+    for (uint64_t i = 0; i < 10; ++i) s.send(numbered(i * 7));
+    s.finish(12, 0);
+  });
+  EXPECT_EQ(run.received, 10u);
+  EXPECT_EQ(run.lost, 2u);
+  EXPECT_NE(run.error.find("2 records that lossy producer (pid "), std::string::npos) << run.error;
+  EXPECT_NE(run.error.find("never arrived on inproc://lossy"), std::string::npos) << run.error;
+  EXPECT_EQ(run.error.find("seq"), std::string::npos) << run.error;  // no seq to name
+  // The same stream with its count right ends quietly.
+  const auto whole = sink_of(ctx, "inproc://whole", [&] {
+    record_sender s(ctx, "inproc://whole", "whole producer");
+    for (uint64_t i = 0; i < 10; ++i) s.send(numbered(i * 7));
+    s.finish(10, 0);
+  });
+  EXPECT_EQ(whole.received, 10u);
+  EXPECT_EQ(whole.lost, 0u);
+  EXPECT_EQ(whole.error, "");
+}
+
+TEST(endpoint, a_numbered_producer_s_gap_names_the_first_record_that_never_came) {
+  zmq::context_t ctx;
+  const auto run = sink_of(ctx, "inproc://gap", [&] {
+    record_sender s(ctx, "inproc://gap", "capture rank 0", 1000, {}, /*numbered=*/true);
+    for (uint64_t i : {0, 1, 4, 5, 6}) s.send(numbered(i));  // seq 1 2 5 6 7: 3 and 4 lost
+    s.finish(5, 0);  // its count agrees with what it sent: the gap alone tells
+  });
+  EXPECT_EQ(run.received, 5u);
+  EXPECT_EQ(run.lost, 2u);
+  EXPECT_NE(run.error.find("2 records that capture rank 0 (pid "), std::string::npos) << run.error;
+  EXPECT_NE(run.error.find("(the first: seq 3)"), std::string::npos) << run.error;
+}
+
+TEST(endpoint, a_numbered_producer_s_record_out_of_order_is_a_broken_stream) {
+  zmq::context_t ctx;
+  stage_io_options in;
+  in.input = "inproc://disorder";
+  stage_io sink(ctx, in);
+  std::thread producer([&] {
+    record_sender s(ctx, "inproc://disorder", "capture rank 3", 1000, {}, /*numbered=*/true);
+    for (uint64_t i : {0, 2, 1}) s.send(numbered(i));
+    s.finish(3, 0);
+  });
+  std::string error, lost;
+  for (;;) {  // as the fault tests do: read on after the broken record, to its eos
+    try {
+      if (!sink.receive()) break;
+    } catch (const framing_error &e) {
+      error = e.what();
+    } catch (const system_error &e) {
+      lost = e.what();  // seq 2 was missing when seq 3 came
+      break;
+    }
+  }
+  producer.join();
+  EXPECT_NE(error.find("capture rank 3 (pid "), std::string::npos) << error;
+  EXPECT_NE(error.find("sent seq 2 after seq 3"), std::string::npos) << error;
+  EXPECT_NE(lost.find("(the first: seq 2)"), std::string::npos) << lost;
+}
+
+TEST(endpoint, a_stage_passes_what_was_lost_on_as_dropped_then_fails) {
+  zmq::context_t ctx;
+  stage_io_options sink_options, mid;
+  sink_options.input = "inproc://after-loss";
+  stage_io sink(ctx, sink_options);
+  uint64_t got = 0;
+  std::thread sink_thread([&] { while (sink.receive()) ++got; });
+  mid.input = "inproc://loss-mid";
+  mid.outputs = {sink_options.input};
+  stage_io middle(ctx, mid);
+  std::thread producer([&] {
+    record_sender s(ctx, mid.input, "capture rank 1", 1000, {}, /*numbered=*/true);
+    for (uint64_t i : {0, 1, 2, 6}) s.send(numbered(i));  // seq 4, 5 and 6 lost
+    s.finish(4, 1);
+  });
+  while (auto r = middle.receive()) middle.send(*r);
+  EXPECT_EQ(middle.counts().lost, 3u);
+  std::string error;
+  try {
+    middle.finish();  // eos first: the sink ends, told what is missing
+  } catch (const system_error &e) {
+    error = e.what();
+  }
+  producer.join();
+  sink_thread.join();
+  EXPECT_NE(error.find("3 records that capture rank 1 (pid "), std::string::npos) << error;
+  EXPECT_NE(error.find("(the first: seq 4)"), std::string::npos) << error;
+  EXPECT_EQ(got, 4u);
+  EXPECT_EQ(sink.counts().lost, 0u);  // the middle stage sent what it said it sent
+  EXPECT_EQ(sink.counts().upstream_dropped, 4u);  // 1 its producer dropped, 3 lost on the way
+}
+
+TEST(endpoint, a_recording_shorter_than_its_eos_says_is_lost_records) {
+  test::temp_dir dir;
+  zmq::context_t ctx;
+  const std::string file = dir / "short.tpr";
+  {
+    record_sender s(ctx, file, "recorder");
+    for (uint64_t i = 0; i < 3; ++i) s.send(numbered(i));
+    s.finish(4, 0);
+  }
+  stage_io_options in;
+  in.input = file;
+  stage_io reader(ctx, in);
+  uint64_t n = 0;
+  std::string error;
+  try {
+    while (reader.receive()) ++n;
+  } catch (const system_error &e) {
+    error = e.what();
+  }
+  EXPECT_EQ(n, 3u);
+  EXPECT_NE(error.find("1 record that the recording sent never arrived on " + file), std::string::npos) << error;
 }
 
 namespace {
