@@ -276,7 +276,8 @@ class Stage:
         self.options = {}      # option name -> value, after parsing
         self.sessions = {}     # run id -> the meta of its session record (control endpoint: ["control"])
         self.counts = {"received": 0, "sent": 0, "tap_dropped": 0, "producers": 0, "truncated": 0,
-                       "upstream_dropped": 0}
+                       "upstream_dropped": 0, "lost": 0}
+        self._lost_message = ""  # the first producer whose records never all arrived
         self.stopping = False
         self.exit_code = EXIT_OK  # a handler sets EXIT_NEGATIVE (1) for a negative answer (a check failed)
         self._control = None
@@ -403,6 +404,7 @@ class Stage:
                 router.setsockopt(zmq.RCVHWM, hwm)
                 router.setsockopt(zmq.LINGER, 1000)
                 self._bind(router, args.input)
+                self._input_endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
             self._tap = None
             if args.tap:
                 self._tap = self.ctx.socket(zmq.XPUB)
@@ -419,14 +421,16 @@ class Stage:
             finish = getattr(handler, "finish", None)
             if finish is not None and not self.stopping:
                 self._emit(finish(self), None)
-            for o in self._outputs:
-                o.finish(self.counts["sent"], self.counts["upstream_dropped"])
+            for o in self._outputs:  # what was lost on the way here is dropped for everyone downstream
+                o.finish(self.counts["sent"], self.counts["upstream_dropped"] + self.counts["lost"])
             if self._tap is not None:
                 self._publish([encode_header({"kind": "eos", "meta": {"records": self.counts["sent"]}})])
             c = self.counts
             print(f"{self.name}: {c['received']} records received, {c['sent']} sent, {c['producers']} producers, "
                   f"{c['truncated']} truncated, tap dropped {c['tap_dropped']}"
                   f"{', interrupted' if self.stopping else ''}", file=sys.stderr, flush=True)
+            if self.counts["lost"]:  # once what came is handled and passed on
+                raise SystemFailure(self._lost_message)
             return self.exit_code
         finally:
             for sock in (self._control or {}).values():
@@ -461,7 +465,9 @@ class Stage:
             if kind == "hello":
                 meta = header.get("meta") if isinstance(header.get("meta"), dict) else {}
                 producers[ident] = {"name": meta.get("name", ""), "pid": meta.get("pid", 0),
-                                    "host": meta.get("host", ""), "done": False, "seen": time.monotonic()}
+                                    "host": meta.get("host", ""), "done": False, "seen": time.monotonic(),
+                                    "numbered": meta.get("numbered") is True, "received": 0, "next_seq": 1,
+                                    "skipped": 0, "first_skipped": 0}
                 self.counts["producers"] += 1
                 if expected > 0 and len(producers) >= expected:
                     registration_closed = True
@@ -470,9 +476,11 @@ class Stage:
                 registration_closed = True
                 self._reply(router, ident, self._ack())
             elif kind == "eos":
+                meta = header.get("meta") if isinstance(header.get("meta"), dict) else {}
                 if p is not None:
                     p["done"] = True
-                meta = header.get("meta") if isinstance(header.get("meta"), dict) else {}
+                    sent = meta.get("records")
+                    self._stream_end(p, sent if isinstance(sent, int) else None, self._input_endpoint)
                 self.counts["upstream_dropped"] += int(meta.get("dropped", 0) or 0)
                 self._reply(router, ident, self._ack())
             elif kind in CONTROL_KINDS:
@@ -482,6 +490,7 @@ class Stage:
                     raise UsageError(f"{kind} record from a producer that did not say hello first")
                 record = Record(header=header, payload=frames[2] if len(frames) > 2 else None)
                 self.counts["received"] += 1
+                self._arrival(p, header.get("seq", 0))
                 if self._tap is not None and not self._outputs:
                     self._publish(self._tap_frames(record))  # a sink's tap shows what it consumes
                 if kind == "session" and isinstance(header.get("meta"), dict):
@@ -496,6 +505,35 @@ class Stage:
                         if output.wait_reply("synced", token=own) is None:
                             return  # stopping: the barrier is abandoned, not answered
                     self._reply(router, ident, encode_header({"kind": "synced", "meta": {"barrier": token}}))
+
+    # Lossless, checked (docs/stage-protocol.md, "Losses"): a producer's eos counts the data records
+    # it sent, and a numbered producer's (a capture's) carry seq 1, 2, 3, ... in order.
+    def _arrival(self, p, seq):
+        p["received"] += 1
+        if not p["numbered"] or seq == p["next_seq"]:
+            p["next_seq"] += 1
+            return
+        if not isinstance(seq, int) or seq < p["next_seq"]:
+            raise UsageError(f"{p['name']} (pid {p['pid']}) sent seq {seq} after seq {p['next_seq'] - 1}: "
+                             "its records must come in order, once")
+        if not p["first_skipped"]:
+            p["first_skipped"] = p["next_seq"]
+        p["skipped"] += seq - p["next_seq"]
+        p["next_seq"] = seq + 1
+
+    def _stream_end(self, p, sent, where):
+        lost = max(sent - p["received"] if sent is not None and sent > p["received"] else 0, p["skipped"])
+        if not lost:
+            return
+        self.counts["lost"] += lost
+        if self._lost_message:
+            return
+        who = p["name"] or "a producer"
+        if p["pid"]:
+            who += f" (pid {p['pid']})"
+        first = f" (the first: seq {p['first_skipped']})" if p["first_skipped"] else ""
+        self._lost_message = (f"{lost} record{'' if lost == 1 else 's'} that {who} sent never arrived on {where}"
+                              f"{first}; what came is written, and the output lacks {'it' if lost == 1 else 'them'}")
 
     def _ack(self):
         meta = self.peer_meta()
@@ -517,6 +555,7 @@ class Stage:
             if not p["done"] and p["host"] == host and now - p["seen"] > 1 and _process_gone(p["pid"]):
                 p["done"] = True
                 self.counts["truncated"] += 1
+                self._stream_end(p, None, self._input_endpoint)
                 print(f"{self.name}: warning: producer {p['name']} (pid {p['pid']}) exited without end-of-stream; "
                       f"its stream is truncated", file=sys.stderr, flush=True)
 

@@ -8,6 +8,7 @@ for the files, and a stage that does not answer barriers (protocol 1.0) must nev
 import json
 import os
 import re
+import sys
 import unittest
 
 import tprobe_testing as tt
@@ -218,6 +219,76 @@ class StageKitTest(tt.CaptureTest):
         self.assertIn("broken: fatal: internal error: ZeroDivisionError", run.result.stderr)
         self.assertIn('stage "mine"', run.result.stderr)
         self.assertTrue(os.path.exists(os.path.join(run.dir, "finished")), run.result.stderr)
+
+
+class LostRecordsTest(unittest.TestCase):
+    """Lossless, checked (docs/stage-protocol.md, "Losses"), in both kits' real processes: a
+    producer that says numbered and skips a seq, or whose eos counts more records than came, ends
+    the stage with exit 111 and one line naming it and the first missing seq."""
+
+    def setUp(self):
+        import tempfile
+        self.tmp = tempfile.mkdtemp(prefix="tprobe-lost-")
+        self.addCleanup(__import__("shutil").rmtree, self.tmp, True)
+
+    def feed(self, command, seqs, eos_records, numbered=True):
+        import subprocess
+        import zmq
+        from tprobe.stage import decode_header, encode_header
+        endpoint = f"ipc://{self.tmp}/in"
+        read_fd, write_fd = os.pipe()
+        proc = subprocess.Popen(command + ["--input", endpoint, "--producers", "1", "--ready-fd", str(write_fd)],
+                                pass_fds=(write_fd,), stderr=subprocess.PIPE, text=True)
+        os.close(write_fd)
+        with os.fdopen(read_fd) as ready:
+            self.assertEqual(ready.readline(), "\n", "the stage never said ready")
+        ctx = zmq.Context()
+        try:
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.RCVTIMEO, 30000)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoint)
+            meta = {"name": "lossy capture", "host": os.uname().nodename, "pid": os.getpid()}
+            if numbered:
+                meta["numbered"] = True
+            sock.send_multipart([encode_header({"kind": "hello", "meta": meta})])
+            self.assertEqual(decode_header(sock.recv_multipart()[0])["kind"], "ack")
+            for seq in seqs:
+                sock.send_multipart([encode_header({"kind": "flush", "seq": seq})])
+            sock.send_multipart([encode_header({"kind": "eos", "meta": {"records": eos_records, "dropped": 0}})])
+            self.assertEqual(decode_header(sock.recv_multipart()[0])["kind"], "ack")
+        finally:
+            ctx.destroy(linger=0)
+        _, err = proc.communicate(timeout=60)
+        return proc.returncode, err
+
+    def stages(self):
+        python_stage = os.path.join(self.tmp, "sink.py")
+        python_dir = os.path.dirname(os.path.dirname(os.path.abspath(__import__("tprobe").__file__)))
+        with open(python_stage, "w") as f:
+            f.write("import sys\nsys.path.insert(0, %r)\nfrom tprobe.stage import Stage\n"
+                    "Stage('sink', 'takes everything', has_output=False).main(lambda r, s: None)\n" % python_dir)
+        return {"python kit": [sys.executable, python_stage], "tprobe-null": [os.path.join(tt.BIN_DIR, "tprobe-null")]}
+
+    def test_a_numbered_producer_s_gap_is_named(self):
+        for kit, command in self.stages().items():
+            with self.subTest(kit):
+                code, err = self.feed(command, [1, 2, 5, 6], 4)
+                self.assertEqual(code, 111, err)
+                self.assertIn(f"2 records that lossy capture (pid {os.getpid()}) sent never arrived on ipc://", err)
+                self.assertIn("(the first: seq 3); what came is written", err)
+                self.assertEqual(len([l for l in err.splitlines() if "fatal" in l]), 1, err)
+
+    def test_an_eos_that_counts_more_than_came_is_a_loss_and_a_whole_stream_is_not(self):
+        for kit, command in self.stages().items():
+            with self.subTest(kit):
+                code, err = self.feed(command, [7, 9, 12], 4, numbered=False)  # not numbered: seq unchecked
+                self.assertEqual(code, 111, err)
+                self.assertIn("1 record that lossy capture", err)
+                self.assertNotIn("the first: seq", err)
+                code, err = self.feed(command, [1, 2, 3], 3)
+                self.assertEqual(code, 0, err)
+                self.assertNotIn("never arrived", err)
 
 
 if __name__ == "__main__":
