@@ -197,22 +197,21 @@ sink_run sink_of(zmq::context_t &ctx, const std::string &input, const std::funct
 TEST(endpoint, records_an_eos_counts_that_never_came_end_a_sink_once_it_read_the_rest) {
   zmq::context_t ctx;
   // Not numbered: seq is whatever the records carry (a stage passes its producers' on), unchecked.
-  const auto run = sink_of(ctx, "inproc://lossy", [&] {
-    record_sender s(ctx, "inproc://lossy", "lossy producer");
-    for (uint64_t i = 0; i < 10; ++i) s.send(numbered(i * 7));
-    s.finish(12, 0);
-  });
+  const auto ten_records_said_to_be = [&](const std::string &endpoint, uint64_t said) {
+    return sink_of(ctx, endpoint, [&ctx, endpoint, said] {
+      record_sender s(ctx, endpoint, "lossy producer");
+      for (uint64_t i = 0; i < 10; ++i) s.send(numbered(i * 7));
+      s.finish(said, 0);
+    });
+  };
+  const auto run = ten_records_said_to_be("inproc://lossy", 12);
   EXPECT_EQ(run.received, 10u);
   EXPECT_EQ(run.lost, 2u);
   EXPECT_NE(run.error.find("2 records that lossy producer (pid "), std::string::npos) << run.error;
   EXPECT_NE(run.error.find("never arrived on inproc://lossy"), std::string::npos) << run.error;
   EXPECT_EQ(run.error.find("seq"), std::string::npos) << run.error;  // no seq to name
   // The same stream with its count right ends quietly.
-  const auto whole = sink_of(ctx, "inproc://whole", [&] {
-    record_sender s(ctx, "inproc://whole", "whole producer");
-    for (uint64_t i = 0; i < 10; ++i) s.send(numbered(i * 7));
-    s.finish(10, 0);
-  });
+  const auto whole = ten_records_said_to_be("inproc://whole", 10);
   EXPECT_EQ(whole.received, 10u);
   EXPECT_EQ(whole.lost, 0u);
   EXPECT_EQ(whole.error, "");
