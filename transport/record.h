@@ -114,7 +114,7 @@
 //                records it counted fewer than `records` were lost on the way (reported, and
 //                passed on as dropped).
 //                A stage that has seen eos from every producer finishes its output, sends its
-//                own eos downstream and exits 0.
+//                own eos downstream and exits 0 (111 when records were lost on the way).
 //      final     sent by the launcher to a stage input after the producing command exited:
 //                no new producer will connect.
 //

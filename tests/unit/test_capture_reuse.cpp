@@ -162,6 +162,14 @@ TEST(capture_reuse, records_are_numbered_as_they_are_sent_and_the_eos_counts_the
       (void)tprobe_capture_value(f.s, entry, "kwargs.inplace", "{\"type\": \"bool\", \"value\": false}");
       (void)capture_floats(f.s, entry, "output.0", data);
     }
+    // Refused once its record is made (the data pointer is checked after): sends nothing.
+    int64_t shape[1] = {4};
+    DLTensor no_data{};
+    no_data.device = {kDLCPU, 0};
+    no_data.ndim = 1;
+    no_data.dtype = {kDLFloat, 32, 1};
+    no_data.shape = shape;
+    ASSERT_EQ(tprobe_capture_tensor(f.s, "Functional.relu.0.forward", "input.1", &no_data, 0), TPROBE_ERROR);
     ASSERT_EQ(tprobe_step(f.s), TPROBE_OK) << tprobe_last_error();
   }
   ASSERT_EQ(tprobe_stop(f.s), TPROBE_OK);
