@@ -310,7 +310,7 @@ struct tprobe_session {
   std::vector<std::byte> strided_scratch;
   // Reads large tensors' parts on a second core while the training thread, blocked in the capture
   // anyway, reads the others (part_runner.h).
-  tprobe::part_runner runner{tprobe::part_runner_threads_from_env()};
+  tprobe::part_runner runner{tprobe::part_runner_threads_from_env(), tprobe::part_runner_linger_from_env()};
 
   // The statistics of the contiguous tensors read in place lately, for callers that name a
   // tensor's content (tprobe_capture_tensor_content): one operator's output is usually the next

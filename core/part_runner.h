@@ -10,7 +10,11 @@
 //   run() never waits for a helper to start: with no helper awake (or none at all) it reads every
 //   part itself. It waits only for parts a helper has already claimed (each stats_part_bytes).
 // - A helper never touches a job after run() has returned.
-// - One run() at a time (the session's mutex); helpers sleep on a condition variable between runs.
+// - One run() at a time (the session's mutex). After a run a helper lingers for `linger`, yielding
+//   its core to any thread that wants it, and only then sleeps on a condition variable: a helper
+//   asleep is woken by a futex call on the caller's thread (tens of µs on a VM: an IPI), which the
+//   large tensors of a model's forward and backward passes, coming one after another, would pay
+//   each time. A lingering helper joins within a yield and costs the caller nothing.
 // - Helpers run with every signal blocked (quiet_thread.h): signals go to the threads that expect
 //   them.
 // - The destructor stops and joins the helpers. A forked child has no helpers, but run() never
@@ -18,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +37,9 @@ namespace tprobe {
 class part_runner final : public parallel_runner {
  public:
   // `threads` readers in all, this one included: threads - 1 helpers (none for 0 or 1).
-  explicit part_runner(unsigned threads);
+  // How long a helper polls for the next run before it sleeps (see the contract).
+  static constexpr std::chrono::microseconds default_linger{500};
+  explicit part_runner(unsigned threads, std::chrono::microseconds linger = default_linger);
   ~part_runner() override;
   part_runner(const part_runner &) = delete;
   part_runner &operator=(const part_runner &) = delete;
@@ -41,6 +48,8 @@ class part_runner final : public parallel_runner {
   unsigned helpers() const { return static_cast<unsigned>(helpers_.size()); }
   // Parts read by helpers so far (the rest were read by run()'s caller).
   uint64_t parts_by_helpers() const { return by_helpers_.load(std::memory_order_relaxed); }
+  // Times a helper went to sleep after lingering (each costs the next run() a wake-up call).
+  uint64_t helper_sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
 
  private:
   void helper_loop();
@@ -48,8 +57,10 @@ class part_runner final : public parallel_runner {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;
-  uint64_t generation_ = 0;  // one per run() with helpers
+  const std::chrono::microseconds linger_;
+  std::atomic<bool> stopping_{false};
+  // One per run() with helpers; written under mutex_, polled without it by a lingering helper.
+  std::atomic<uint64_t> generation_{0};
   // The job of the current run(): set and cleared under mutex_, read by a helper that joined it.
   void (*part_)(void *, size_t) = nullptr;
   void *context_ = nullptr;
@@ -58,6 +69,7 @@ class part_runner final : public parallel_runner {
   std::atomic<size_t> done_{0};     // parts finished
   std::atomic<unsigned> joined_{0};  // helpers inside the current job
   std::atomic<uint64_t> by_helpers_{0};
+  std::atomic<uint64_t> sleeps_{0};
   std::vector<std::thread> helpers_;
 };
 
@@ -67,5 +79,9 @@ unsigned part_runner_default_threads();
 // TPROBE_CAPTURE_THREADS (1 turns the helpers off), else part_runner_default_threads(). A value
 // that is not a number from 1 to 64 is named on stderr and read as 1.
 unsigned part_runner_threads_from_env();
+
+// TPROBE_CAPTURE_LINGER_US (0 to 1000000; 0: helpers sleep as soon as a run is done), else
+// part_runner::default_linger. Anything else is named on stderr and read as the default.
+std::chrono::microseconds part_runner_linger_from_env();
 
 }  // namespace tprobe

@@ -58,6 +58,40 @@ TEST(PartRunner, HelpersTakeAShareOfSlowParts) {
   EXPECT_GT(runner.parts_by_helpers(), 0u);
 }
 
+// Runs that follow one another within the linger find the helper awake: no run pays for a wake-up
+// call, and the helper still reads parts. A helper that lingers leaves at once when the runner is
+// destroyed, however long its linger.
+TEST(PartRunner, ALingeringHelperNeedsNoWakeUpAndLeavesAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  {
+    part_runner runner(2, std::chrono::seconds(20));
+    for (int round = 0; round < 20; ++round) {
+      counting_job job(8);
+      job.each = std::chrono::microseconds(500);
+      runner.run(8, counting_job::part, &job);
+      for (auto &r : job.runs) ASSERT_EQ(r.load(), 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a gap between tensors, well within the linger
+    }
+    EXPECT_EQ(runner.helper_sleeps(), 0u);
+    EXPECT_GT(runner.parts_by_helpers(), 0u);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Without a linger the helper sleeps between runs (the cost the linger saves), and still helps.
+TEST(PartRunner, WithoutALingerTheHelperSleepsBetweenRuns) {
+  part_runner runner(2, std::chrono::microseconds(0));
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    counting_job job(8);
+    job.each = std::chrono::milliseconds(2);
+    runner.run(8, counting_job::part, &job);
+    for (auto &r : job.runs) ASSERT_EQ(r.load(), 1);
+  }
+  EXPECT_GT(runner.helper_sleeps(), 0u);
+  EXPECT_GT(runner.parts_by_helpers(), 0u);
+}
+
 // A signal meant for the caller's thread (a stage's main thread, the training process's) must not
 // land in a helper asleep between parts: helpers block them all (quiet_thread.h), and their
 // creator's mask is as it was.
@@ -86,6 +120,23 @@ TEST(PartRunner, NoHelperMeansTheCallerReadsEverything) {
   runner.run(10, counting_job::part, &job);
   EXPECT_EQ(runner.parts_by_helpers(), 0u);
   for (auto &r : job.runs) EXPECT_EQ(r.load(), 1);
+}
+
+TEST(PartRunner, LingerFromTheEnvironment) {
+  ::unsetenv("TPROBE_CAPTURE_LINGER_US");
+  EXPECT_EQ(part_runner_linger_from_env(), part_runner::default_linger);
+  ::setenv("TPROBE_CAPTURE_LINGER_US", "0", 1);
+  EXPECT_EQ(part_runner_linger_from_env(), std::chrono::microseconds(0));
+  ::setenv("TPROBE_CAPTURE_LINGER_US", "2000", 1);
+  EXPECT_EQ(part_runner_linger_from_env(), std::chrono::microseconds(2000));
+  for (const char *bad : {"-1", "soon", "5ms", "2000000"}) {
+    ::setenv("TPROBE_CAPTURE_LINGER_US", bad, 1);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(part_runner_linger_from_env(), part_runner::default_linger) << bad;
+    EXPECT_NE(testing::internal::GetCapturedStderr().find(std::string("TPROBE_CAPTURE_LINGER_US=\"") + bad + "\" is not a number"),
+              std::string::npos) << bad;
+  }
+  ::unsetenv("TPROBE_CAPTURE_LINGER_US");
 }
 
 TEST(PartRunner, ThreadsFromTheEnvironment) {
