@@ -79,29 +79,34 @@ void part_runner::run(size_t parts, void (*part)(void *, size_t), void *context)
 
 unsigned part_runner_default_threads() { return std::thread::hardware_concurrency() >= 2 ? 2 : 1; }
 
+namespace {
+
+// Environment variable `name` read as a whole number from lo to hi: `unset` when it is unset or
+// empty; anything else is named on stderr with what is used instead (`bad`, `instead`). Training
+// goes on either way.
+long env_number(const char *name, long lo, long hi, long unset, long bad, const char *instead) {
+  const char *v = std::getenv(name);
+  if (!v || !*v) return unset;
+  char *end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end == '\0' && n >= lo && n <= hi) return n;
+  std::fprintf(stderr, "tprobe: %s=\"%s\" is not a number from %ld to %ld; %s\n", name, v, lo, hi, instead);
+  return bad;
+}
+
+}  // namespace
+
 unsigned part_runner_threads_from_env() {
-  if (const char *v = std::getenv("TPROBE_CAPTURE_THREADS"); v && *v) {
-    char *end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end == '\0' && n >= 1 && n <= 64) return static_cast<unsigned>(n);
-    // Training goes on either way; the safe reading is the training thread alone.
-    std::fprintf(stderr, "tprobe: TPROBE_CAPTURE_THREADS=\"%s\" is not a number from 1 to 64; reading with 1 thread\n", v);
-    return 1;
-  }
-  return part_runner_default_threads();
+  // A bad value reads as the safe choice: the training thread alone.
+  return static_cast<unsigned>(
+      env_number("TPROBE_CAPTURE_THREADS", 1, 64, part_runner_default_threads(), 1, "reading with 1 thread"));
 }
 
 std::chrono::microseconds part_runner_linger_from_env() {
-  if (const char *v = std::getenv("TPROBE_CAPTURE_LINGER_US"); v && *v) {
-    char *end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end == '\0' && n >= 0 && n <= 1000000) return std::chrono::microseconds(n);
-    // Training goes on either way; the default is what the figures were measured with.
-    std::fprintf(stderr, "tprobe: TPROBE_CAPTURE_LINGER_US=\"%s\" is not a number from 0 to 1000000; lingering %lld µs\n", v,
-                 static_cast<long long>(part_runner::default_linger.count()));
-    return part_runner::default_linger;
-  }
-  return part_runner::default_linger;
+  // A bad value reads as the default, which the figures were measured with.
+  static_assert(part_runner::default_linger.count() == 500, "the message below names the default");
+  const long linger = part_runner::default_linger.count();
+  return std::chrono::microseconds(env_number("TPROBE_CAPTURE_LINGER_US", 0, 1000000, linger, linger, "lingering 500 µs"));
 }
 
 }  // namespace tprobe
