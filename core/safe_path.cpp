@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <climits>
 #include <filesystem>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "errors.h"
@@ -266,36 +268,80 @@ int safe_dir::open_for_write(const std::string &name, mode_t mode) const {
 void safe_dir::remove(const std::string &name) const noexcept { ::unlinkat(fd_, name.c_str(), 0); }
 
 void atomic_write_file(const std::string &path, std::string_view content, bool sync) {
-  const std::string abs = absolute_normal_path(path);
-  std::string base;
-  fd_guard dir(open_parent_dir(abs, base));
+  prepared_file(path).commit(content, sync);
+}
+
+prepared_file::prepared_file(const std::string &path) : path_(absolute_normal_path(path)) {
+  fd_guard dir(open_parent_dir(path_, base_));
   const std::string suffix = fmt::format(".tmp.{}.{}", ::getpid(), temp_counter++);
   const size_t keep = max_name_length - 1 - suffix.size();
-  const std::string tmp = fmt::format(".{}{}", base.substr(0, keep), suffix);
-  const std::string tmp_path = abs.substr(0, abs.size() - base.size()) + tmp;
-
+  tmp_ = fmt::format(".{}{}", base_.substr(0, keep), suffix);
   const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  fd_guard fd(::openat(dir.get(), tmp.c_str(), flags, file_mode));
+  fd_guard fd(::openat(dir.get(), tmp_.c_str(), flags, file_mode));
   if (fd.get() < 0 && errno == EEXIST) {  // left over by a crashed process with our pid
-    ::unlinkat(dir.get(), tmp.c_str(), 0);
-    fd.reset(::openat(dir.get(), tmp.c_str(), flags, file_mode));
+    ::unlinkat(dir.get(), tmp_.c_str(), 0);
+    fd.reset(::openat(dir.get(), tmp_.c_str(), flags, file_mode));
   }
-  if (fd.get() < 0) throw system_error_from_errno("create", tmp_path, errno);
-  try {
-    if (::fchmod(fd.get(), file_mode) != 0) throw system_error_from_errno("set the mode of", tmp_path, errno);
-    safe_write_all(fd.get(), content.data(), content.size(), tmp_path);
-    if (sync && ::fsync(fd.get()) != 0) throw system_error_from_errno("sync", tmp_path, errno);
-    if (::close(fd.release()) != 0) throw system_error_from_errno("write", tmp_path, errno);
-    if (::renameat(dir.get(), tmp.c_str(), dir.get(), base.c_str()) != 0)
-      throw system_error_from_errno("rename " + tmp_path + " to", abs, errno);
-  } catch (...) {
-    ::unlinkat(dir.get(), tmp.c_str(), 0);
-    throw;
+  if (fd.get() < 0) throw system_error_from_errno("create", temp_path(), errno);
+  if (::fchmod(fd.get(), file_mode) != 0) {
+    const int error = errno;
+    ::unlinkat(dir.get(), tmp_.c_str(), 0);
+    throw system_error_from_errno("set the mode of", temp_path(), error);
+  }
+  dir_ = dir.release();
+  fd_ = fd.release();
+}
+
+prepared_file::prepared_file(prepared_file &&other) noexcept
+    : dir_(std::exchange(other.dir_, -1)), fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)),
+      base_(std::move(other.base_)), tmp_(std::move(other.tmp_)) {}
+
+prepared_file &prepared_file::operator=(prepared_file &&other) noexcept {
+  if (this != &other) {
+    discard();
+    dir_ = std::exchange(other.dir_, -1);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+    base_ = std::move(other.base_);
+    tmp_ = std::move(other.tmp_);
+  }
+  return *this;
+}
+
+prepared_file::~prepared_file() { discard(); }
+
+std::string prepared_file::temp_path() const { return path_.substr(0, path_.size() - base_.size()) + tmp_; }
+
+void prepared_file::discard() noexcept {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlinkat(dir_, tmp_.c_str(), 0);
+  }
+  if (dir_ >= 0) ::close(dir_);
+  fd_ = dir_ = -1;
+  path_.clear();
+}
+
+void prepared_file::commit(std::string_view content, bool sync) {
+  if (empty()) throw std::logic_error("prepared_file::commit: no temporary file (committed already, or never made)");
+  const std::string tmp_path = temp_path();
+  safe_write_all(fd_, content.data(), content.size(), tmp_path);
+  if (sync && ::fsync(fd_) != 0) throw system_error_from_errno("sync", tmp_path, errno);
+  if (::close(std::exchange(fd_, -1)) != 0) {
+    const int error = errno;
+    ::unlinkat(dir_, tmp_.c_str(), 0);
+    throw system_error_from_errno("write", tmp_path, error);
+  }
+  if (::renameat(dir_, tmp_.c_str(), dir_, base_.c_str()) != 0) {
+    const int error = errno;
+    ::unlinkat(dir_, tmp_.c_str(), 0);
+    throw system_error_from_errno("rename " + tmp_path + " to", path_, error);
   }
   if (sync) {  // an O_PATH descriptor cannot be synced: open the directory for reading
-    fd_guard rdir(::openat(dir.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (rdir.get() < 0 || ::fsync(rdir.get()) != 0) throw system_error_from_errno("sync the directory of", abs, errno);
+    fd_guard rdir(::openat(dir_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (rdir.get() < 0 || ::fsync(rdir.get()) != 0) throw system_error_from_errno("sync the directory of", path_, errno);
   }
+  discard();
 }
 
 std::string dump_name_problem(std::string_view name, size_t max_length) {

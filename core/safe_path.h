@@ -89,4 +89,34 @@ void safe_write_all(int fd, const void *data, size_t size, const std::string &pa
 // symbolic link is refused. On failure the temporary file is removed and `path` is untouched.
 void atomic_write_file(const std::string &path, std::string_view content, bool sync = false);
 
+// atomic_write_file in two halves, so that the costly one can come before the content is known:
+// creating the temporary allocates an inode and a directory entry, about 1 ms on ext4 while
+// training runs beside it, where writing a step's dump.json into the page cache takes 0.2 ms.
+// The constructor creates ".NAME.tmp.PID.N" beside `path` (system_error if it cannot, naming
+// it); commit() writes `content` into it, optionally fsyncs, and renames it over `path`, as
+// atomic_write_file does, after which the object is empty. One never committed, or whose commit
+// failed, removes its temporary when destroyed. A default-constructed one is empty.
+class prepared_file {
+ public:
+  prepared_file() = default;
+  explicit prepared_file(const std::string &path);
+  prepared_file(prepared_file &&other) noexcept;
+  prepared_file &operator=(prepared_file &&other) noexcept;
+  prepared_file(const prepared_file &) = delete;
+  prepared_file &operator=(const prepared_file &) = delete;
+  ~prepared_file();
+
+  bool empty() const { return fd_ < 0; }
+  const std::string &path() const { return path_; }  // absolute, normalised; "" when empty
+  // Precondition: !empty() (std::logic_error otherwise).
+  void commit(std::string_view content, bool sync = false);
+
+ private:
+  void discard() noexcept;
+  std::string temp_path() const;
+  int dir_ = -1;  // O_PATH descriptor of path's directory
+  int fd_ = -1;   // the temporary, open for writing
+  std::string path_, base_, tmp_;  // path, its last component, the temporary's name
+};
+
 }  // namespace tprobe

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -321,6 +322,60 @@ TEST_F(SafePath, AtomicWriteHandlesMaximalNames) {
   atomic_write_file(path(name), "x");
   EXPECT_EQ(read_file(path(name)), "x");
   EXPECT_EQ(names_in(dir_), (std::set<std::string>{name}));
+}
+
+TEST_F(SafePath, PreparedFileCreatesItsTemporaryFirstAndRenamesItOnCommit) {
+  ::umask(0);
+  const std::string target = path("dump.json");
+  write_file(target, "old");
+  prepared_file prepared(target);
+  ASSERT_FALSE(prepared.empty());
+  EXPECT_EQ(prepared.path(), target);
+  // The temporary exists before the content is known; the target is untouched until the commit.
+  const auto names = names_in(dir_);
+  ASSERT_EQ(names.size(), 2u);
+  const std::string temporary = *std::find_if(names.begin(), names.end(), [](const std::string &n) { return n != "dump.json"; });
+  EXPECT_EQ(temporary.rfind(".dump.json.tmp.", 0), 0u) << temporary;
+  EXPECT_EQ(mode_of(path(temporary)), 0640u);
+  EXPECT_EQ(read_file(target), "old");
+
+  prepared_file moved = std::move(prepared);  // the temporary goes with it
+  EXPECT_TRUE(prepared.empty());
+  moved.commit("{}");
+  EXPECT_TRUE(moved.empty());
+  EXPECT_EQ(read_file(target), "{}");
+  EXPECT_EQ(mode_of(target), 0640u);
+  EXPECT_EQ(names_in(dir_), (std::set<std::string>{"dump.json"}));
+  EXPECT_THROW(moved.commit("again"), std::logic_error);
+  EXPECT_EQ(read_file(target), "{}");
+}
+
+TEST_F(SafePath, APreparedFileNeverCommittedOrFailingLeavesNothing) {
+  const std::string target = path("stack.json");
+  { prepared_file unused(target); }
+  EXPECT_TRUE(fs::is_empty(dir_));
+
+  prepared_file assigned(target);
+  assigned = prepared_file(path("construct.json"));  // the first temporary goes at once
+  EXPECT_EQ(names_in(dir_).size(), 1u);
+  assigned = prepared_file();
+  EXPECT_TRUE(fs::is_empty(dir_));
+
+  // A rename that fails (over a directory) names both paths, and the temporary is gone.
+  ASSERT_TRUE(fs::create_directory(target));
+  prepared_file blocked(target);
+  expect_error<system_error>([&] { blocked.commit("[]"); }, "unable to rename");
+  EXPECT_EQ(names_in(dir_), (std::set<std::string>{"stack.json"}));
+
+  // Where the temporary cannot be made, the constructor says so and leaves nothing.
+  const std::string locked = path("locked");
+  ASSERT_TRUE(fs::create_directory(locked));
+  ASSERT_EQ(::chmod(locked.c_str(), 0500), 0);
+  if (::geteuid() != 0) {  // root writes anywhere
+    expect_error<system_error>([&] { prepared_file(locked + "/dump.json"); }, "unable to create " + locked + "/.dump.json.tmp.");
+    EXPECT_TRUE(fs::is_empty(locked));
+  }
+  expect_error<system_error>([&] { prepared_file(path("missing/dump.json")); }, "unable to open directory " + path("missing"));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <dlpack/dlpack.h>
@@ -242,7 +243,9 @@ TEST(stage_harness, writer_run_refuses_a_path_it_cannot_place_and_keeps_what_cam
 // record arrives, not when the step ends, where replacing them would add their unlinking to the
 // training thread's wait on the step's barrier (docs/performance.md); the step then writes its own.
 // Fed by a record_sender rather than the harness, to look at the folder between two barriers.
-TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_when_the_step_begins) {
+// Both are work the step's barrier would otherwise wait for: unlinking the old files, and creating
+// the temporaries the step's files are written into (prepared_file).
+TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_and_prepares_the_new_ones_when_the_step_begins) {
   test::temp_dir dir;
   const std::string dump = dir.path() + "/dump", folder = dump + "/step0/rank", later = dump + "/step1/rank";
   for (const auto &f : {folder, later}) {
@@ -287,7 +290,17 @@ TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_when_the_step_be
       EXPECT_FALSE(std::filesystem::exists(folder + "/" + name)) << name << " of step 0 is still there";
       EXPECT_EQ(test::read_file(later + "/" + name), "{\"old\": 1}") << name << " of step 1, which nothing wrote to";
     }
+    std::set<std::string> prepared;  // the temporaries' names up to their pid and counter
+    for (const auto &e : std::filesystem::directory_iterator(folder)) {
+      const std::string name = e.path().filename().string();
+      prepared.insert(name.substr(0, name.find(".tmp.") + 5));
+      EXPECT_EQ(std::filesystem::file_size(e.path()), 0u) << name;
+    }
+    EXPECT_EQ(prepared, (std::set<std::string>{".dump.json.tmp.", ".stack.json.tmp.", ".construct.json.tmp."}));
     EXPECT_TRUE(sender.sync(step_end_barrier()));
+    std::set<std::string> written;  // the barrier answered: the files, and no temporary left
+    for (const auto &e : std::filesystem::directory_iterator(folder)) written.insert(e.path().filename().string());
+    EXPECT_EQ(written, (std::set<std::string>{"dump.json", "stack.json", "construct.json"}));
     sender.finish(2, 0);
   } catch (const std::exception &e) {
     ADD_FAILURE() << "sending to the writer: " << e.what();

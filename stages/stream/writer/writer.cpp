@@ -81,6 +81,10 @@ struct dump_doc {
   bool stacks_dirty = true;
   bool construct_dirty = true;
   std::optional<safe_dir> tensor_dir;  // dump_tensor_data/, opened at its first tensor file
+  // The next rewrite's temporaries of dump.json, stack.json and construct.json, created while the
+  // step runs: creating a file is most of what a write costs, and the step's last write is paid
+  // by the training thread waiting on its barrier. Each is used once; later rewrites create theirs.
+  prepared_file next_data, next_stacks, next_construct;
 };
 
 class dump_writer {
@@ -126,7 +130,10 @@ class dump_writer {
     if (coarse_steady_now() < next_flush_) return;  // asked once a record; the interval is seconds
     const auto start = clock_type::now();
     for (auto &[key, d] : docs_)
-      if (d.dirty) write_doc(d);
+      if (d.dirty) {
+        write_doc(d);
+        prepare_files(d);  // for the step's last write, which the training thread may wait on
+      }
     // Rewrites cost grows with the dump: never spend more than a fifth of the time rewriting.
     const auto took = clock_type::now() - start;
     next_flush_ = clock_type::now() +
@@ -201,6 +208,7 @@ class dump_writer {
       load_stacks(d);
     }
     reopened_.insert(d.dir);
+    prepare_files(d);
     // A step has about as many entries and as much leaf text as the one before.
     d.data.reserve(entries_expected_, leaf_text_expected_);
     ++result_.dumps;
@@ -422,6 +430,21 @@ class dump_writer {
   // take the writer's memory.
   static constexpr int64_t max_list_index = 1 << 20;
 
+  static void prepare_files(dump_doc &d) {
+    const auto prepare = [&](prepared_file &file, const std::string &name) {
+      if (file.empty()) file = prepared_file(d.dir + "/" + name);
+    };
+    prepare(d.next_data, data_file_name(d.session));
+    prepare(d.next_stacks, "stack.json");
+    prepare(d.next_construct, "construct.json");
+  }
+
+  // Into the temporary made ahead of time if there is one (dump_doc::next_data).
+  static void replace_file(prepared_file &prepared, const std::string &path, std::string_view text) {
+    if (prepared.empty()) atomic_write_file(path, text);
+    else prepared.commit(text);
+  }
+
   void write_doc(dump_doc &d) {
     if (!d.dirty) return;
     // {"task": …, "level": …, "framework": …, "dump_data_dir": …, "data": {…}}, as msprobe's
@@ -440,15 +463,15 @@ class dump_writer {
     key("data"), d.data.render(text, 1);
     text.append("\n}");
     last_text_size_ = text.size();
-    atomic_write_file(d.dir + "/" + data_file_name(d.session), text);
+    replace_file(d.next_data, d.dir + "/" + data_file_name(d.session), text);
     if (d.stacks_dirty) {
       text.clear();  // dump.json's buffer, written already
       stack_json_text_append(text, d.stacks);
-      atomic_write_file(d.dir + "/stack.json", text);
+      replace_file(d.next_stacks, d.dir + "/stack.json", text);
       d.stacks_dirty = false;
     }
     if (d.construct_dirty) {
-      atomic_write_file(d.dir + "/construct.json", pyjson_dump(d.construct, 1));
+      replace_file(d.next_construct, d.dir + "/construct.json", pyjson_dump(d.construct, 1));
       d.construct_dirty = false;
     }
     d.dirty = false;

@@ -18,7 +18,10 @@
 // therefore leaves JSON files that parse and describe everything received up to the last rewrite.
 // A step folder's three JSON files that an earlier run left there are removed when this writer's
 // first record for that folder arrives (a rerun into the same dump path), not replaced at the
-// step's end: unlinking them is work the step's barrier would otherwise wait for.
+// step's end: unlinking them is work the step's barrier would otherwise wait for. For the same
+// reason the temporaries of a folder's next rewrite (".dump.json.tmp.PID.N" and the like) are
+// created when the folder is made and after each timed rewrite, not when the step ends; a writer
+// killed mid-step may leave them there, empty, beside files that still parse.
 // Directories are created 0750 and files 0640; paths outside msprobe's character set are refused
 // and no symbolic link inside the dump tree is followed.
 //
