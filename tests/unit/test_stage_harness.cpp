@@ -243,6 +243,56 @@ TEST(stage_harness, writer_run_refuses_a_path_it_cannot_place_and_keeps_what_cam
 // record arrives, not when the step ends, where replacing them would add their unlinking to the
 // training thread's wait on the step's barrier (docs/performance.md); the step then writes its own.
 // Fed by a record_sender rather than the harness, to look at the folder between two barriers.
+// writer_run on a thread of this process, fed over a real socket at `endpoint`.
+struct writer_on_thread {
+  zmq::context_t ctx;
+  std::string endpoint, error;  // the stage thread's, read once `ready`
+  std::atomic<bool> ready{false};
+  std::thread stage;
+
+  writer_on_thread(const test::temp_dir &dir, const std::string &dump) {
+    stage = std::thread([this, &dir, dump] {
+      try {
+        stage_io_options o;
+        o.input = test::ipc_endpoint(dir, "writer.in");
+        o.producers = 1;
+        o.decode = writer_decode_options;
+        stage_io io(ctx, o);
+        endpoint = io.input_endpoint();
+        ready = true;
+        writer_stage_options w;
+        w.dump_path = dump;
+        writer_run(io, w);
+      } catch (const std::exception &e) {
+        error = e.what();
+        ready = true;
+      }
+    });
+    while (!ready) std::this_thread::yield();
+  }
+  ~writer_on_thread() { (void)finish(); }
+  bool started() const { return !endpoint.empty(); }
+  // Waits for the writer to return; what it threw, or "".
+  std::string finish() {
+    if (stage.joinable()) stage.join();
+    return error;
+  }
+};
+
+// The names in `folder`, with a temporary's pid and counter cut off (".dump.json.tmp.").
+std::multiset<std::string> names_in(const std::string &folder) {
+  std::multiset<std::string> names;
+  for (const auto &e : std::filesystem::directory_iterator(folder)) {
+    const std::string name = e.path().filename().string();
+    const size_t tmp = name.find(".tmp.");
+    names.insert(tmp == std::string::npos ? name : name.substr(0, tmp + 5));
+  }
+  return names;
+}
+
+const std::multiset<std::string> prepared_names{".dump.json.tmp.", ".stack.json.tmp.", ".construct.json.tmp."};
+const std::multiset<std::string> written_names{"dump.json", "stack.json", "construct.json"};
+
 // Both are work the step's barrier would otherwise wait for: unlinking the old files, and creating
 // the temporaries the step's files are written into (prepared_file).
 TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_and_prepares_the_new_ones_when_the_step_begins) {
@@ -252,33 +302,10 @@ TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_and_prepares_the
     std::filesystem::create_directories(f);
     for (const char *name : {"dump.json", "stack.json", "construct.json"}) test::write_file(f + "/" + name, "{\"old\": 1}");
   }
-  zmq::context_t ctx;
-  std::string endpoint, error;  // the stage thread's, read once `ready`
-  std::atomic<bool> ready{false};
-  std::thread stage([&] {
-    try {
-      stage_io_options o;
-      o.input = test::ipc_endpoint(dir, "writer.in");
-      o.producers = 1;
-      o.decode = writer_decode_options;
-      stage_io io(ctx, o);
-      endpoint = io.input_endpoint();
-      ready = true;
-      writer_stage_options w;
-      w.dump_path = dump;
-      writer_run(io, w);
-    } catch (const std::exception &e) {
-      error = e.what();
-      ready = true;
-    }
-  });
-  while (!ready) std::this_thread::yield();
-  if (endpoint.empty()) {
-    stage.join();
-    FAIL() << "the writer did not start: " << error;
-  }
+  writer_on_thread writer(dir, dump);
+  ASSERT_TRUE(writer.started()) << "the writer did not start: " << writer.finish();
   try {
-    record_sender sender(ctx, endpoint, "capture");
+    record_sender sender(writer.ctx, writer.endpoint, "capture");
     sender.send(session_record(dump));
     sender.send(float_tensor("Functional.relu.0.forward", "output.0", {1, 2}));  // step 0's first record
     // The barrier of a step that has no folder: answered once everything before it was handled.
@@ -290,28 +317,63 @@ TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_and_prepares_the
       EXPECT_FALSE(std::filesystem::exists(folder + "/" + name)) << name << " of step 0 is still there";
       EXPECT_EQ(test::read_file(later + "/" + name), "{\"old\": 1}") << name << " of step 1, which nothing wrote to";
     }
-    std::set<std::string> prepared;  // the temporaries' names up to their pid and counter
-    for (const auto &e : std::filesystem::directory_iterator(folder)) {
-      const std::string name = e.path().filename().string();
-      prepared.insert(name.substr(0, name.find(".tmp.") + 5));
-      EXPECT_EQ(std::filesystem::file_size(e.path()), 0u) << name;
-    }
-    EXPECT_EQ(prepared, (std::set<std::string>{".dump.json.tmp.", ".stack.json.tmp.", ".construct.json.tmp."}));
+    EXPECT_EQ(names_in(folder), prepared_names);
+    for (const auto &e : std::filesystem::directory_iterator(folder))
+      EXPECT_EQ(std::filesystem::file_size(e.path()), 0u) << e.path();
     EXPECT_TRUE(sender.sync(step_end_barrier()));
-    std::set<std::string> written;  // the barrier answered: the files, and no temporary left
-    for (const auto &e : std::filesystem::directory_iterator(folder)) written.insert(e.path().filename().string());
-    EXPECT_EQ(written, (std::set<std::string>{"dump.json", "stack.json", "construct.json"}));
+    EXPECT_EQ(names_in(folder), written_names);  // the barrier answered: the files, no temporary
     sender.finish(2, 0);
   } catch (const std::exception &e) {
     ADD_FAILURE() << "sending to the writer: " << e.what();
   }
-  stage.join();
-  ASSERT_EQ(error, "");
+  ASSERT_EQ(writer.finish(), "");
   const auto doc = pyjson_load_file(folder + "/dump.json");
   EXPECT_FALSE(doc.contains("old"));
   EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Max"], 2.0);
   EXPECT_EQ(test::read_file(folder + "/construct.json"), "{}");
   EXPECT_EQ(pyjson_load_file(folder + "/stack.json"), nlohmann::ordered_json::object());
+}
+
+// Each prepared temporary holds two descriptors: a writer fed by many ranks at once prepares for
+// 16 folders, and the others write as before.
+TEST(stage_harness, writer_run_prepares_temporaries_for_at_most_16_folders_at_once) {
+  test::temp_dir dir;
+  const std::string dump = dir.path() + "/dump";
+  writer_on_thread writer(dir, dump);
+  ASSERT_TRUE(writer.started()) << "the writer did not start: " << writer.finish();
+  constexpr int ranks = 20;
+  try {
+    record_sender sender(writer.ctx, writer.endpoint, "capture");
+    sender.send(session_record(dump));
+    for (int rank = 0; rank < ranks; ++rank) {
+      auto r = float_tensor("Functional.relu.0.forward", "output.0", {1, static_cast<float>(rank)});
+      r.header.rank = rank;
+      sender.send(std::move(r));
+    }
+    record no_folder(record_kind::step_end);  // answered once every record before it was handled
+    no_folder.header.run = "run-1";
+    no_folder.header.step = 7;
+    EXPECT_TRUE(sender.sync(std::move(no_folder)));
+    int prepared = 0, unprepared = 0;
+    for (int rank = 0; rank < ranks; ++rank) {
+      const auto names = names_in(fmt::format("{}/step0/rank{}", dump, rank));
+      if (names == prepared_names) ++prepared;
+      else if (names.empty()) ++unprepared;
+      else ADD_FAILURE() << "rank " << rank << " holds " << fmt::format("{}", fmt::join(names, ", "));
+    }
+    EXPECT_EQ(prepared, 16);
+    EXPECT_EQ(unprepared, ranks - 16);
+    sender.finish(ranks + 2, 0);
+  } catch (const std::exception &e) {
+    ADD_FAILURE() << "sending to the writer: " << e.what();
+  }
+  ASSERT_EQ(writer.finish(), "");
+  for (int rank = 0; rank < ranks; ++rank) {
+    const std::string folder = fmt::format("{}/step0/rank{}", dump, rank);
+    EXPECT_EQ(names_in(folder), written_names) << folder;
+    EXPECT_EQ(pyjson_load_file(folder + "/dump.json")["data"]["Functional.relu.0.forward"]["output"][0]["Max"],
+              static_cast<double>(std::max(rank, 1)));
+  }
 }
 
 TEST(stage_harness, tap_run_prints_what_the_tap_publishes) {

@@ -430,7 +430,16 @@ class dump_writer {
   // take the writer's memory.
   static constexpr int64_t max_list_index = 1 << 20;
 
-  static void prepare_files(dump_doc &d) {
+  // Each prepared temporary holds two descriptors (itself and its folder), six a folder: a writer
+  // fed by many ranks at once prepares only for the first prepared_folders_max folders open, so
+  // that it stays far from the usual limit of 1024 descriptors; the others create theirs as before.
+  static constexpr size_t prepared_folders_max = 16;
+
+  void prepare_files(dump_doc &d) {
+    size_t prepared = 0;
+    for (const auto &[key, other] : docs_)
+      prepared += &other != &d && !(other.next_data.empty() && other.next_stacks.empty() && other.next_construct.empty());
+    if (prepared >= prepared_folders_max) return;
     const auto prepare = [&](prepared_file &file, const std::string &name) {
       if (file.empty()) file = prepared_file(d.dir + "/" + name);
     };
