@@ -91,6 +91,10 @@ class dump_writer {
  public:
   explicit dump_writer(const writer_stage_options &o) : options_(o) {
     if (!options_.dump_path.empty()) path_check_create(options_.dump_path, "dump path");
+    // The first timed rewrite a whole interval after the start, as every later one: not at
+    // whichever of the first records finds the coarse clock past the start.
+    next_flush_ = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                          std::chrono::duration<double>(options_.flush_interval));
   }
 
   void handle(record &r) {
@@ -497,7 +501,7 @@ class dump_writer {
   std::map<doc_key, dump_doc>::value_type *last_doc_ = nullptr;  // the folder doc() gave last
   std::unique_ptr<dump_doc> finished_;
   std::set<std::string> reopened_;
-  clock_type::time_point next_flush_ = clock_type::now();
+  clock_type::time_point next_flush_;
 };
 
 }  // namespace
