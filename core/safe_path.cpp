@@ -313,33 +313,40 @@ prepared_file::~prepared_file() { discard(); }
 std::string prepared_file::temp_path() const { return path_.substr(0, path_.size() - base_.size()) + tmp_; }
 
 void prepared_file::discard() noexcept {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlinkat(dir_, tmp_.c_str(), 0);
+  if (fd_ >= 0) ::close(fd_);
+  if (dir_ >= 0) {
+    if (!tmp_.empty()) ::unlinkat(dir_, tmp_.c_str(), 0);
+    ::close(dir_);
   }
-  if (dir_ >= 0) ::close(dir_);
   fd_ = dir_ = -1;
   path_.clear();
+  tmp_.clear();
 }
 
 void prepared_file::commit(std::string_view content, bool sync) {
   if (empty()) throw std::logic_error("prepared_file::commit: no temporary file (committed already, or never made)");
   const std::string tmp_path = temp_path();
-  safe_write_all(fd_, content.data(), content.size(), tmp_path);
-  if (sync && ::fsync(fd_) != 0) throw system_error_from_errno("sync", tmp_path, errno);
-  if (::close(std::exchange(fd_, -1)) != 0) {
-    const int error = errno;
-    ::unlinkat(dir_, tmp_.c_str(), 0);
-    throw system_error_from_errno("write", tmp_path, error);
+  try {
+    safe_write_all(fd_, content.data(), content.size(), tmp_path);
+    if (sync && ::fsync(fd_) != 0) throw system_error_from_errno("sync", tmp_path, errno);
+    if (::close(std::exchange(fd_, -1)) != 0) throw system_error_from_errno("write", tmp_path, errno);
+    if (::renameat(dir_, tmp_.c_str(), dir_, base_.c_str()) != 0)
+      throw system_error_from_errno("rename " + tmp_path + " to", path_, errno);
+  } catch (...) {
+    // Gone at once, so that a later write of the same file (the writer's last rewrite after a
+    // failure) makes a new temporary rather than appending to this partial one.
+    discard();
+    throw;
   }
-  if (::renameat(dir_, tmp_.c_str(), dir_, base_.c_str()) != 0) {
-    const int error = errno;
-    ::unlinkat(dir_, tmp_.c_str(), 0);
-    throw system_error_from_errno("rename " + tmp_path + " to", path_, error);
-  }
+  tmp_.clear();  // renamed: nothing of ours to unlink any more
   if (sync) {  // an O_PATH descriptor cannot be synced: open the directory for reading
     fd_guard rdir(::openat(dir_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (rdir.get() < 0 || ::fsync(rdir.get()) != 0) throw system_error_from_errno("sync the directory of", path_, errno);
+    if (rdir.get() < 0 || ::fsync(rdir.get()) != 0) {
+      const int error = errno;
+      const std::string target = path_;
+      discard();
+      throw system_error_from_errno("sync the directory of", target, error);
+    }
   }
   discard();
 }

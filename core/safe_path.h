@@ -94,8 +94,10 @@ void atomic_write_file(const std::string &path, std::string_view content, bool s
 // training runs beside it, where writing a step's dump.json into the page cache takes 0.2 ms.
 // The constructor creates ".NAME.tmp.PID.N" beside `path` (system_error if it cannot, naming
 // it); commit() writes `content` into it, optionally fsyncs, and renames it over `path`, as
-// atomic_write_file does, after which the object is empty. One never committed, or whose commit
-// failed, removes its temporary when destroyed. A default-constructed one is empty.
+// atomic_write_file does, after which the object is empty. A commit that fails removes the
+// temporary before it throws and leaves the object empty too, so that a retry cannot append to
+// a partial file; one never committed removes its temporary when destroyed. A default-constructed
+// one is empty.
 class prepared_file {
  public:
   prepared_file() = default;

@@ -2,12 +2,14 @@
 // atomic replacement.
 #include "safe_path.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -365,7 +367,29 @@ TEST_F(SafePath, APreparedFileNeverCommittedOrFailingLeavesNothing) {
   ASSERT_TRUE(fs::create_directory(target));
   prepared_file blocked(target);
   expect_error<system_error>([&] { blocked.commit("[]"); }, "unable to rename");
+  EXPECT_TRUE(blocked.empty());  // a second commit cannot write into what is gone
   EXPECT_EQ(names_in(dir_), (std::set<std::string>{"stack.json"}));
+  fs::remove(target);
+
+  // A write that fails part-way (the file size limit; SIGXFSZ ignored, so write() says EFBIG):
+  // the partial temporary goes at once, and the file written again afterwards is whole.
+  const std::string data = path("dump.json");
+  prepared_file partial(data);
+  struct rlimit old_limit {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  const auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old_limit;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string big(3 * 4096, 'x');
+  expect_error<system_error>([&] { partial.commit(big); }, "unable to write " + dir_ + "/.dump.json.tmp.");
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(partial.empty());
+  EXPECT_TRUE(fs::is_empty(dir_));
+  atomic_write_file(data, big);
+  EXPECT_EQ(read_file(data), big);
+  fs::remove(data);
 
   // Where the temporary cannot be made, the constructor says so and leaves nothing.
   const std::string locked = path("locked");
