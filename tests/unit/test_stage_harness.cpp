@@ -239,10 +239,6 @@ TEST(stage_harness, writer_run_refuses_a_path_it_cannot_place_and_keeps_what_cam
   }
 }
 
-// A rerun into a dump path an earlier run wrote: a step folder's old files go as the step's first
-// record arrives, not when the step ends, where replacing them would add their unlinking to the
-// training thread's wait on the step's barrier (docs/performance.md); the step then writes its own.
-// Fed by a record_sender rather than the harness, to look at the folder between two barriers.
 // writer_run on a thread of this process, fed over a real socket at `endpoint`.
 struct writer_on_thread {
   zmq::context_t ctx;
@@ -293,8 +289,11 @@ std::multiset<std::string> names_in(const std::string &folder) {
 const std::multiset<std::string> prepared_names{".dump.json.tmp.", ".stack.json.tmp.", ".construct.json.tmp."};
 const std::multiset<std::string> written_names{"dump.json", "stack.json", "construct.json"};
 
-// Both are work the step's barrier would otherwise wait for: unlinking the old files, and creating
-// the temporaries the step's files are written into (prepared_file).
+// A rerun into a dump path an earlier run wrote: a step folder's old files go as the step's first
+// record arrives, not when the step ends, where replacing them would add their unlinking to the
+// training thread's wait on the step's barrier (docs/performance.md); the step then writes its own.
+// Its temporaries are made then too, for the same reason (prepared_file).
+// Fed by a record_sender rather than the harness, to look at the folder between two barriers.
 TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_and_prepares_the_new_ones_when_the_step_begins) {
   test::temp_dir dir;
   const std::string dump = dir.path() + "/dump", folder = dump + "/step0/rank", later = dump + "/step1/rank";
