@@ -519,6 +519,7 @@ def report(model_name, results, block, opts):
         else:
             verdict = "MET" if ratio <= goal and sustained_low <= goal else "MET(disk)"
         m.ratio, m.sust, m.sust_low, m.base_step = ratio, sustained, sustained_low, b
+        m.spread = (min(ratios), max(ratios))
         spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
         stages = (f"{m.stages_cpu / m.tool_steps * 1e3:6.0f} ms" if m.stages_cpu and m.tool_steps
                   else f"{'-':>9}")
@@ -590,6 +591,16 @@ def table(models, results_by_model, opts):
                 verdict = "PASS" if m.ratio <= allowed and m.sust_low <= allowed else "OVER"
                 cells.append(f"{m.ratio:.2f}x {bound}{sust} {verdict}")
         print(f"  {label:<24}" + "  ".join(f"{c:<{width}}" for c in cells))
+    # A row's verdict is as good as the run was quiet: the control's distance from 1 is how far
+    # the machine alone moved a ratio in this run (a VM's slow spell, another process).
+    floors = []
+    for name in models:
+        control = next((r for r in results_by_model[name] if r.name == "control" and getattr(r, "ratio", None)), None)
+        if control is not None:
+            floors.append(f"{name} {control.ratio:.3f}x ({control.spread[0]:.2f}-{control.spread[1]:.2f})")
+    if floors:
+        print(f"  noise floor: the control row (no tprobe on either side) of each model: {', '.join(floors)}; "
+              "a row nearer its goal than its model's control is from 1.00x could fall either side of it")
     disk = " / ".join(f"{bw / 1e6:.0f}" for bw in opts.disk_bws)
     print(f"  disk: write + fsync of {opts.disk_mib} MiB in the dump directory's file system: {disk} MB/s "
           f"(start / end of the run); a tensor row is allowed 1 + (its step's files at "

@@ -30,6 +30,7 @@ class BenchTorchSmokeTest(tt.CaptureTest):
             self.assertIsNotNone(line, f"row {row!r} missing:\n{table}")
             cell = line.strip()[len(row):].strip()
             self.assertRegex(cell, CELL, f"row {row!r}:\n{out}")
+        self.assertRegex(table, r"noise floor: .* tiny \d+\.\d{3}x \(\d+\.\d\d-\d+\.\d\d\); a row nearer its goal")
         self.assertRegex(table, r"disk: write \+ fsync of 32 MiB .*: \d+ / \d+ MB/s")
         self.assertRegex(table, r"read pass: .* \d+\.\d\d GB/s")
         self.assertRegex(table, r"tiny: operator data .* = \d+\.\d{3}x a [\d.]+ ms baseline step")
