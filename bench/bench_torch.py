@@ -520,7 +520,7 @@ def report(model_name, results, block, opts):
             verdict = "MET" if ratio <= goal and sustained_low <= goal else "MET(disk)"
         m.ratio, m.sust, m.sust_low, m.base_step = ratio, sustained, sustained_low, b
         m.spread = (min(ratios), max(ratios))
-        spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        spread = f"{m.spread[0]:.2f}-{m.spread[1]:.2f}"
         stages = (f"{m.stages_cpu / m.tool_steps * 1e3:6.0f} ms" if m.stages_cpu and m.tool_steps
                   else f"{'-':>9}")
         goal_text = f"{goal:5.2f}x" if goal else f"{'-':>6}"
