@@ -123,8 +123,9 @@ struct state {
   // counter (inference tensors) or storage. Every write through an operator bumps the version
   // counter, except through a second tensor with its own counter on the same storage
   // (`x.data.add_()`): op_begin forgets the storages an operator writes, a collective's buffers
-  // are forgotten before its result is read (the communication writes them directly), and start,
-  // stop and step forget everything (what runs while the capture is off is not observed).
+  // are forgotten before its result is read (the communication writes them directly), and what
+  // runs while the operator callbacks are off is not observed, so everything is forgotten when
+  // they come back on (update_callbacks), unless the gap was watched (watch_op).
   uint64_t content_of(const at::Tensor &t);
   void forget_content(const at::Tensor &t);
   void forget_contents_in(const c10::IValue &v);  // every tensor in it, lists and tuples included
@@ -141,6 +142,19 @@ struct state {
   // all forgotten when it grows past contents_known_max.
   std::unordered_map<const c10::StorageImpl *, known_content> contents;
   uint64_t contents_named = 0;
+  // Watching the gap. A step's weights were last written by the previous step's optimizer, and
+  // read then as its results; a training loop's stop(), step() and start() between the two would
+  // otherwise forget that and read them again (on resnet18, a fifth of what a step reads for the
+  // first time). So when the capture goes off with contents known, the operator callback stays
+  // on, watch-only: operators on the training thread down to op_depth forget what they write,
+  // as while capturing, and capture nothing. A gap watched to its end keeps the contents. One
+  // longer than watch_ops_max operators (an evaluation loop, the rest of training after the last
+  // dumped step) forgets them all and turns the callback off: the watch costs a bounded few
+  // milliseconds, once.
+  static constexpr int64_t watch_ops_max = 4096;
+  std::atomic<bool> watch_on{false};
+  int64_t watch_ops_left = 0;
+  bool function_callback_on = false;
   // Operators on the training thread below the captured depth or inside an autograd node whose
   // RecordFunction reached the callback anyway (counters(): what quiet_nested leaves).
   std::atomic<uint64_t> nested_record_functions{0};
@@ -201,6 +215,8 @@ struct state {
   // The contents an operator is about to write are forgotten (content_of), after its inputs were
   // captured as they were before it ran.
   void forget_written(const op_info &info, decltype(std::declval<const at::RecordFunction &>().inputs()) inputs);
+  // An operator while the capture is off and the gap is watched (watch_on, above).
+  void watch_op(const at::RecordFunction &fn, const op_info &info);
   void op_end(const at::RecordFunction &fn, op_context &ctx);
 };
 

@@ -122,6 +122,16 @@ void state::forget_written(const op_info &info, decltype(std::declval<const at::
     if (i < inputs.size()) forget_contents_in(inputs[i]);
 }
 
+void state::watch_op(const at::RecordFunction &fn, const op_info &info) {
+  std::lock_guard lock(mutex);
+  if (!watch_on.load() || ops_on.load()) return;
+  if (info.has_schema) forget_written(info, fn.inputs());
+  if (--watch_ops_left <= 0) {
+    watch_on = false;
+    update_callbacks();  // forgets everything: what runs from here on is not watched
+  }
+}
+
 void state::op_end(const at::RecordFunction &fn, op_context &ctx) {
   std::lock_guard lock(mutex);
   if (!session) return;
@@ -251,16 +261,20 @@ std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction 
   // Before the early returns: an operator nested too deep to capture, in backward or on another
   // thread still writes memory a deferred copy has yet to read (device_stats.h).
   if (s.device.has_deferred.load(std::memory_order_acquire)) s.flush_before_write(fn);
-  if (!s.ops_on.load(std::memory_order_relaxed) || at::RecordFunction::currentThreadId() != s.training_thread)
+  const bool capturing = s.ops_on.load(std::memory_order_relaxed);
+  if ((!capturing && !s.watch_on.load(std::memory_order_relaxed)) ||
+      at::RecordFunction::currentThreadId() != s.training_thread)
     return nullptr;
   const bool recompute = tl_backward_depth > 0 && in_recompute_frame();
   const int depth = recompute ? absolute_depth - tl_recompute_frames.back().depth_base : absolute_depth;
   if ((tl_backward_depth > 0 && !recompute) || depth >= s.options.op_depth) {
-    s.nested_record_functions.fetch_add(1, std::memory_order_relaxed);
+    if (capturing) s.nested_record_functions.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
   const op_info &info = s.info_of(fn);
-  auto ctx = s.op_begin(fn, info, depth, recompute);
+  std::unique_ptr<at::ObserverContext> ctx;
+  if (capturing) ctx = s.op_begin(fn, info, depth, recompute);
+  else s.watch_op(fn, info);
   if (info.has_schema && depth + 1 == s.options.op_depth && may_quiet(s)) {
     tl_quiet_depth = absolute_depth;
     at::enableRecordFunction(false);
@@ -351,6 +365,7 @@ void register_callbacks(state &s) {
     state &c = the_state();
     c.forked = true;
     c.ops_on = false;
+    c.watch_on = false;
     c.backward_on = false;
   });
 }

@@ -158,6 +158,40 @@ REUSE = textwrap.dedent("""
 """)
 
 
+# What is known of a content outlives the gap between stop() and the next start() while the gap
+# is watched (capture_state.h, watch_on): a weight the optimizer wrote at the end of one step is
+# not read again at the start of the next. A write in the gap, even through `.data`, is seen; a gap
+# longer than the watch (an evaluation loop) forgets everything, so a write after it is read too.
+GAP = textwrap.dedent("""
+    import json, os, torch
+    from tprobe import PrecisionDebugger
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    debugger = PrecisionDebugger(config_path="./config.json")
+    gap_ops, gap_write = int(os.environ["GAP_OPS"]), os.environ["GAP_WRITE"] == "1"
+    w = torch.randn(64, 32)
+    s = torch.randn(8)
+    seen = {}
+    for step in range(STEPS):
+        seen[step] = w.clone()            # in the gap: a read, not a write
+        debugger.start()
+        torch.neg(w)                      # w as the last step left it
+        with torch.no_grad():
+            w.mul_(1.5)                   # read as its result: what the next step starts from
+        debugger.stop()
+        debugger.step()
+        known = debugger.counters()["contents_known"]
+        for _ in range(gap_ops):
+            torch.neg(s)
+        if gap_write:
+            w.data.sub_(0.25)             # a counter of its own: only the watch can see it
+    torch.save(seen, "seen.pt")
+    with open("counters.json", "w") as f:
+        json.dump(dict(debugger.counters(), known_in_gap=known), f)
+    debugger.close()
+""")
+
+
 class StatisticsReuse(tt.CaptureTest):
     assert_stats = StatisticsTest.assert_stats
 
@@ -184,6 +218,25 @@ class StatisticsReuse(tt.CaptureTest):
         self.assertNotIn("Tensor.mul_.0.forward", data)
         for entry, tensor in seen.items():
             self.assert_stats(entry + " (writers not dumped)", data[entry]["input_args"][0], tensor)
+
+    def test_a_watched_gap_keeps_contents_and_a_long_one_forgets_them(self):
+        steps = 3
+        reused = {}
+        for name, ops, write in (("kept", 0, "0"), ("written", 0, "1"), ("long", 5000, "1")):
+            run = self.run_script(GAP, steps=steps, name=name, env={"GAP_OPS": str(ops), "GAP_WRITE": write})
+            with open(os.path.join(run.dir, "counters.json")) as f:
+                counters = json.load(f)
+            reused[name] = counters["stats_reused"]
+            # Into the gap goes only what is alive: w, not neg's result nor the scalar operand
+            # (dead storages' records would keep their memory fragmenting the heap).
+            self.assertEqual(counters["known_in_gap"], 1, name)
+            seen = torch.load(os.path.join(run.dir, "seen.pt"))
+            for step in range(steps):
+                self.assert_stats(f"{name} step {step}", run.data(step)["Torch.neg.0.forward"]["input_args"][0],
+                                  seen[step])
+        # Every step after the first found w as the previous one left it, unless written.
+        self.assertEqual(reused["kept"], reused["written"] + steps - 1, reused)
+        self.assertEqual(reused["long"], reused["written"], reused)
 
     def test_a_model_dumps_the_same_with_and_without_reuse(self):
         for config, name in ((tt.default_config(), "L1"), (tt.default_config(level="mix"), "mix"),
