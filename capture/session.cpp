@@ -1030,7 +1030,8 @@ struct tprobe_session {
     return {.high_precision = config.precision == "high", .crc32 = filter->want_crc32(), .runner = &runner};
   }
 
-  int capture_tensor(const char *entry, const char *slot, const DLTensor *t, int requires_grad, uint64_t content) {
+  int capture_tensor(const char *entry, const char *slot, const DLTensor *t, int requires_grad, uint64_t content,
+                     bool zeroed = false) {
     if (!t) throw usage_error("tensor is NULL");
     if (!slot_wanted(entry, slot)) {
       ++counts.skipped;
@@ -1067,6 +1068,10 @@ struct tprobe_session {
         if (const tensor_stats *seen = content ? strided_seen_find(content, src, *t, h.type, o) : nullptr) {
           h.stats = *seen;
           ++counts.stats_reused;
+        } else if (zeroed) {
+          h.stats = tensor_stats_of_zeros(h.type, h.element_count(), h.shape.empty(), o);
+          ++counts.stats_zeroed;
+          if (content) strided_seen_add(content, src, *t, h, o);
         } else {
           // A view (a transpose, a slice): gathered in C order, as the copy a stage would read, so
           // the sums run in the same order; into memory kept for the next one, not shipped away.
@@ -1078,6 +1083,10 @@ struct tprobe_session {
       } else if (const tensor_stats *seen = content ? stats_seen_find(content, src, h, o) : nullptr) {
         h.stats = *seen;
         ++counts.stats_reused;
+      } else if (zeroed) {
+        h.stats = tensor_stats_of_zeros(h.type, h.element_count(), h.shape.empty(), o);
+        ++counts.stats_zeroed;
+        if (content) stats_seen_add(content, src, h, o);
       } else {
         h.stats = tensor_stats_compute(src, h.type, h.element_count(), h.shape.empty(), o);
         if (content) stats_seen_add(content, src, h, o);
@@ -1235,6 +1244,12 @@ int tprobe_capture_tensor_content(tprobe_session *s, const char *entry, const ch
                                   int requires_grad, uint64_t content) {
   if (!s) return null_session();
   return guarded([&] { return s->capture_tensor(entry, slot, tensor, requires_grad, content); });
+}
+
+int tprobe_capture_tensor_zeroed(tprobe_session *s, const char *entry, const char *slot, const DLTensor *tensor,
+                                 int requires_grad, uint64_t content) {
+  if (!s) return null_session();
+  return guarded([&] { return s->capture_tensor(entry, slot, tensor, requires_grad, content, true); });
 }
 
 int tprobe_capture_value(tprobe_session *s, const char *entry, const char *slot, const char *json) {

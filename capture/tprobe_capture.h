@@ -134,6 +134,14 @@ int tprobe_capture_tensor(tprobe_session *session, const char *entry, const char
 int tprobe_capture_tensor_content(tprobe_session *session, const char *entry, const char *slot,
                                   const DLTensor *tensor, int requires_grad, uint64_t content);
 
+/* tprobe_capture_tensor_content for a tensor the caller vouches is all zero bytes: an operator
+   that zero-fills its result (PyTorch's zero_, zeros) has just returned it. When the slot needs
+   statistics only (or their CRC-32), they are those of zeros, found from the element count
+   without reading the memory (counted in stats_zeroed), and kept under `content` (if non-zero)
+   like statistics that were read; a saved tensor is still copied. */
+int tprobe_capture_tensor_zeroed(tprobe_session *session, const char *entry, const char *slot,
+                                 const DLTensor *tensor, int requires_grad, uint64_t content);
+
 /* Captures a non-tensor argument as its msprobe JSON leaf, e.g. {"type":"int","value":1};
    "null" for None. */
 int tprobe_capture_value(tprobe_session *session, const char *entry, const char *slot, const char *json);
@@ -163,6 +171,8 @@ typedef struct tprobe_session_counts {
   uint64_t stats_parts_helped; /* parts (1 MiB) of large tensors read in place by the capture's
                               helper thread rather than the caller's (TPROBE_CAPTURE_THREADS: the
                               readers in all, 2 by default on 2 or more cores, 1 for none) */
+  uint64_t stats_zeroed;   /* tensors whose statistics were those of zeros, not read
+                              (tprobe_capture_tensor_zeroed) */
 } tprobe_session_counts;
 int tprobe_session_counts_get(const tprobe_session *session, tprobe_session_counts *counts);
 

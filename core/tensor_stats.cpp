@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 
 #if defined(__x86_64__) && defined(__SSE2__)
@@ -467,6 +468,19 @@ tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool 
   return s;
 }
 
+tensor_stats tensor_stats_of_zeros(dtype t, size_t count, bool zero_dim, const stats_options &options) {
+  if (options.copy_to) throw std::invalid_argument("tensor_stats_of_zeros: nothing to copy from");
+  // Every statistic of zeros is the same for one element as for many (max, min 0; mean 0 / n;
+  // norm sqrt(0); no NaN or Inf), and a 0-d tensor has one: so one zero element, read.
+  static constexpr unsigned char zero_element[16]{};  // the widest dtype, complex128
+  stats_options one = options;
+  one.crc32 = false;
+  one.runner = nullptr;
+  tensor_stats s = tensor_stats_compute(zero_element, t, std::min<size_t>(count, 1), zero_dim, one);
+  if (options.crc32) s.crc32 = crc32_zero_bytes(count * dtype_size(t));
+  return s;
+}
+
 void copy_bytes_streaming(void *dst, const void *src, size_t bytes) {
   if (bytes < streaming_copy_min_bytes) {
     std::memcpy(dst, src, bytes);
@@ -511,6 +525,23 @@ uint32_t crc32_bytes(const void *data, size_t size) { return crc32_update(0, dat
 
 uint32_t crc32_combine_bytes(uint32_t crc_a, uint32_t crc_b, size_t size_b) {
   return static_cast<uint32_t>(crc32_combine(crc_a, crc_b, static_cast<z_off_t>(size_b)));
+}
+
+uint32_t crc32_zero_bytes(size_t size) {
+  static constexpr size_t block = 4096;
+  static constexpr unsigned char zeros[block]{};
+  // Zeros concatenated are zeros: the remainder's CRC, then runs of 2^k blocks appended.
+  uint32_t crc = crc32_bytes(zeros, size % block);
+  uint32_t run = crc32_bytes(zeros, block);
+  size_t run_bytes = block;
+  for (size_t blocks = size / block; blocks; blocks >>= 1) {
+    if (blocks & 1) crc = crc32_combine_bytes(crc, run, run_bytes);
+    if (blocks > 1) {
+      run = crc32_combine_bytes(run, run, run_bytes);
+      run_bytes *= 2;
+    }
+  }
+  return crc;
 }
 
 }  // namespace tprobe

@@ -93,6 +93,12 @@ struct stats_options {
 tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool zero_dim,
                                   const stats_options &options);
 
+// What tensor_stats_compute gives for `count` elements of type t whose bytes are all zero, found
+// without memory to read: for a caller that knows its tensor was just zero-filled (PyTorch's
+// zero_, zeros), a read of the whole spared. The same values bit for bit, the CRC-32 included
+// (options.copy_to must be null: there is nothing to copy from).
+tensor_stats tensor_stats_of_zeros(dtype t, size_t count, bool zero_dim, const stats_options &options);
+
 // A real tensor's float statistic v (Max, Min, Mean or Norm, however it was accumulated) rounded
 // to the dtype msprobe reports it in, by the rules above: float16/bfloat16 to their own dtype
 // unless `high_precision`, every other real dtype to float32. For statistics computed elsewhere
@@ -119,6 +125,8 @@ uint32_t crc32_bytes(const void *data, size_t size);
 uint32_t crc32_update(uint32_t crc, const void *data, size_t size);
 // The CRC-32 of a ++ b from crc32_bytes(a), crc32_bytes(b) and b's length (zlib's crc32_combine).
 uint32_t crc32_combine_bytes(uint32_t crc_a, uint32_t crc_b, size_t size_b);
+// The CRC-32 of `size` zero bytes, in O(log size) combines rather than a pass.
+uint32_t crc32_zero_bytes(size_t size);
 // zlib's crc32, the reference the above must equal (tests, bench/bench_crc.cpp).
 uint32_t crc32_bytes_zlib(const void *data, size_t size);
 

@@ -117,6 +117,9 @@ struct state {
   bool capture_unsupported(const std::string &entry, const std::string &slot, const at::Tensor &t);
   bool capture_host(const std::string &entry, const std::string &slot, const at::Tensor &t, DLDataType dtype,
                     bool requires_grad);
+  // Set while op_end captures the results of an operator that zero-fills them (op_info::zero_fills):
+  // capture_host vouches for their bytes (tprobe_capture_tensor_zeroed).
+  bool capturing_zeroed = false;
   // The content name of a host tensor's bytes for tprobe_capture_tensor_content: the same for two
   // captures only while its storage lives, its version counter has not moved and no observed
   // operator wrote the storage (forget_content); 0 (no promise) for tensors without a version

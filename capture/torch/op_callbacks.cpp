@@ -35,6 +35,8 @@ const op_info &state::info_of(const at::RecordFunction &fn) {
   info->nested = op_name_of(name, true);
   for (op_name *n : {&info->outer, &info->nested}) n->counter = n->prefix + "." + n->api + ".";
   info->has_schema = true;
+  info->zero_fills = std::string_view(name) == "aten::zero_" || std::string_view(name) == "aten::zeros" ||
+                     std::string_view(name) == "aten::zeros_like" || std::string_view(name) == "aten::new_zeros";
   // Some operators write arguments their schema does not mark: a collective its buffers (c10d's
   // are not marked: every argument counts as written), batch and instance norm their running
   // statistics (unmarked in torch 1.13's batch_norm, native_batch_norm and cudnn_batch_norm).
@@ -79,6 +81,7 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
     }
     const bool forward = allow_forward && entry_begin(ctx->forward, ctx->parent, stack, recompute ? 1 : 0);
     ctx->capture_outputs = forward;
+    ctx->outputs_zeroed = info.zero_fills;
     ctx->link = allow_backward && at::GradMode::is_enabled();
     if (ctx->link) {
       // Only a linked operator's backward is named (the optimizer's operators, under no_grad,
@@ -142,7 +145,11 @@ void state::op_end(const at::RecordFunction &fn, op_context &ctx) {
     std::vector<std::pair<at::Tensor, std::string>> linked;
     if (ctx.collective) collectives.push_back({ctx.forward, std::move(ctx.arguments)});
     auto add = [&](const c10::IValue &v, const std::string &slot) {
-      if (ctx.capture_outputs && !ctx.collective) capture_ivalue(ctx.forward, slot, v, {}, true, nullptr);
+      if (ctx.capture_outputs && !ctx.collective) {
+        capturing_zeroed = ctx.outputs_zeroed;
+        capture_ivalue(ctx.forward, slot, v, {}, true, nullptr);
+        capturing_zeroed = false;
+      }
       if (ctx.link && v.isTensor()) linked.emplace_back(v.toTensor(), slot);
     };
     if (flatten) {
@@ -156,6 +163,7 @@ void state::op_end(const at::RecordFunction &fn, op_context &ctx) {
       link_backward(link, ctx.sequence_begin, ctx.inputs, linked);
     }
   } catch (const std::exception &e) {
+    capturing_zeroed = false;
     fail(e.what());
   }
 }

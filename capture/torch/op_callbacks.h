@@ -32,12 +32,16 @@ struct op_info {
   // "autograd_engine::evaluate_function: …") are not operators: never dumped, but what runs
   // inside them is nested all the same.
   bool has_schema = false;
+  // Its tensor results are all zero bytes (aten::zero_, zeros, zeros_like, new_zeros): their
+  // statistics need no read (tprobe_capture_tensor_zeroed).
+  bool zero_fills = false;
 };
 
 struct op_context : at::ObserverContext {
   std::string forward, backward;
   std::optional<std::string> parent, backward_parent;
   bool capture_outputs = false;
+  bool outputs_zeroed = false;  // op_info::zero_fills
   bool link = false;
   uint64_t sequence_begin = 0;
   std::vector<input_edge> inputs;

@@ -215,9 +215,9 @@ bool state::capture_host(const std::string &entry, const std::string &slot, cons
   dl.shape = const_cast<int64_t *>(t.sizes().data());
   dl.strides = const_cast<int64_t *>(t.strides().data());
   dl.byte_offset = 0;
-  return checked(tprobe_capture_tensor_content(session, entry.c_str(), slot.c_str(), &dl, requires_grad,
-                                              content_of(t)),
-                 "tensor") == TPROBE_OK;
+  const auto capture = capturing_zeroed ? tprobe_capture_tensor_zeroed : tprobe_capture_tensor_content;
+  return checked(capture(session, entry.c_str(), slot.c_str(), &dl, requires_grad, content_of(t)), "tensor") ==
+         TPROBE_OK;
 }
 
 namespace {

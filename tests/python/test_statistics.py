@@ -285,6 +285,58 @@ STRIDED = textwrap.dedent("""
 """)
 
 
+# The results of zero-filling operators are not read: their statistics (and CRC-32) are those of
+# zeros, from the element count (tprobe_capture_tensor_zeroed). The dump equals the statistics
+# stage's, which reads the copies it is sent (TPROBE_STATS_MODE=copy).
+ZEROED = textwrap.dedent("""
+    import json, torch
+    from tprobe import PrecisionDebugger
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    debugger = PrecisionDebugger(config_path="./config.json")
+    for step in range(STEPS):
+        debugger.start()
+        a = torch.randn(700, 1100) * 3               # 3 MiB: read in parts, were it read
+        a.zero_()
+        b = torch.randn(40, 30)
+        b[:, ::2].zero_()                            # a strided view's zeros
+        torch.zeros(5, 7, dtype=torch.float16)
+        torch.zeros((), dtype=torch.int64)           # 0-d: its value, an int
+        torch.zeros_like(b, dtype=torch.bool)
+        b.new_zeros(3, 4, dtype=torch.complex64)
+        torch.zeros(0, 3)                            # empty
+        torch.neg(a)                                 # the zeros read again as an input: known
+        debugger.stop()
+        debugger.step()
+    with open("counters.json", "w") as f:
+        json.dump(debugger.counters(), f)
+    debugger.close()
+""")
+
+
+class ZeroedStatistics(tt.CaptureTest):
+    def test_zero_filled_results_are_not_read_and_equal_the_stats_stage(self):
+        for config, name in ((tt.default_config(), "L1"), (tt.default_config(summary_mode="md5"), "md5")):
+            runs = {}
+            for mode in ("auto", "copy"):
+                run = self.run_script(ZEROED, config=config, steps=2, name=f"{name}-{mode}",
+                                      env={"TPROBE_STATS_MODE": mode})
+                with open(os.path.join(run.dir, "counters.json")) as f:
+                    runs[mode] = (run, json.load(f))
+            (auto, auto_counters), (copy, copy_counters) = runs["auto"], runs["copy"]
+            # zero_ twice, zeros three times, zeros_like, new_zeros: 7 results a step, 2 steps.
+            self.assertEqual(auto_counters["stats_zeroed"], 14, f"{name}: {auto_counters}")
+            self.assertEqual(copy_counters["stats_zeroed"], 0, name)
+            for step in (0, 1):
+                self.assertEqual(auto.data(step), copy.data(step), f"{name} step {step}")
+            data = auto.data(0)
+            zeros = data["Tensor.zero_.0.forward"]["output"][0]
+            self.assertEqual((zeros["Max"], zeros["Min"], zeros["Mean"], zeros["Norm"]), (0, 0, 0, 0))
+            self.assertEqual(data["Torch.zeros.1.forward"]["output"][0]["Max"], 0)
+            if name == "md5":
+                self.assertIn("md5", zeros)
+
+
 class StridedStatistics(tt.CaptureTest):
     def test_views_read_in_place_equal_the_stats_stage(self):
         for config, name in ((tt.default_config(), "L1"), (tt.default_config(summary_mode="md5"), "md5")):

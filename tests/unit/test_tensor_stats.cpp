@@ -690,6 +690,36 @@ TEST(crc32, taken_in_the_statistics_pass_equals_a_pass_of_its_own) {
   }
 }
 
+TEST(crc32, of_zero_bytes_equals_zlib_over_them) {
+  // crc32_zero_bytes combines runs of 4 KiB blocks: sizes around a block and its powers.
+  const std::vector<unsigned char> zeros((size_t{3} << 20) + 4099);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{8192}, size_t{12288 + 5},
+                   size_t{1} << 20, (size_t{1} << 20) + 1, (size_t{3} << 20) + 4099})
+    EXPECT_EQ(crc32_zero_bytes(n), crc32_bytes_zlib(zeros.data(), n)) << n;
+}
+
+TEST(TensorStats, OfZerosEqualsReadingZeros) {
+  // tensor_stats_of_zeros reads nothing: every dtype, empty to several parts, 0-d, both
+  // precisions, with and without the CRC, equal to tensor_stats_compute over real zeros.
+  const std::vector<unsigned char> zeros((size_t{3} << 20) * 16);
+  for (int d = 0; d <= static_cast<int>(dtype::complex128); ++d) {
+    const auto t = static_cast<dtype>(d);
+    for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{4097}, size_t{3} << 20}) {
+      for (bool zero_dim : {false, true}) {
+        if (zero_dim && count != 1) continue;
+        for (bool high : {false, true})
+          for (bool crc : {false, true}) {
+            const stats_options o{.high_precision = high, .crc32 = crc};
+            EXPECT_EQ(tensor_stats_of_zeros(t, count, zero_dim, o), tensor_stats_compute(zeros.data(), t, count, zero_dim, o))
+                << d << " " << count << " " << zero_dim << " " << high << " " << crc;
+          }
+      }
+    }
+  }
+  float copy[4];
+  EXPECT_THROW(tensor_stats_of_zeros(dtype::float32, 4, false, {.copy_to = copy}), std::invalid_argument);
+}
+
 TEST(TensorStats, CopiedInTheSamePassEqualsACopyAndAPass) {
   // stats_options::copy_to: what a saved tensor's capture does. Every kind of tensor, small and
   // large (streaming stores from 1 MiB), from and to unaligned addresses; the bytes after the
