@@ -314,16 +314,21 @@ ZEROED = textwrap.dedent("""
 """)
 
 
+def run_auto_and_copy(test, script, config, name):
+    """`script` over two steps with the statistics taken in place (auto) and by the stage (copy):
+    each run and its counters."""
+    runs = {}
+    for mode in ("auto", "copy"):
+        run = test.run_script(script, config=config, steps=2, name=f"{name}-{mode}", env={"TPROBE_STATS_MODE": mode})
+        with open(os.path.join(run.dir, "counters.json")) as f:
+            runs[mode] = (run, json.load(f))
+    return runs["auto"], runs["copy"]
+
+
 class ZeroedStatistics(tt.CaptureTest):
     def test_zero_filled_results_are_not_read_and_equal_the_stats_stage(self):
         for config, name in ((tt.default_config(), "L1"), (tt.default_config(summary_mode="md5"), "md5")):
-            runs = {}
-            for mode in ("auto", "copy"):
-                run = self.run_script(ZEROED, config=config, steps=2, name=f"{name}-{mode}",
-                                      env={"TPROBE_STATS_MODE": mode})
-                with open(os.path.join(run.dir, "counters.json")) as f:
-                    runs[mode] = (run, json.load(f))
-            (auto, auto_counters), (copy, copy_counters) = runs["auto"], runs["copy"]
+            (auto, auto_counters), (copy, copy_counters) = run_auto_and_copy(self, ZEROED, config, name)
             # zero_ twice, zeros three times, zeros_like, new_zeros: 7 results a step, 2 steps.
             self.assertEqual(auto_counters["stats_zeroed"], 14, f"{name}: {auto_counters}")
             self.assertEqual(copy_counters["stats_zeroed"], 0, name)
@@ -340,13 +345,7 @@ class ZeroedStatistics(tt.CaptureTest):
 class StridedStatistics(tt.CaptureTest):
     def test_views_read_in_place_equal_the_stats_stage(self):
         for config, name in ((tt.default_config(), "L1"), (tt.default_config(summary_mode="md5"), "md5")):
-            runs = {}
-            for mode in ("auto", "copy"):
-                run = self.run_script(STRIDED, config=config, steps=2, name=f"{name}-{mode}",
-                                      env={"TPROBE_STATS_MODE": mode})
-                with open(os.path.join(run.dir, "counters.json")) as f:
-                    runs[mode] = (run, json.load(f))
-            (auto, auto_counters), (copy, copy_counters) = runs["auto"], runs["copy"]
+            (auto, auto_counters), (copy, copy_counters) = run_auto_and_copy(self, STRIDED, config, name)
             self.assertEqual(auto_counters["bytes"], 0, f"{name}: the views' data stayed in the process")
             self.assertGreater(copy_counters["bytes"], 0, name)
             for step in (0, 1):
