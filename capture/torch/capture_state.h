@@ -141,8 +141,9 @@ struct state {
     int64_t version;
     uint64_t name;
   };
-  // By storage, this step's (a step of resnet18 reads ~1,100 tensors, a transformer's ~2,800);
-  // all forgotten when it grows past contents_known_max.
+  // By storage: this step's (a step of resnet18 reads ~1,100 tensors, a transformer's ~2,800),
+  // and the living ones of the steps before it while the gaps between were watched; all
+  // forgotten when it grows past contents_known_max.
   std::unordered_map<const c10::StorageImpl *, known_content> contents;
   uint64_t contents_named = 0;
   // Watching the gap. A step's weights were last written by the previous step's optimizer, and
