@@ -1064,32 +1064,27 @@ struct tprobe_session {
       // Nothing of the data must leave: one read pass here is cheaper than a copy plus a pass
       // in another process, and no pass at all when these very bytes were read just before.
       const stats_options o = stats_options_here();
-      if (!contiguous) {
-        if (const tensor_stats *seen = content ? strided_seen_find(content, src, *t, h.type, o) : nullptr) {
-          h.stats = *seen;
-          ++counts.stats_reused;
-        } else if (zeroed) {
+      const tensor_stats *seen = !content     ? nullptr
+                                 : contiguous ? stats_seen_find(content, src, h, o)
+                                              : strided_seen_find(content, src, *t, h.type, o);
+      if (seen) {
+        h.stats = *seen;
+        ++counts.stats_reused;
+      } else {
+        if (zeroed) {
           h.stats = tensor_stats_of_zeros(h.type, h.element_count(), h.shape.empty(), o);
           ++counts.stats_zeroed;
-          if (content) strided_seen_add(content, src, *t, h, o);
+        } else if (contiguous) {
+          h.stats = tensor_stats_compute(src, h.type, h.element_count(), h.shape.empty(), o);
         } else {
           // A view (a transpose, a slice): gathered in C order, as the copy a stage would read, so
           // the sums run in the same order; into memory kept for the next one, not shipped away.
           if (strided_scratch.size() < bytes) strided_scratch.resize(bytes);
           copy_strided(strided_scratch.data(), src, *t, elem, 0);
           h.stats = tensor_stats_compute(strided_scratch.data(), h.type, h.element_count(), h.shape.empty(), o);
-          if (content) strided_seen_add(content, src, *t, h, o);
         }
-      } else if (const tensor_stats *seen = content ? stats_seen_find(content, src, h, o) : nullptr) {
-        h.stats = *seen;
-        ++counts.stats_reused;
-      } else if (zeroed) {
-        h.stats = tensor_stats_of_zeros(h.type, h.element_count(), h.shape.empty(), o);
-        ++counts.stats_zeroed;
-        if (content) stats_seen_add(content, src, h, o);
-      } else {
-        h.stats = tensor_stats_compute(src, h.type, h.element_count(), h.shape.empty(), o);
-        if (content) stats_seen_add(content, src, h, o);
+        if (content && contiguous) stats_seen_add(content, src, h, o);
+        else if (content) strided_seen_add(content, src, *t, h, o);
       }
     } else {
       zmq::message_t frame = payload_frame(bytes);
