@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -373,17 +374,23 @@ int main(int argc, char **argv) try {
   // statistics left to the stage (COPY: every record decoded, computed and re-encoded there).
   if (a.records > 0) {
     constexpr double goal = 300000;  // issue 16 item 3 (an earlier issue's 200k)
-    // The last run: capture -> writer, the shipped statistics pipeline (pipelines/statistics.json).
+    // The third run: capture -> writer, the shipped statistics pipeline (pipelines/statistics.json).
+    // Every run but the last waits at each step() for the writer's files (the step barrier, the
+    // default); the last is the first without it (async_dump), so that the two say how much of a
+    // row is the pipeline's throughput and how much the barrier's round trip at each step's end.
     struct records_run {
       tprobe_stats_mode mode;
       bool with_stats;
+      bool async_dump;
       const char *what;
     };
-    for (const auto &[mode, with_stats, what] :
-         {records_run{TPROBE_STATS_AUTO, true, "capture->stats->writer, statistics in place"},
-          records_run{TPROBE_STATS_COPY, true, "capture->stats->writer, statistics in the stage"},
-          records_run{TPROBE_STATS_AUTO, false, "capture->writer as pipelines/statistics.json, statistics in place"}}) {
-      auto r = run_pipeline(dir, true, a.records, 256, a.steps, mode, false, false, false, with_stats);
+    for (const auto &[mode, with_stats, async_dump, what] :
+         {records_run{TPROBE_STATS_AUTO, true, false, "capture->stats->writer, statistics in place"},
+          records_run{TPROBE_STATS_COPY, true, false, "capture->stats->writer, statistics in the stage"},
+          records_run{TPROBE_STATS_AUTO, false, false, "capture->writer as pipelines/statistics.json, statistics in place"},
+          records_run{TPROBE_STATS_AUTO, true, true,
+                      "capture->stats->writer, statistics in place, async_dump: no step barrier"}}) {
+      auto r = run_pipeline(dir, true, a.records, 256, a.steps, mode, false, async_dump, false, with_stats);
       const double rps = a.records / r.seconds;
       std::printf("records/s (1 KiB, %s): %.0f  (goal >= %.0f) %s  "
                   "[%ld tensors, %ld steps, %.3f s, writer records %llu, capture waits %llu]\n",
@@ -393,10 +400,11 @@ int main(int argc, char **argv) try {
       // Which thread bounds the row: on 2 cores the busiest one, or the sum over 2.
       const double us = 1e6 / static_cast<double>(a.records);
       std::printf("  CPU us a record: capture thread %.2f, stats %.2f, writer %.2f, sender and ZeroMQ I/O %.2f; "
-                  "all %.2f (%.2f cores busy)\n",
+                  "all %.2f (%.2f cores busy); step() p50 %.3f ms, all of them %.0f%% of the run\n",
                   r.cpu_capture * us, r.cpu_stats * us, r.cpu_sink * us,
                   (r.cpu_process - r.cpu_capture - r.cpu_stats - r.cpu_sink) * us, r.cpu_process * us,
-                  r.cpu_process / r.seconds);
+                  r.cpu_process / r.seconds, percentile(r.step_ns, 0.5) / 1e6,
+                  100 * std::accumulate(r.step_ns.begin(), r.step_ns.end(), 0.0) / 1e9 / r.seconds);
       std::fflush(stdout);
     }
   }
