@@ -21,7 +21,9 @@ PrecisionDebugger in direct mode (no TPROBE_ENDPOINT, so the child starts its ow
 stages write into a temp dump dir); "control" runs two baseline children, the noise floor. After
 warm-up steps on both, they take turns in blocks of steps (base, tool, tool, base, ...), one
 process training at a time, each block starting once the tool's pipeline has finished the
-previous block's work (its processes idle), so that this work never lands in a baseline block. A
+previous block's work (its processes idle), so that this work never lands in a baseline block.
+After the warm-up both children train on the same CPU (--pin: this VM's vCPUs change speed each on
+its own, see PIN_CPU); the capture's threads and stages keep every CPU. A
 block of consecutive tool steps lets a capture that outruns its pipeline hit backpressure inside
 the block, and "sust." counts a tool block until its pipeline is idle again. A step is timed from
 debugger.start() to debugger.step() inclusive (wall), and by the child's CPU time (all its
@@ -75,6 +77,36 @@ DEVICE = "cpu"  # --device: where the children train
 PINNED_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),  # glibc's largest on 64 bits
                     "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 ALLOCATOR_ENV = dict(PINNED_ALLOCATOR)
+# --pin auto (the default): after its warm-up, each child's training thread (its main thread; the
+# threads and processes the capture has started by then keep every CPU) runs on one CPU, the same
+# for both children: of the CPUs this process may use, the one that has served the fewest device
+# interrupts (here the other takes all of the disk's), so that the dump's writes do not interrupt
+# the training thread. On this 2-vCPU VM each vCPU swings between two speeds on its own (a
+# one-thread Python loop: 113-130 ms on the fast one, 198-229 ms on the slow one, measured with
+# taskset; the guest sees no steal time), so two children that the scheduler leaves on different
+# vCPUs compared the vCPUs, not the tool. --pin none leaves the placement to the scheduler;
+# --pin N pins to CPU N.
+PIN_CPU = None
+
+
+def quietest_cpu(allowed):
+    """Of `allowed`, the CPU with the fewest device interrupts so far (/proc/interrupts: the
+    numbered lines, not the local timer's or the inter-processor ones); the first on a tie or
+    when the file cannot be read."""
+    counts = dict.fromkeys(allowed, 0)
+    try:
+        with open("/proc/interrupts") as f:
+            cpus = [int(c[3:]) for c in f.readline().split()]
+            for line in f:
+                fields = line.split()
+                if not fields or not fields[0].rstrip(":").isdigit():
+                    continue
+                for cpu, n in zip(cpus, fields[1:1 + len(cpus)]):
+                    if cpu in counts and n.isdigit():
+                        counts[cpu] += int(n)
+    except (OSError, ValueError):
+        pass
+    return min(allowed, key=lambda c: (counts[c], c))
 
 # name, example config, goal (step-time ratio), description. "control" runs two children without
 # tprobe against each other: how far from 1.00 the measurement itself strays on this machine.
@@ -215,6 +247,8 @@ def child_main(model_name, config, dump):
     clock = step_clock(device)
     out = os.fdopen(os.dup(1), "w", buffering=1)
 
+    pin = os.environ.get("TPROBE_BENCH_PIN")
+
     def loader():
         i = 0
         while True:
@@ -222,6 +256,10 @@ def child_main(model_name, config, dump):
             command = sys.stdin.readline().split()
             if not command or command[0] == "quit":
                 return
+            if pin and i > 0:
+                # After the warm-up: the capture's threads and pipeline exist and keep every CPU;
+                # only this thread, which trains, is bound (Linux binds the calling thread).
+                os.sched_setaffinity(0, {int(pin)})
             for _ in range(int(command[1])):
                 clock.mark()
                 yield pool[i % len(pool)]
@@ -291,6 +329,9 @@ class child:
         env.pop("TPROBE_CONFIG", None)
         env["OMP_NUM_THREADS"] = "1"
         env["TPROBE_BENCH_DEVICE"] = DEVICE
+        env.pop("TPROBE_BENCH_PIN", None)
+        if PIN_CPU is not None:
+            env["TPROBE_BENCH_PIN"] = str(PIN_CPU)
         env.update(ALLOCATOR_ENV)
         python = os.path.join(ROOT, "python")
         env["PYTHONPATH"] = python + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -639,6 +680,10 @@ def main():
                    help="pinned (default): both children run glibc's malloc with fixed mmap and trim "
                         "thresholds, so that a step's page faults do not hang on each process's "
                         "allocation history; default: glibc as it comes (see the faults column)")
+    p.add_argument("--pin", default="auto",
+                   help="auto (default): after the warm-up both children train on one CPU, the one "
+                        "with the fewest device interrupts (their capture threads and stages keep "
+                        "every CPU); none: the scheduler places them; N: CPU N")
     p.add_argument("--model-args", default="",
                    help="more arguments for the example model, e.g. \"--batch 64 --size 64\" (a larger "
                         "step than the defaults; the example's --help lists them)")
@@ -653,6 +698,14 @@ def main():
     DEVICE = opts.device
     if opts.allocator == "default":
         ALLOCATOR_ENV.clear()
+    global PIN_CPU
+    allowed = sorted(os.sched_getaffinity(0))
+    if opts.pin == "auto":
+        PIN_CPU = quietest_cpu(allowed) if len(allowed) > 1 else None
+    elif opts.pin != "none":
+        if not opts.pin.isdigit() or int(opts.pin) not in allowed:
+            p.error(f"--pin {opts.pin!r}: not auto, none or one of the CPUs this process may use ({allowed})")
+        PIN_CPU = int(opts.pin)
     opts.model = opts.model or ("tiny" if quick else "all")
     opts.rounds = opts.rounds or (2 if quick else DEFAULT_ROUNDS)
     opts.warmup = opts.warmup if opts.warmup is not None else (1 if quick else 3)
@@ -684,6 +737,8 @@ def main():
           f"torch threads 1, device {DEVICE}, dumps in {tmp}"
           + (", allocator pinned (" + " ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()) + " in both children)"
              if ALLOCATOR_ENV else ", allocator glibc's default")
+          + (f", training threads on CPU {PIN_CPU} after the warm-up" if PIN_CPU is not None
+             else ", training threads placed by the scheduler")
           + (f", model arguments {opts.model_args!r}" if opts.model_args else ""))
     if opts.tool_error:
         print(f"warning: {opts.tool_error}; only the baseline is measured")
