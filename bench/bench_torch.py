@@ -89,13 +89,13 @@ ALLOCATOR_ENV = dict(PINNED_ALLOCATOR)
 PIN_CPU = None
 
 
-def quietest_cpu(allowed):
-    """Of `allowed`, the CPU with the fewest device interrupts so far (/proc/interrupts: the
+def quietest_cpu(allowed, interrupts="/proc/interrupts"):
+    """Of `allowed`, the CPU with the fewest device interrupts so far (`interrupts`: the
     numbered lines, not the local timer's or the inter-processor ones); the first on a tie or
     when the file cannot be read."""
     counts = dict.fromkeys(allowed, 0)
     try:
-        with open("/proc/interrupts") as f:
+        with open(interrupts) as f:
             cpus = [int(c[3:]) for c in f.readline().split()]
             for line in f:
                 fields = line.split()
@@ -273,7 +273,9 @@ def child_main(model_name, config, dump):
     if hasattr(debugger, "counters"):
         out.write("BENCH counters " + json.dumps(debugger.counters()) + "\n")
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out.write(f"BENCH done {usage.ru_utime + usage.ru_stime:.6f}\n")
+    # The CPUs this (training) thread may run on, for the parent to check the pin.
+    cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    out.write(f"BENCH done {usage.ru_utime + usage.ru_stime:.6f} {cpus}\n")
 
 
 def tree_cpu_seconds(root):
@@ -347,7 +349,10 @@ class child:
                 return [tuple(float(x) for x in sample.split(":")) for sample in line.split()[2:]]
         raise RuntimeError(f"child exited with status {self.proc.wait()}")
 
+    runs = 0
+
     def run(self, steps):
+        self.runs += 1
         self.proc.stdin.write(f"run {steps}\n")
         return self.wait_ready()
 
@@ -359,12 +364,20 @@ class child:
         self.proc.stdin.close()
         stages_cpu = None
         self.counters = {}
+        cpus = None
         for line in self.proc.stdout:
             if line.startswith("BENCH done"):
-                stages_cpu = float(line.split()[2])
+                fields = line.split()
+                stages_cpu = float(fields[2])
+                cpus = {int(c) for c in fields[3].split(",")} if len(fields) > 3 else None
             elif line.startswith("BENCH counters "):
                 self.counters = json.loads(line.split(" ", 2)[2])
         status = self.proc.wait()
+        # A child pins its training thread at its second block (the first is the warm-up): one
+        # that trained past it and is not on PIN_CPU measured something else than the header says.
+        if PIN_CPU is not None and self.runs > 1 and cpus is not None and cpus != {PIN_CPU}:
+            raise RuntimeError(f"a child's training thread could run on CPUs {sorted(cpus)}, "
+                               f"not on CPU {PIN_CPU} alone (--pin)")
         return time.perf_counter() - t0, stages_cpu, status
 
 

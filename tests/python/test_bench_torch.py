@@ -67,6 +67,46 @@ class BenchTorchSmokeTest(tt.CaptureTest):
         self.assertIn("allocator glibc's default", run.stdout.splitlines()[0])
         self.assertNotIn("MALLOC_", run.stdout.splitlines()[0])
 
+    def test_pin_binds_the_training_threads(self):
+        """--pin auto (the default) names the CPU both children train on after the warm-up; the
+        parent refuses a child that reports any other CPUs, so a run that ends with status 0
+        trained there. --pin none says the scheduler places them; a CPU this process may not use
+        is refused before anything runs."""
+        allowed = sorted(os.sched_getaffinity(0))
+        run = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", "control,statistics_L1",
+                              "--tmp", self.tmp], capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        first = run.stdout.splitlines()[0]
+        if len(allowed) > 1:
+            cpu = int(re.search(r"training threads on CPU (\d+) after the warm-up", first).group(1))
+            self.assertIn(cpu, allowed)
+        else:
+            self.assertIn("training threads placed by the scheduler", first)
+        unpinned = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", "control",
+                                   "--tmp", self.tmp, "--pin", "none"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(unpinned.returncode, 0, unpinned.stdout + unpinned.stderr)
+        self.assertIn("training threads placed by the scheduler", unpinned.stdout.splitlines()[0])
+        bad = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--pin", str(max(allowed) + 1)],
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(bad.returncode, 2, bad.stdout + bad.stderr)
+        self.assertIn(f"--pin '{max(allowed) + 1}': not auto, none or one of the CPUs this process may use", bad.stderr)
+
+    def test_quietest_cpu_counts_device_interrupts_only(self):
+        """The CPU with the fewest device interrupts (numbered lines), whatever the local timer and
+        the inter-processor interrupts say; the first allowed one when the file cannot be read."""
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import bench_torch
+        path = os.path.join(self.tmp, "interrupts")
+        with open(path, "w") as f:
+            f.write("           CPU0       CPU1       CPU2\n"
+                    " 36:          0    4658283        10 PCI-MSIX-0000:00:02.0   1-edge      virtio1-req.0\n"
+                    " 40:         50          0        60 PCI-MSIX-0000:00:03.0   2-edge      virtio2-input.0\n"
+                    "LOC:   99999999         1         1   Local timer interrupts\n"
+                    "CAL:   99999999         1         1   Function call interrupts\n")
+        self.assertEqual(bench_torch.quietest_cpu([0, 1, 2], path), 0)
+        self.assertEqual(bench_torch.quietest_cpu([1, 2], path), 2)
+        self.assertEqual(bench_torch.quietest_cpu([1, 2], os.path.join(self.tmp, "missing")), 1)
+
 
 if __name__ == "__main__":
     unittest.main()
