@@ -34,7 +34,10 @@ directory (the faster of the two is the disk's speed); a tensor row is allowed t
 goal and 1 + (one step's tensor files at that speed) / baseline step. The read pass is a one-thread
 sum over --read-mib MiB of float32 (memory bandwidth as one reduction sees it): a capture that
 reads every tensor of a step once, as statistics must, costs at least the step's operator data
-(its tensor dump) at that speed, printed as the ratio no statistics row can go below.
+(its tensor dump) at that speed, printed as the ratio no statistics row can go below. Each
+statistics row also gets the floor of its own reads: the bytes its capture read in place
+(counters()' stats_bytes_read: first-time contents, after every reuse) at that speed, the least
+one reader can spend on them (the capture's helper thread may share them: below it is possible).
 """
 import argparse
 import importlib
@@ -599,6 +602,12 @@ def report(model_name, results, block, opts):
                 print(f"  {'':<15} deferred copies per step: {per['device_deferred']:.0f} tensors in "
                       f"{per['device_flushes']:.1f} flushes, {per['device_flush_ns'] / 1e6:.2f} ms flushing (any thread), "
                       f"{per['device_unread']:.0f} unread")
+        if c.get("stats_bytes_read") and m.tool_steps:
+            # What the capture read in place (not reused, not zeros): the least any capture of
+            # these tensors reads; the table's read-pass lines turn it into a step-time floor.
+            print(f"  {'':<15} read in place: {fmt_bytes(c['stats_bytes_read'] / m.tool_steps)} a step "
+                  f"({c.get('stats_reused', 0) / m.tool_steps:.0f} tensors a step reused, "
+                  f"{c.get('stats_zeroed', 0) / m.tool_steps:.0f} zeros not read)")
         if c.get("stats_parts_helped") and m.tool_steps:
             # Parts of large tensors read by the capture's helper thread (capture/part_runner.h).
             print(f"  {'':<15} capture helper thread: {c['stats_parts_helped'] / m.tool_steps:.0f} parts of 1 MiB a step "
@@ -664,13 +673,24 @@ def table(models, results_by_model, opts):
     for name in models:
         tensor = next((r for r in results_by_model[name] if r.name == "tensor" and r.step_bytes), None)
         base = [r.base_step for r in results_by_model[name] if getattr(r, "ratio", None)]
-        if tensor is None or not base:
-            print(f"    {name}: (needs the tensor row)")
+        # The statistics rows' own reads (the capture's stats_bytes_read): first-time contents only,
+        # what is left to read once every reuse has been made; one reader's floor for that row.
+        read_rows = [r for r in results_by_model[name]
+                     if getattr(r, "ratio", None) and r.tool_steps and r.counters.get("stats_bytes_read")]
+        if (tensor is None and not read_rows) or not base:
+            print(f"    {name}: (needs the tensor row or a statistics row)")
             continue
-        seconds = tensor.step_bytes / opts.read_bw
         b = statistics.median(base)
-        print(f"    {name}: operator data {fmt_bytes(tensor.step_bytes)} per step (its tensor dump) read in "
-              f"{seconds * 1e3:.1f} ms = {1 + seconds / b:.3f}x a {b * 1e3:.1f} ms baseline step")
+        if tensor is not None:
+            seconds = tensor.step_bytes / opts.read_bw
+            print(f"    {name}: operator data {fmt_bytes(tensor.step_bytes)} per step (its tensor dump) read in "
+                  f"{seconds * 1e3:.1f} ms = {1 + seconds / b:.3f}x a {b * 1e3:.1f} ms baseline step")
+        for r in read_rows:
+            per_step = r.counters["stats_bytes_read"] / r.tool_steps
+            seconds = per_step / opts.read_bw
+            print(f"    {name} {r.name}: {fmt_bytes(per_step)} a step read in place (first-time contents) in "
+                  f"{seconds * 1e3:.1f} ms = {1 + seconds / r.base_step:.3f}x its {r.base_step * 1e3:.1f} ms baseline "
+                  f"step with one reader (measured {r.ratio:.2f}x)")
 
 
 def main():

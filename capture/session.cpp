@@ -1076,12 +1076,14 @@ struct tprobe_session {
           ++counts.stats_zeroed;
         } else if (contiguous) {
           h.stats = tensor_stats_compute(src, h.type, h.element_count(), h.shape.empty(), o);
+          counts.stats_bytes_read += bytes;
         } else {
           // A view (a transpose, a slice): gathered in C order, as the copy a stage would read, so
           // the sums run in the same order; into memory kept for the next one, not shipped away.
           if (strided_scratch.size() < bytes) strided_scratch.resize(bytes);
           copy_strided(strided_scratch.data(), src, *t, elem, 0);
           h.stats = tensor_stats_compute(strided_scratch.data(), h.type, h.element_count(), h.shape.empty(), o);
+          counts.stats_bytes_read += bytes;
         }
         if (content && contiguous) stats_seen_add(content, src, h, o);
         else if (content) strided_seen_add(content, src, *t, h, o);

@@ -173,6 +173,9 @@ typedef struct tprobe_session_counts {
                               readers in all, 2 by default on 2 or more cores, 1 for none) */
   uint64_t stats_zeroed;   /* tensors whose statistics were those of zeros, not read
                               (tprobe_capture_tensor_zeroed) */
+  uint64_t stats_bytes_read; /* tensor bytes read in place for statistics (the caller's thread and
+                              the helper's): what neither stats_reused nor stats_zeroed spared, and
+                              the least a capture of these tensors must read */
 } tprobe_session_counts;
 int tprobe_session_counts_get(const tprobe_session *session, tprobe_session_counts *counts);
 

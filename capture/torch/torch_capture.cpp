@@ -370,7 +370,7 @@ std::string counters() {
          {"shared_bytes", c.shared_bytes}, {"shared_gave_up", c.shared_gave_up},
          {"stats_reused", c.stats_reused},
          {"stats_parts_helped", c.stats_parts_helped},
-         {"stats_zeroed", c.stats_zeroed},
+         {"stats_zeroed", c.stats_zeroed},     {"stats_bytes_read", c.stats_bytes_read},
          {"operators", s.operators},       {"unsupported", s.unsupported},
          {"nested_record_functions", s.nested_record_functions.load()},
          {"contents_known", s.contents.size()},

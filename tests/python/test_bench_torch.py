@@ -34,6 +34,11 @@ class BenchTorchSmokeTest(tt.CaptureTest):
         self.assertRegex(table, r"disk: write \+ fsync of 32 MiB .*: \d+ / \d+ MB/s")
         self.assertRegex(table, r"read pass: .* \d+\.\d\d GB/s")
         self.assertRegex(table, r"tiny: operator data .* = \d+\.\d{3}x a [\d.]+ ms baseline step")
+        # Each statistics row's own reads, from the capture's stats_bytes_read, as a floor.
+        for config in ("statistics_L1", "statistics_mix", "md5"):
+            self.assertRegex(table, rf"tiny {config}: [\d.]+ [KMG]?i?B a step read in place \(first-time contents\) "
+                                    rf"in \d+\.\d ms = \d+\.\d{{3}}x its [\d.]+ ms baseline step with one reader")
+        self.assertRegex(out, r"\n {18}read in place: [\d.]+ [KMG]?i?B a step \(\d+ tensors a step reused")
         # Both children run with the allocator's thresholds pinned, said in the first line, and
         # every measured row gives its steps' page faults (baseline/tool).
         self.assertIn("allocator pinned (MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 "

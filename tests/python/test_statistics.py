@@ -227,6 +227,10 @@ class StatisticsReuse(tt.CaptureTest):
             with open(os.path.join(run.dir, "counters.json")) as f:
                 counters = json.load(f)
             reused[name] = counters["stats_reused"]
+            # Each step captures four tensors of w's 8 KiB (neg's input and result, mul_'s input
+            # and result): every one not reused was read, and nothing else.
+            self.assertEqual(counters["stats_bytes_read"], (4 * steps - counters["stats_reused"]) * 64 * 32 * 4,
+                             f"{name}: {counters}")
             # Into the gap goes only what is alive: w, not neg's result nor the scalar operand
             # (dead storages' records would keep their memory fragmenting the heap).
             self.assertEqual(counters["known_in_gap"], 1, name)

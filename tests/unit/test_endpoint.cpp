@@ -450,6 +450,11 @@ struct content_capture {
     EXPECT_EQ(tprobe_session_counts_get(session, &counts), TPROBE_OK);
     return counts.stats_reused;
   }
+  uint64_t bytes_read() const {
+    tprobe_session_counts counts{};
+    EXPECT_EQ(tprobe_session_counts_get(session, &counts), TPROBE_OK);
+    return counts.stats_bytes_read;
+  }
   std::vector<tensor_stats> finish() {
     EXPECT_EQ(tprobe_stop(session), TPROBE_OK);
     EXPECT_EQ(tprobe_session_close(session), TPROBE_OK);
@@ -781,6 +786,7 @@ TEST(endpoint, a_named_content_is_read_once) {
   shape[0] = 3;
   ASSERT_EQ(c.capture(t, 8), TPROBE_OK);  // another shape, read: 3
   EXPECT_EQ(c.reused(), 2u);
+  EXPECT_EQ(c.bytes_read(), 4u * 16 + 12) << "five reads of 4 floats and one of 3; the reused read nothing";
   std::vector<double> maxima;
   for (const auto &st : c.finish()) maxima.push_back(st.max.real);
   EXPECT_EQ(maxima, (std::vector<double>{4, 4, 9, 9, 5, 5, 3}));
@@ -817,6 +823,7 @@ TEST(endpoint, a_named_strided_view_is_read_once_per_layout) {
   ASSERT_EQ(c.capture(t, 8), TPROBE_OK);  // another name, read: 4.5
   ASSERT_EQ(c.capture(t, 0), TPROBE_OK);  // no name, read: 4.5
   EXPECT_EQ(c.reused(), 2u);
+  EXPECT_EQ(c.bytes_read(), 4u * 24 + 16) << "four reads of 6 floats and one of 4; the reused read nothing";
   std::vector<double> means;
   for (const auto &st : c.finish()) means.push_back(st.mean.real);
   EXPECT_EQ(means, (std::vector<double>{3.5, 3.5, 4.5, 3.5, 3, 4.5, 4.5}));
