@@ -31,7 +31,9 @@ threads) over the same step. "drain" is the time from the tool child's last step
 pipeline finishing its files); "stages" the CPU time of the pipeline's processes per tool step.
 The limits: at the start and at the end it writes --disk-mib MiB with fsync into the dump
 directory (the faster of the two is the disk's speed); a tensor row is allowed the larger of its
-goal and 1 + (one step's tensor files at that speed) / baseline step. The read pass is a one-thread
+goal and 1 + (one step's tensor files at that speed) / baseline step. It also creates files of 16
+KiB (1000, 200 with --quick) at the start and at the end: a tensor row's line adds what its step's
+files cost to create at that rate, beside the allowance, which counts bytes only. The read pass is a one-thread
 sum over --read-mib MiB of float32 (memory bandwidth as one reduction sees it): a capture that
 reads every tensor of a step once, as statistics must, costs at least the step's operator data
 (its tensor dump) at that speed, printed as the ratio no statistics row can go below. Each
@@ -169,14 +171,37 @@ def dir_bytes(path):
     return total
 
 
+def dir_files(path):
+    return sum(len(files) for _, _, files in os.walk(path))
+
+
 def step_dump_bytes(dump):
-    """Median bytes of the step{N} folders under `dump`, and how many there are."""
+    """Median bytes of the step{N} folders under `dump`, how many there are, and their median
+    number of files."""
     if not os.path.isdir(dump):
-        return 0, 0
+        return 0, 0, 0
     steps = [os.path.join(dump, d) for d in os.listdir(dump) if d.startswith("step")]
     if not steps:
-        return 0, 0
-    return int(statistics.median(dir_bytes(s) for s in steps)), len(steps)
+        return 0, 0, 0
+    return (int(statistics.median(dir_bytes(s) for s in steps)), len(steps),
+            int(statistics.median(dir_files(s) for s in steps)))
+
+
+def file_create_rate(directory, count, size=16 << 10):
+    """Files/s created with `size` bytes each and closed, as the writer writes a tensor's file (no
+    fsync), in a new folder of `directory`, and that folder: what a dump of many small files costs
+    beyond its bytes (the transformer's tensor step is ~1,300 files of ~26 KiB). The caller keeps
+    the folder until the run ends: deleting files slows the next creations (empty_dump)."""
+    folder = tempfile.mkdtemp(prefix="file-rate-", dir=directory)
+    data = os.urandom(size)
+    t0 = time.perf_counter()
+    for i in range(count):
+        fd = os.open(os.path.join(folder, f"{i}.npy"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    return count / (time.perf_counter() - t0), folder
 
 
 def disk_write_bandwidth(directory, size):
@@ -399,6 +424,7 @@ class measurement:
         self.error = None
         self.step_bytes = 0
         self.steps_dumped = 0
+        self.step_files = 0
         self.counters = {}  # the tool child's capture counters at its end
 
 
@@ -489,7 +515,7 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
             tail = [line.rstrip() for line in log if line.strip()][-2:]
         if tail:
             m.error += ": " + " | ".join(tail)
-    m.step_bytes, m.steps_dumped = step_dump_bytes(dump)
+    m.step_bytes, m.steps_dumped, m.step_files = step_dump_bytes(dump)
     if not opts.keep:
         empty_dump(dump)
         opts.emptied.append(dump)
@@ -567,6 +593,11 @@ def report(model_name, results, block, opts):
             bound = (f"; disk {opts.disk_bw / 1e6:.0f} MB/s (write + fsync): one step's {fmt_bytes(m.step_bytes)} "
                      f"takes {disk_s * 1e3:.0f} ms = {disk_s / b:.2f}x a baseline step, "
                      f"so the disk allows {1 + disk_s / b:.2f}x")
+            if m.step_files and opts.file_rate:
+                # Not in the verdict (the goal counts bytes): what the step's files cost beyond them.
+                files_s = m.step_files / opts.file_rate
+                bound += (f"; its {m.step_files} files at {opts.file_rate:.0f} files/s (create, write 16 KiB, "
+                          f"close) take {files_s * 1e3:.0f} ms: {1 + (disk_s + files_s) / b:.2f}x with their creation")
         if goal is None:
             verdict = "(noise)"
         elif ratio > allowed:
@@ -668,6 +699,10 @@ def table(models, results_by_model, opts):
     print(f"  disk: write + fsync of {opts.disk_mib} MiB in the dump directory's file system: {disk} MB/s "
           f"(start / end of the run); a tensor row is allowed 1 + (its step's files at "
           f"{opts.disk_bw / 1e6:.0f} MB/s) / baseline step when that exceeds its goal")
+    rates = " / ".join(f"{r:.0f}" for r in opts.file_rates)
+    print(f"  file creation: {opts.files_probe} files of 16 KiB created, written and closed: {rates} files/s "
+          f"(start / end of the run); not in the allowance, which counts bytes: a step of many small "
+          f"files (the transformer's tensor dump) costs their creation as well, shown on its model's line")
     print(f"  read pass: one-thread sum over {opts.read_mib} MiB of float32: {opts.read_bw / 1e9:.2f} GB/s; "
           "a capture that reads each of a step's tensors once costs at least:")
     for name in models:
@@ -788,6 +823,10 @@ def main():
     opts.emptied = []  # dumps truncated after their configuration, deleted at the end (empty_dump)
     opts.disk_bws = [disk_write_bandwidth(tmp, opts.disk_mib << 20)]
     opts.disk_bw = opts.disk_bws[0]
+    opts.files_probe = 200 if quick else 1000
+    rate, folder = file_create_rate(tmp, opts.files_probe)
+    opts.file_rates, opts.file_rate = [rate], rate
+    opts.emptied.append(folder)
     opts.read_bw = read_pass_bandwidth(opts.read_mib << 20)
     results_by_model = {}
     for name in models:
@@ -797,6 +836,9 @@ def main():
     # The disk as the run left it; the faster of the two measurements is what the disk can do.
     opts.disk_bws.append(disk_write_bandwidth(tmp, opts.disk_mib << 20))
     opts.disk_bw = max(opts.disk_bws)
+    rate, folder = file_create_rate(tmp, opts.files_probe)
+    opts.file_rates.append(rate)
+    opts.emptied.append(folder)
     table(models, results_by_model, opts)
     print(f"\ntotal wall time {time.perf_counter() - t0:.0f} s; load average at the end: "
           + ", ".join(f"{x:.2f}" for x in os.getloadavg()))

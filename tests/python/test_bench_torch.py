@@ -32,6 +32,10 @@ class BenchTorchSmokeTest(tt.CaptureTest):
             self.assertRegex(cell, CELL, f"row {row!r}:\n{out}")
         self.assertRegex(table, r"noise floor: .* tiny \d+\.\d{3}x \(\d+\.\d\d-\d+\.\d\d\); a row nearer its goal")
         self.assertRegex(table, r"disk: write \+ fsync of 32 MiB .*: \d+ / \d+ MB/s")
+        # The file system's creation rate, and what a tensor row's files cost beyond their bytes.
+        self.assertRegex(table, r"file creation: 200 files of 16 KiB created, written and closed: \d+ / \d+ files/s")
+        self.assertRegex(out, r"  tensor  .*; its \d+ files at \d+ files/s \(create, write 16 KiB, close\) take \d+ ms: "
+                              r"\d+\.\d\dx with their creation")
         self.assertRegex(table, r"read pass: .* \d+\.\d\d GB/s")
         self.assertRegex(table, r"tiny: operator data .* = \d+\.\d{3}x a [\d.]+ ms baseline step")
         # Each statistics row's own reads, from the capture's stats_bytes_read, as a floor.
