@@ -160,19 +160,17 @@ def model_args(model_name, module, extra=()):
     return module.parse_args(["--quiet", "--threads", "1", *MODELS[model_name][1], *chosen, *extra])
 
 
-def dir_bytes(path):
-    total = 0
-    for top, _, files in os.walk(path):
-        for f in files:
+def dir_usage(path):
+    """Bytes and files under `path`, in one walk."""
+    total = files = 0
+    for top, _, names in os.walk(path):
+        files += len(names)
+        for f in names:
             try:
                 total += os.path.getsize(os.path.join(top, f))
             except OSError:
                 pass
-    return total
-
-
-def dir_files(path):
-    return sum(len(files) for _, _, files in os.walk(path))
+    return total, files
 
 
 def step_dump_bytes(dump):
@@ -180,11 +178,11 @@ def step_dump_bytes(dump):
     number of files."""
     if not os.path.isdir(dump):
         return 0, 0, 0
-    steps = [os.path.join(dump, d) for d in os.listdir(dump) if d.startswith("step")]
+    steps = [dir_usage(os.path.join(dump, d)) for d in os.listdir(dump) if d.startswith("step")]
     if not steps:
         return 0, 0, 0
-    return (int(statistics.median(dir_bytes(s) for s in steps)), len(steps),
-            int(statistics.median(dir_files(s) for s in steps)))
+    return (int(statistics.median(b for b, _ in steps)), len(steps),
+            int(statistics.median(f for _, f in steps)))
 
 
 def file_create_rate(directory, count, size=16 << 10):
