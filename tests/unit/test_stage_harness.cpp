@@ -239,6 +239,49 @@ TEST(stage_harness, writer_run_refuses_a_path_it_cannot_place_and_keeps_what_cam
   }
 }
 
+// A step's folder is made off the writer's thread while the step's records are placed: a folder
+// that cannot be made still fails the writer, naming it, at the step's end and on every later
+// wait (the catch's last rewrite), and the folders before it are written.
+TEST(stage_harness, writer_run_names_a_step_folder_it_cannot_make_and_keeps_the_steps_before) {
+  test::temp_dir dir;
+  const std::string dump = dir.path() + "/dump";
+  std::filesystem::create_directories(dump);
+  test::write_file(dump + "/step1", "a file where step 1's folder goes");
+  test::stage_harness h(false);
+  const std::string file = dir.path() + "/records.tpr";
+  record_file_writer writer(file);
+  writer.write(session_record(dump));
+  writer.write(float_tensor("Functional.relu.0.forward", "output.0", {5}));
+  writer.write(step_end_barrier());
+  auto blocked = float_tensor("Functional.relu.0.forward", "output.0", {6});
+  blocked.header.step = 1;
+  writer.write(std::move(blocked));
+  for (int i = 0; i < 100; ++i) {  // placed while the folder's job runs and fails
+    auto more = float_tensor(fmt::format("Functional.relu.{}.forward", i + 1), "output.0", {7});
+    more.header.step = 1;
+    writer.write(std::move(more));
+  }
+  auto end = step_end_barrier();
+  end.header.step = 1;
+  writer.write(std::move(end));
+  writer.close();
+  try {
+    h.run_file(
+        [&](stage_io &io) {
+          writer_stage_options o;
+          o.dump_path = dump;
+          writer_run(io, o);
+        },
+        file);
+    ADD_FAILURE() << "the writer made no complaint about step 1's folder";
+  } catch (const std::exception &e) {
+    EXPECT_THAT(e.what(), HasSubstr(dump + "/step1: exists and is not a directory"));
+  }
+  EXPECT_EQ(test::read_file(dump + "/step1"), "a file where step 1's folder goes");
+  const auto doc = pyjson_load_file(dump + "/step0/rank/dump.json");
+  EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Max"], 5.0);
+}
+
 // writer_run on a thread of this process, fed over a real socket at `endpoint`.
 struct writer_on_thread {
   zmq::context_t ctx;

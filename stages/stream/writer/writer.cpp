@@ -1,11 +1,17 @@
 #include "writer.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include <unistd.h>
@@ -17,6 +23,7 @@
 #include "errors.h"
 #include "npy.h"
 #include "pyjson.h"
+#include "quiet_thread.h"
 #include "safe_path.h"
 #include "torch_save.h"
 
@@ -62,6 +69,64 @@ session_info session_from_meta(const json &meta) {
 // msprobe's level "debug" (the single-point save API) writes debug.json in place of dump.json.
 std::string data_file_name(const session_info &s) { return s.level == "debug" ? "debug.json" : "dump.json"; }
 
+// Runs jobs in order on a thread of its own, started at the first job: the file system work a
+// folder needs before its step ends (two directories and three temporaries), which on the
+// writer's thread was a third of its time in a step of 500 records. The writer's thread places
+// the step's records meanwhile, and waits for the job only where it needs the folder: at a
+// rewrite (the step's end, a timed flush) or a tensor file. With step()'s barrier, the training
+// thread waits for the writer's thread, not for this one, while the records arrive.
+//
+// Contract: a job's exception reaches whoever waits on its future, as often as they wait. The
+// destructor runs the jobs already queued and joins the thread; the objects a job touches must
+// outlive the queue (dump_writer declares it after what its jobs touch).
+class background_jobs {
+ public:
+  background_jobs() = default;
+  background_jobs(const background_jobs &) = delete;
+  background_jobs &operator=(const background_jobs &) = delete;
+  ~background_jobs() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::shared_future<void> submit(std::function<void()> job) {
+    std::packaged_task<void()> task(std::move(job));
+    std::shared_future<void> done = task.get_future().share();
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    // Signals belong to the stage's main thread, whose handler ends its blocking receive.
+    if (!thread_.joinable()) thread_ = quiet_thread([this] { loop(); });
+    wake_.notify_one();
+    return done;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every job run
+      std::packaged_task<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();  // an exception is kept in the task's future
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 // One dump folder: step{S}/rank{R}.
 struct dump_doc {
   std::string dir;       // absolute
@@ -85,6 +150,10 @@ struct dump_doc {
   // step runs: creating a file is most of what a write costs, and the step's last write is paid
   // by the training thread waiting on its barrier. Each is used once; later rewrites create theirs.
   prepared_file next_data, next_stacks, next_construct;
+  // The folder's creation and the temporaries above, made by dump_writer's background jobs: no
+  // one reads dir's contents or next_* before waiting on it (dump_writer::await_folder).
+  std::shared_future<void> folder_ready;  // reset once awaited and done
+  bool prepares_in_background = false;    // its job makes next_*: counted as made until awaited
 };
 
 class dump_writer {
@@ -113,6 +182,9 @@ class dump_writer {
         if (auto *d = find_doc(h)) write_doc(*d);
         return;
       case record_kind::step_end: {
+        // Its barrier is answered once every record before it was handled, the folders they
+        // began included (the jobs run in order: waiting for each is waiting for the last).
+        for (auto &[key, d] : docs_) await_folder(d);
         auto it = docs_.find({h.step, h.rank, h.run});
         if (it != docs_.end()) {
           write_doc(it->second);
@@ -191,14 +263,31 @@ class dump_writer {
                                     r_describe(h)));
     path_check_create(root, "dump path");
     d.relative = h.rank < 0 ? fmt::format("step{}/rank", h.step) : fmt::format("step{}/rank{}", h.step, h.rank);
-    safe_mkdirs(root, d.relative);
     d.dir = (std::filesystem::absolute(root) / d.relative).lexically_normal().string();
     // A folder finished earlier (step_end) that receives more: continue from what is on disk
-    // rather than overwrite it. One this writer never wrote: an earlier run's files go now.
+    // rather than overwrite it, now. One this writer never wrote is made in the background, an
+    // earlier run's files there removed.
+    const bool reopened = reopened_.count(d.dir) != 0;
+    if (reopened) safe_mkdirs(root, d.relative);
     const std::string existing = d.dir + "/" + data_file_name(d.session);
-    if (!reopened_.count(d.dir)) {
-      discard_earlier_files(d);
-    } else if (std::filesystem::exists(existing)) {
+    if (!reopened) {
+      // Nothing is read from the folder before its job is done; prepare_files' choice is made here,
+      // where docs_ is.
+      const bool prepare = prepare_allowed(nullptr);
+      d.data.reserve(entries_expected_, leaf_text_expected_);
+      ++result_.dumps;
+      reopened_.insert(d.dir);
+      last_doc_ = &*docs_.emplace(key, std::move(d)).first;
+      dump_doc &made = last_doc_->second;
+      made.prepares_in_background = prepare;
+      made.folder_ready = jobs_.submit([&made, root, prepare] {
+        safe_mkdirs(root, made.relative);
+        discard_earlier_files(made);
+        if (prepare) create_prepared_files(made);
+      });
+      return made;
+    }
+    if (std::filesystem::exists(existing)) {
       json old = pyjson_load_file(existing);
       if (old.contains("data") && old["data"].is_object())
         for (const auto &[name, value] : old["data"].items()) d.data.set_json(d.data.entry(name).node, value, 2);
@@ -211,7 +300,6 @@ class dump_writer {
       }
       load_stacks(d);
     }
-    reopened_.insert(d.dir);
     prepare_files(d);
     // A step has about as many entries and as much leaf text as the one before.
     d.data.reserve(entries_expected_, leaf_text_expected_);
@@ -353,6 +441,7 @@ class dump_writer {
     if (const std::string problem = dump_name_problem(name); !problem.empty())
       throw usage_error(fmt::format("{} {}: tensor file name \"{}\" {}", r_describe(h), h.slot, name, problem));
     if (!d.tensor_dir) {
+      await_folder(d);
       const std::string root = std::filesystem::path(d.dir).parent_path().parent_path().string();
       safe_mkdirs(root, d.relative + "/dump_tensor_data");
       d.tensor_dir.emplace(d.dir + "/dump_tensor_data");
@@ -439,17 +528,38 @@ class dump_writer {
   // that it stays far from the usual limit of 1024 descriptors; the others create theirs as before.
   static constexpr size_t prepared_folders_max = 16;
 
-  void prepare_files(dump_doc &d) {
+  // Whether another folder (than `self`) may prepare its temporaries.
+  bool prepare_allowed(const dump_doc *self) const {
     size_t prepared = 0;
-    for (const auto &[key, other] : docs_)
-      prepared += &other != &d && !(other.next_data.empty() && other.next_stacks.empty() && other.next_construct.empty());
-    if (prepared >= prepared_folders_max) return;
+    for (const auto &[key, other] : docs_) {
+      if (&other == self) continue;
+      // A folder whose job may still run is not looked into (its job writes next_*).
+      prepared += other.folder_ready.valid()
+                      ? other.prepares_in_background
+                      : !(other.next_data.empty() && other.next_stacks.empty() && other.next_construct.empty());
+    }
+    return prepared < prepared_folders_max;
+  }
+
+  // Synchronously: d's folder exists (as after a rewrite, which waited for it).
+  void prepare_files(dump_doc &d) {
+    if (prepare_allowed(&d)) create_prepared_files(d);
+  }
+
+  static void create_prepared_files(dump_doc &d) {
     const auto prepare = [&](prepared_file &file, const std::string &name) {
       if (file.empty()) file = prepared_file(d.dir + "/" + name);
     };
     prepare(d.next_data, data_file_name(d.session));
     prepare(d.next_stacks, "stack.json");
     prepare(d.next_construct, "construct.json");
+  }
+
+  // The folder's background job is done (its failure thrown here, at every wait).
+  static void await_folder(dump_doc &d) {
+    if (!d.folder_ready.valid()) return;
+    d.folder_ready.get();
+    d.folder_ready = {};
   }
 
   // Into the temporary made ahead of time if there is one (dump_doc::next_data).
@@ -459,6 +569,7 @@ class dump_writer {
   }
 
   void write_doc(dump_doc &d) {
+    await_folder(d);  // also before a clean folder is moved away (step_end): its job holds it
     if (!d.dirty) return;
     // {"task": …, "level": …, "framework": …, "dump_data_dir": …, "data": {…}}, as msprobe's
     // json.dump(…, indent=1) writes it.
@@ -502,6 +613,8 @@ class dump_writer {
   std::unique_ptr<dump_doc> finished_;
   std::set<std::string> reopened_;
   clock_type::time_point next_flush_;
+  // Last: destroyed (its thread joined) before the folders its jobs write into.
+  background_jobs jobs_;
 };
 
 }  // namespace
