@@ -71,7 +71,7 @@ std::string data_file_name(const session_info &s) { return s.level == "debug" ? 
 
 // Runs jobs in order on a thread of its own, started at the first job: the file system work a
 // folder needs before its step ends (two directories and three temporaries), which on the
-// writer's thread was a third of its time in a step of 500 records. The writer's thread places
+// writer's thread was a third of its time in a step of 500 records on ext4. The writer's thread places
 // the step's records meanwhile, and waits for the job only where it needs the folder: at a
 // rewrite (the step's end, a timed flush) or a tensor file. With step()'s barrier, the training
 // thread waits for the writer's thread, not for this one, while the records arrive.
