@@ -265,47 +265,43 @@ class dump_writer {
     d.relative = h.rank < 0 ? fmt::format("step{}/rank", h.step) : fmt::format("step{}/rank{}", h.step, h.rank);
     d.dir = (std::filesystem::absolute(root) / d.relative).lexically_normal().string();
     // A folder finished earlier (step_end) that receives more: continue from what is on disk
-    // rather than overwrite it, now. One this writer never wrote is made in the background, an
-    // earlier run's files there removed.
+    // rather than overwrite it, now. One this writer never wrote is made in the background (an
+    // earlier run's files there removed) while its records are placed.
     const bool reopened = reopened_.count(d.dir) != 0;
-    if (reopened) safe_mkdirs(root, d.relative);
-    const std::string existing = d.dir + "/" + data_file_name(d.session);
-    if (!reopened) {
-      // Nothing is read from the folder before its job is done; prepare_files' choice is made here,
-      // where docs_ is.
-      const bool prepare = prepare_allowed(nullptr);
-      d.data.reserve(entries_expected_, leaf_text_expected_);
-      ++result_.dumps;
-      reopened_.insert(d.dir);
-      last_doc_ = &*docs_.emplace(key, std::move(d)).first;
-      dump_doc &made = last_doc_->second;
-      made.prepares_in_background = prepare;
-      made.folder_ready = jobs_.submit([&made, root, prepare] {
-        safe_mkdirs(root, made.relative);
-        discard_earlier_files(made);
-        if (prepare) create_prepared_files(made);
-      });
-      return made;
-    }
-    if (std::filesystem::exists(existing)) {
-      json old = pyjson_load_file(existing);
-      if (old.contains("data") && old["data"].is_object())
-        for (const auto &[name, value] : old["data"].items()) d.data.set_json(d.data.entry(name).node, value, 2);
-      const std::string construct = d.dir + "/construct.json";
-      if (std::filesystem::exists(construct)) {
-        d.construct = pyjson_load_file(construct);
-        if (!d.construct.is_object())
-          throw usage_error(fmt::format("{}: not a JSON object; move it away to write this folder again", construct));
-        index_keys(d.construct, d.construct_index);
+    if (reopened) {
+      safe_mkdirs(root, d.relative);
+      if (const std::string existing = d.dir + "/" + data_file_name(d.session); std::filesystem::exists(existing)) {
+        json old = pyjson_load_file(existing);
+        if (old.contains("data") && old["data"].is_object())
+          for (const auto &[name, value] : old["data"].items()) d.data.set_json(d.data.entry(name).node, value, 2);
+        const std::string construct = d.dir + "/construct.json";
+        if (std::filesystem::exists(construct)) {
+          d.construct = pyjson_load_file(construct);
+          if (!d.construct.is_object())
+            throw usage_error(fmt::format("{}: not a JSON object; move it away to write this folder again", construct));
+          index_keys(d.construct, d.construct_index);
+        }
+        load_stacks(d);
       }
-      load_stacks(d);
+      prepare_files(d);
     }
-    prepare_files(d);
+    // Decided here, where docs_ is: the job never looks at other folders.
+    const bool prepare_later = !reopened && prepare_allowed(nullptr);
     // A step has about as many entries and as much leaf text as the one before.
     d.data.reserve(entries_expected_, leaf_text_expected_);
     ++result_.dumps;
+    reopened_.insert(d.dir);
     last_doc_ = &*docs_.emplace(key, std::move(d)).first;
-    return last_doc_->second;
+    dump_doc &made = last_doc_->second;
+    if (!reopened) {
+      made.prepares_in_background = prepare_later;
+      made.folder_ready = jobs_.submit([&made, root, prepare_later] {
+        safe_mkdirs(root, made.relative);
+        discard_earlier_files(made);
+        if (prepare_later) create_prepared_files(made);
+      });
+    }
+    return made;
   }
 
   // A folder this writer has not written yet whose files an earlier run left: they are replaced
