@@ -40,6 +40,14 @@ reads every tensor of a step once, as statistics must, costs at least the step's
 statistics row also gets the floor of its own reads: the bytes its capture read in place
 (counters()' stats_bytes_read: first-time contents, after every reuse) at that speed, the least
 one reader can spend on them (the capture's helper thread may share them: below it is possible).
+
+Comparing two builds. --against DIR measures a second build in the same rounds: DIR holds that
+build's lib/libtprobe_torch.so and bin/ (a copy of build/ taken before a change, say). Each
+configuration then also runs a tool child on it (the Python package stays this tree's), its block
+taking its turn beside the other two in every round (base, this build, that build; then the
+reverse), and the configuration's line is followed by that build's ratio and, per round, this
+build's median step over that build's: a paired comparison, which a drift of the machine's speed
+between two whole runs does not reach.
 """
 import argparse
 import importlib
@@ -424,6 +432,9 @@ class measurement:
         self.steps_dumped = 0
         self.step_files = 0
         self.counters = {}  # the tool child's capture counters at its end
+        # --against: (baseline block, tool block, the other build's tool block) of each round
+        self.against_rounds = []
+        self.against_error = None
 
 
 def start_child(model_name, config, dump, log, m, extra_env=None):
@@ -439,6 +450,7 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
     m.error = opts.tool_error if example_config else None
     dump = os.path.join(tmp, f"{model_name}-{name}")
     config = os.path.join(tmp, f"{model_name}-{name}.json")
+    config_against = os.path.join(tmp, f"{model_name}-{name}-against.json")
     if example_config:
         with open(os.path.join(ROOT, "examples", "configs", example_config + ".json")) as f:
             doc = json.load(f)
@@ -455,6 +467,10 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
             doc.setdefault("tprobe", {})["tensor_format"] = "pt"
         with open(config, "w") as f:
             json.dump(doc, f)
+        if opts.against:
+            doc["dump_path"] = dump + "-against"
+            with open(config_against, "w") as f:
+                json.dump(doc, f)
     else:
         config = "-"
     log_path = os.path.join(tmp, f"{model_name}-{name}.log")
@@ -465,6 +481,12 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
         device_stats = next((mode for mode in ("direct", "deferred") if name.endswith("_" + mode)), None)
         extra_env = {"TPROBE_DEVICE_STATS": device_stats} if device_stats else None
         tool = None if m.error else start_child(model_name, config, dump, log, m, extra_env)
+        other = None
+        if tool and opts.against and example_config:
+            other_m = measurement("against")
+            other = start_child(model_name, config_against, dump + "-against", log, other_m,
+                                {**(extra_env or {}), **opts.against_env})
+            m.against_error = other_m.error
         base.run(opts.warmup)
         if tool:
             try:
@@ -472,17 +494,34 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
                 m.tool_steps += opts.warmup
             except (RuntimeError, BrokenPipeError) as e:
                 m.error = str(e)
+        if other:
+            try:
+                other.run(opts.warmup)
+            except (RuntimeError, BrokenPipeError) as e:
+                m.against_error = str(e)
         for r in range(opts.rounds):
-            # base-tool, then tool-base: a drift in machine load hits both sides alike.
-            order = ["base", "tool"] if r % 2 == 0 else ["tool", "base"]
+            # base-tool, then tool-base: a drift in machine load hits both sides alike. With
+            # --against the tool's block stays in the middle, so that it neighbours the baseline
+            # as often as the other build's does.
+            order = ["base", "tool", "against"] if other else ["base", "tool"]
+            if r % 2:
+                order.reverse()
             blocks, spans = {}, {}
             for side in order:
                 if tool and not m.error:
                     settle(tool.proc)
+                if other and not m.against_error:
+                    settle(other.proc)
                 t0 = time.monotonic()
                 if side == "base":
                     blocks["base"] = base.run(block)
                     spans["base"] = time.monotonic() - t0
+                elif side == "against":
+                    if not m.against_error and not m.error:
+                        try:
+                            blocks["against"] = other.run(block)
+                        except (RuntimeError, BrokenPipeError) as e:
+                            m.against_error = str(e)
                 elif tool and not m.error:
                     try:
                         blocks["tool"] = tool.run(block)
@@ -498,7 +537,17 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
                 m.rounds.append((blocks["base"], blocks["tool"]))
                 m.sustained.append((spans["tool"] / spans["base"],
                                     max(spans["tool"] - SETTLE_WINDOW, 0.0) / spans["base"]))
+                if "against" in blocks:
+                    m.against_rounds.append((blocks["base"], blocks["tool"], blocks["against"]))
         base.quit()
+        if other:
+            try:
+                _, _, status = other.quit()
+                if status != 0 and not m.against_error:
+                    m.against_error = f"child exited with status {status}"
+            except BrokenPipeError as e:
+                m.against_error = m.against_error or str(e)
+                other.proc.wait()
         if tool:
             try:
                 m.drain, m.stages_cpu, status = tool.quit()
@@ -515,8 +564,9 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
             m.error += ": " + " | ".join(tail)
     m.step_bytes, m.steps_dumped, m.step_files = step_dump_bytes(dump)
     if not opts.keep:
-        empty_dump(dump)
-        opts.emptied.append(dump)
+        for folder in (dump, dump + "-against") if opts.against else (dump,):
+            empty_dump(folder)
+            opts.emptied.append(folder)
     return m
 
 
@@ -613,6 +663,16 @@ def report(model_name, results, block, opts):
         faults = f"{fmt_count(median_of(m.base, 2))}/{fmt_count(median_of(m.tool, 2))}"
         print(f"  {m.name:<15} {b * 1e3:8.1f} {t * 1e3:8.1f} {ratio:6.3f}x {spread:>11} {sustained:5.2f}x {cpu:5.2f}x {goal_text}  "
               f"{verdict:<14} {fmt_bytes(m.step_bytes):>10} {stages} {drain} {faults:>11}  {what}{bound}")
+        if m.against_error:
+            print(f"  {'':<15} against {opts.against}: FAILED: {m.against_error}")
+        elif m.against_rounds:
+            # Per round, each build's block against the same baseline block, and against each other.
+            theirs = [median_of(other, 0) / median_of(base, 0) for base, _, other in m.against_rounds]
+            quotients = [median_of(tool, 0) / median_of(other, 0) for _, tool, other in m.against_rounds]
+            print(f"  {'':<15} against {opts.against}: {statistics.median(theirs):.3f}x "
+                  f"({min(theirs):.2f}-{max(theirs):.2f}); this build / that one, per round: "
+                  f"{statistics.median(quotients):.3f} ({min(quotients):.3f}-{max(quotients):.3f}, "
+                  f"{sum(q < 1 for q in quotients)} of {len(quotients)} rounds faster)")
         c = m.counters
         if c.get("device_tensors") and m.tool_steps:
             # The device path's own account (capture/torch/device_stats.h), per tool step.
@@ -755,6 +815,9 @@ def main():
                         "step than the defaults; the example's --help lists them)")
     p.add_argument("--tmp", help="directory for the dumps (default: a new one under $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep the dumps and the children's logs")
+    p.add_argument("--against", metavar="DIR",
+                   help="a second build to measure in the same rounds: DIR/lib/libtprobe_torch.so and "
+                        "DIR/bin (e.g. a copy of build/ from before a change); see above")
     p.add_argument("--child", nargs=3, metavar=("MODEL", "CONFIG", "DUMP"), help=argparse.SUPPRESS)
     opts = p.parse_args()
     if opts.child:
@@ -784,6 +847,15 @@ def main():
     unknown = set(opts.configs) - {c[0] for c in CONFIGS}
     if unknown:
         p.error(f"unknown configurations: {', '.join(sorted(unknown))}")
+    opts.against_env = {}
+    if opts.against:
+        opts.against = os.path.abspath(opts.against)
+        library = os.path.join(opts.against, "lib", "libtprobe_torch.so")
+        launcher = os.path.join(opts.against, "bin", "tprobe")
+        for needed in (library, launcher):
+            if not os.path.isfile(needed):
+                p.error(f"--against {opts.against}: {needed} does not exist (a build directory's lib/ and bin/)")
+        opts.against_env = {"TPROBE_TORCH_LIBRARY": library, "TPROBE_BIN_DIR": os.path.dirname(launcher)}
 
     # The tool is imported only in the children; check once that it can be.
     check = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, flush=True); "
@@ -805,7 +877,8 @@ def main():
              if ALLOCATOR_ENV else ", allocator glibc's default")
           + (f", training threads on CPU {PIN_CPU} after the warm-up" if PIN_CPU is not None
              else ", training threads placed by the scheduler")
-          + (f", model arguments {opts.model_args!r}" if opts.model_args else ""))
+          + (f", model arguments {opts.model_args!r}" if opts.model_args else "")
+          + (f", against the build in {opts.against}" if opts.against else ""))
     if opts.tool_error:
         print(f"warning: {opts.tool_error}; only the baseline is measured")
     models = ALL_MODELS if opts.model == "all" else [opts.model]

@@ -66,6 +66,35 @@ class BenchTorchSmokeTest(tt.CaptureTest):
         self.assertEqual(good.returncode, 0, good.stdout + good.stderr)
         self.assertIn("model arguments '--batch 2'", good.stdout)
 
+    def test_against_measures_a_second_build_in_the_same_rounds(self):
+        """--against DIR runs a third child per configuration on DIR's library and stage binaries:
+        the header names DIR, each configuration with a tool gets that build's ratio and the per-round
+        quotient (here the same build twice, so both are measured and positive); the control row,
+        which has no tool, gets none. A DIR without a build's lib/ and bin/ is refused before
+        anything runs, naming the file it lacks."""
+        # A build directory as --against wants it, made of the one ctest names (nothing guessed).
+        build = os.path.join(self.tmp, "other-build")
+        os.makedirs(build)
+        os.symlink(os.path.dirname(os.path.abspath(os.environ["TPROBE_TORCH_LIBRARY"])), os.path.join(build, "lib"))
+        os.symlink(os.path.abspath(tt.BIN_DIR), os.path.join(build, "bin"))
+        run = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", "control,statistics_L1",
+                              "--tmp", self.tmp, "--against", build], capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn(f"against the build in {build}", run.stdout.splitlines()[0])
+        lines = run.stdout.splitlines()
+        row = next(i for i, l in enumerate(lines) if l.startswith("  statistics_L1 "))
+        self.assertRegex(lines[row + 1], rf"^ {{18}}against {re.escape(build)}: \d+\.\d{{3}}x \(\d+\.\d\d-\d+\.\d\d\); "
+                                         r"this build / that one, per round: \d+\.\d{3} \(\d+\.\d{3}-\d+\.\d{3}, "
+                                         r"\d of 2 rounds faster\)$")
+        control = next(i for i, l in enumerate(lines) if l.startswith("  control "))
+        self.assertNotIn("against", lines[control + 1])
+        missing = os.path.join(self.tmp, "no-build")
+        os.makedirs(os.path.join(missing, "bin"))
+        bad = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--against", missing],
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(bad.returncode, 2, bad.stdout + bad.stderr)
+        self.assertIn(f"--against {missing}: {missing}/lib/libtprobe_torch.so does not exist", bad.stderr)
+
     def test_allocator_default_leaves_glibc_alone(self):
         """--allocator default pins nothing: the first line says glibc runs as it comes."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
