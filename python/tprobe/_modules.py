@@ -3,16 +3,26 @@
 Entries, counted from 0 per step:
   Module.{path}.{Class}.forward.{n}          input_args, input_kwargs, output, parameters
   Module.{path}.{Class}.backward.{n}         input (grads of the outputs), output (grads of the inputs)
-  Module.{path}.{Class}.parameters_grad.{k}  {param: [grad]}, k counted per parameter
+  Module.{path}.{Class}.parameters_grad.{k}  {param: [param.grad]}
 where path is the name from named_modules() (prefixed "{i}." for the i-th model of a list); the
 root module itself is not dumped. A module's forward entry is written when the module returns, so
 the operators inside it come first, as in msprobe's dumps.
+
+Parameter gradients follow msprobe 8.3's hook manager (checked against its dumps): a module's
+entry is written each time its parameters' gradient accumulators run while capturing, after they
+ran (param.grad, the sum a gradient-accumulation loop builds, not the pass's own contribution);
+only for modules whose forward ran while capturing (msprobe registers these hooks there: a
+submodule whose weights its parent uses directly, as MultiheadAttention's out_proj, has none); and
+k is the number of times the module's first parameter to fire has fired, counted for the
+debugger's life, not per step (msprobe's counter is never reset).
 
 The backward is not observed with register_full_backward_hook, which wraps inputs and outputs in
 an extra autograd function (failing with in-place operations on them, and changing the order in
 which gradients accumulate, msprobe's FAQ). The C++ capture links the module's backward from the
 autograd graph instead (module_enter/module_exit): the graph is left as it was.
 """
+
+import torch
 
 from ._values import grad_tensors, output_items, send, walk
 
@@ -31,7 +41,10 @@ class ModuleHooks:
         self._stacks = stacks
         self.active = False
         self._forward_counts = {}
-        self._grad_counts = {}
+        self._grad_calls = {}     # module name → [k, the parameter whose firing advances k]: never reset
+        self._forward_seen = set()  # modules whose forward ran while capturing: their gradients are dumped
+        self._accumulators = []   # the parameters' AccumulateGrad nodes, held so that they (and
+                                  # their hooks) live as long as the parameters
         self._running = []   # forward entries of the modules running now
         self._frames = {}    # id(module) → [(forward entry, parent, token, n)]: modules can recurse
         self._hooked = set()
@@ -39,7 +52,6 @@ class ModuleHooks:
 
     def reset_step(self):
         self._forward_counts.clear()
-        self._grad_counts.clear()
         self._running.clear()
         self._frames.clear()
 
@@ -67,7 +79,18 @@ class ModuleHooks:
             self._handles.append(module.register_forward_hook(lambda m, args, out: post(m, args, None, out)))
         for param_name, param in module.named_parameters(recurse=False):
             if param.requires_grad:
-                self._handles.append(param.register_hook(self._grad_hook(name, param_name)))
+                # A post hook of the parameter's AccumulateGrad node sees param.grad once the pass's
+                # gradient is added in, as msprobe's does (a hook on the tensor would see the
+                # pass's gradient alone). The node is reached through a view, as torch offers no
+                # other way before 2.1; install() runs before the capture starts, so no operator
+                # of this is dumped. start() may be called under no_grad or inference_mode.
+                with torch.inference_mode(False), torch.enable_grad():
+                    view = param.expand_as(param)
+                if view.grad_fn is None:
+                    continue  # not a tensor autograd tracks (msprobe skips it too)
+                accumulator = view.grad_fn.next_functions[0][0]
+                self._accumulators.append(accumulator)
+                self._handles.append(accumulator.register_hook(self._grad_hook(name, param_name, param)))
 
     def _forward_hooks(self, name):
         ops = self._ops
@@ -77,6 +100,7 @@ class ModuleHooks:
                 return None
             n = self._forward_counts.get(name, 0)
             self._forward_counts[name] = n + 1
+            self._forward_seen.add(name)
             forward = f"{name}.forward.{n}"
             parent = self._running[-1] if self._running else None
             self._running.append(forward)
@@ -125,17 +149,20 @@ class ModuleHooks:
 
         return pre, post
 
-    def _grad_hook(self, name, param_name):
+    def _grad_hook(self, name, param_name, param):
         ops = self._ops
-        key = (name, param_name)
 
-        def hook(grad):
-            if self.active:
-                k = self._grad_counts.get(key, 0)
-                self._grad_counts[key] = k + 1
-                entry = f"{name}.parameters_grad.{k}"
-                if ops.entry(entry, None, -1, -1):
-                    ops.tensor(entry, param_name, grad)
+        def hook(grad_inputs, grad_outputs):
+            if not self.active or name not in self._forward_seen or param.grad is None:
+                return None
+            calls = self._grad_calls.get(name)
+            if calls is None:
+                calls = self._grad_calls[name] = [0, param_name]
+            elif calls[1] == param_name:
+                calls[0] += 1
+            entry = f"{name}.parameters_grad.{calls[0]}"
+            if ops.entry(entry, None, -1, -1):
+                ops.tensor(entry, param_name, param.grad)
             return None
 
         return hook

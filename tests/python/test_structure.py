@@ -1,6 +1,8 @@
 """Entry names and counts for a known model at levels L1, L0 and mix; construct.json and
-stack.json; counts restarting at 0 every step."""
+stack.json; counts restarting at 0 every step (parameters_grad's k does not, as in msprobe)."""
 
+import json
+import os
 import unittest
 
 import torch
@@ -126,7 +128,9 @@ class StructureTest(tt.CaptureTest):
     def test_l0_modules_parameters_and_construct(self):
         run = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="L0"), steps=2)
         for step in (0, 1):
-            self.assertEqual(list(run.data(step)), L0_ENTRIES, f"step {step}")
+            # Forward and backward counts restart every step; parameters_grad's k does not (msprobe).
+            expected = [n.replace("parameters_grad.0", f"parameters_grad.{step}") for n in L0_ENTRIES]
+            self.assertEqual(list(run.data(step)), expected, f"step {step}")
         data = run.data()
         fc = data["Module.block.fc.Linear.forward.0"]
         self.assertEqual(list(fc), ["input_args", "input_kwargs", "output", "parameters", "is_recompute"])
@@ -250,6 +254,55 @@ class StructureTest(tt.CaptureTest):
     with torch.autograd.graph.save_on_cpu():
         loss = F.cross_entropy(model(x), y)""")
         self.assertEqual(without_autograd_seed(self.run_script(script, name="save_on_cpu").data()), L1_ENTRIES)
+
+    def test_parameter_gradients_as_msprobe_dumps_them(self):
+        """parameters_grad.{k} as msprobe 8.3 writes it (its dumps of this script, checked by hand):
+        param.grad after each backward pass has added to it (so a gradient-accumulation loop's
+        second entry holds the sum); k counted for the run, not per step; nothing for a module
+        whose forward never ran (its weight used directly by its parent) or that is unused."""
+        script = """
+import json
+import os
+import torch
+from tprobe import PrecisionDebugger
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.side = torch.nn.Linear(4, 4)
+        self.unused = torch.nn.Linear(4, 4)
+    def forward(self, x):
+        return self.fc(x) @ self.side.weight
+
+torch.manual_seed(0)
+model = Net()
+debugger = PrecisionDebugger(config_path="./config.json")
+seen = []
+for step in range(STEPS):
+    debugger.start(model)
+    for micro in range(2):
+        model(torch.ones(2, 4) * (micro + 1)).sum().backward()
+        # L0 dumps modules only: these operators are not in the dump.
+        seen.append({"weight": model.fc.weight.grad.max().item(), "bias": model.fc.bias.grad.max().item()})
+    debugger.stop()
+    debugger.step()
+    model.zero_grad()
+json.dump(seen, open("seen.json", "w"))
+"""
+        run = self.run_script(script, config=tt.default_config(level="L0"), steps=2)
+        with open(os.path.join(run.dir, "seen.json")) as f:
+            seen = json.load(f)
+        for step in (0, 1):
+            data = run.data(step)
+            grads = [n for n in data if ".parameters_grad." in n]
+            self.assertEqual(grads, [f"Module.fc.Linear.parameters_grad.{2 * step}",
+                                     f"Module.fc.Linear.parameters_grad.{2 * step + 1}"], f"step {step}")
+            for i, name in enumerate(grads):
+                maxima = {p: data[name][p][0]["Max"] for p in ("weight", "bias")}
+                self.assertEqual(maxima, seen[2 * step + i], name)
+        # The second pass's entry is the sum: its bias gradient twice the first's.
+        self.assertAlmostEqual(seen[1]["bias"], 2 * seen[0]["bias"], places=5)
 
     def test_module_leaves_keep_their_order(self):
         """A module's forward entry holds its leaves in order: tensors and values among the
