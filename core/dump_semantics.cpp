@@ -235,6 +235,7 @@ data_mode_filter data_mode_filter::from_json(const nlohmann::ordered_json &modes
 }
 
 bool data_mode_filter::allows_entry(const entry_name &entry) const {
+  if (!values_) return false;
   switch (entry.direction) {
     case entry_direction::forward: return forward_;
     case entry_direction::backward: return backward_;

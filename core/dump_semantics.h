@@ -152,7 +152,16 @@ class data_mode_filter {
   // From the session record's / config's JSON list; a missing or non-list value means ["all"].
   static data_mode_filter from_json(const nlohmann::ordered_json &modes);
 
-  bool allows_everything() const { return forward_ && backward_ && input_ && output_ && parameters_grad_; }
+  // Task "structure": msprobe analyzes nothing (forward_data_collect skips analyze_forward), so
+  // dump.json's data stays {} while stack.json and construct.json are written as at any task. No
+  // entry and no slot is allowed; forward() and backward(), the directions a capture observes for
+  // the stacks and the tree, are unchanged.
+  data_mode_filter &without_values() {
+    values_ = false;
+    return *this;
+  }
+
+  bool allows_everything() const { return values_ && forward_ && backward_ && input_ && output_ && parameters_grad_; }
   bool allows(const entry_name &entry, std::string_view slot) const;
   bool allows(std::string_view entry, std::string_view slot) const { return allows(entry_parse(entry), slot); }
   // Whether anything of an entry of this direction can be written (forward: the forward
@@ -165,7 +174,7 @@ class data_mode_filter {
   bool output() const { return output_; }
 
  private:
-  bool forward_ = true, backward_ = true, input_ = true, output_ = true, parameters_grad_ = true;
+  bool forward_ = true, backward_ = true, input_ = true, output_ = true, parameters_grad_ = true, values_ = true;
 };
 
 // ---- dump.json leaves ----------------------------------------------------------------------

@@ -72,14 +72,18 @@ std::unique_ptr<at::ObserverContext> state::op_begin(const at::RecordFunction &f
     // walk takes the GIL, which must never be awaited under our mutex, so the lock is let go
     // for it, and the session checked again after.
     int stack = -1;
-    if (options.stacks && allow_forward && entry_wanted(ctx->forward)) {
+    if (options.stacks && entry_wanted(ctx->forward)) {
       tprobe_session *const before = session;
       lock.unlock();
       stack = python_stack_current();
       lock.lock();
       if (!ops_on.load() || session != before) return nullptr;
     }
-    const bool forward = allow_forward && entry_begin(ctx->forward, ctx->parent, stack, recompute ? 1 : 0);
+    // The forward entry is announced whatever data_mode says: its stack and its place in
+    // construct.json are written at every data_mode, as msprobe writes them; dump.json leaves
+    // out what data_mode does (the writer, core/dump_semantics.h), and no tensor of a direction
+    // it drops is read.
+    const bool forward = entry_begin(ctx->forward, ctx->parent, stack, recompute ? 1 : 0) && allow_forward;
     ctx->capture_outputs = forward;
     ctx->outputs_zeroed = info.zero_fills;
     ctx->link = allow_backward && at::GradMode::is_enabled();

@@ -148,6 +148,11 @@ class StructureTest(tt.CaptureTest):
         self.assertIsNone(construct["Module.block.Block.forward.0"])
         self.assertEqual(construct["Module.block.fc.Linear.backward.0"], "Module.block.Block.backward.0")
         self.assertIsNone(construct["Module.inp.Linear.forward.0"])
+        # msprobe 8.3.3's dumps: a module without parameters has "parameters": {}, and parameter
+        # gradients are not nodes of construct.json.
+        self.assertEqual(data["Module.block.act.ReLU.forward.0"]["parameters"], {})
+        self.assertEqual([n for n in construct if "parameters_grad" in n], [])
+        self.assertEqual(sorted(construct), sorted(n for n in data if "parameters_grad" not in n))
 
     def test_mix_parents(self):
         run = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix"))
@@ -173,6 +178,30 @@ class StructureTest(tt.CaptureTest):
         }
         for name, parent in expected.items():
             self.assertEqual(construct[name], parent, name)
+
+    def test_task_structure_and_a_backward_data_mode_as_msprobe_writes_them(self):
+        # msprobe 8.3.3 (its dumps of a model of every kind of module, checked field by field):
+        # task structure writes construct.json and stack.json and leaves dump.json's data {};
+        # data_mode ["backward"] leaves the forward entries out of dump.json and keeps them, the
+        # operators' too, in construct.json and stack.json.
+        mix = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix"), name="all")
+        config = tt.default_config(level="L1", task="structure")
+        del config["statistics"]
+        structure = self.run_script(FORWARD_BACKWARD, config=config, name="structure")
+        dump = structure.load()
+        self.assertEqual((dump["task"], dump["level"], dump["data"]), ("structure", "mix", {}))
+        self.assertEqual(structure.load("construct.json"), mix.load("construct.json"))
+        def stacked(run):
+            return sorted(n for group in run.load("stack.json").values() for n in group[0])
+        self.assertEqual(stacked(structure), stacked(mix))
+
+        backward = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix", data_mode=["backward"]),
+                                   name="backward")
+        names = list(backward.data())
+        self.assertEqual(names, [n for n in mix.data() if not n.endswith(".forward") and ".forward." not in n])
+        self.assertIn("Module.out.Linear.parameters_grad.0", names)
+        self.assertEqual(backward.load("construct.json"), mix.load("construct.json"))
+        self.assertEqual(stacked(backward), stacked(mix))
 
     def test_op_depth_goes_deeper(self):
         # TPROBE_OP_DEPTH=2 also dumps what runs inside each operator, under the Aten prefix.

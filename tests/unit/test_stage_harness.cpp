@@ -543,6 +543,116 @@ TEST(stage_harness, a_recording_replayed_by_the_writer_keeps_stacks_sent_once_ac
   }
 }
 
+namespace {
+
+// One mix step as the PyTorch capture sends it, for a task and data_mode: a module without
+// parameters (Dropout) with an operator inside it, its backward, and a parameter gradient.
+std::vector<record> mix_step(const std::string &dump_path, const std::string &task, nlohmann::ordered_json data_mode) {
+  std::vector<record> in;
+  record s = session_record(dump_path);
+  s.header.meta["task"] = task;
+  s.header.meta["level"] = "mix";
+  s.header.meta["data_mode"] = std::move(data_mode);
+  in.push_back(std::move(s));
+  const auto entry = [&](const std::string &name, nlohmann::ordered_json meta) {
+    record e(record_kind::entry);
+    e.header.run = "run-1";
+    e.header.entry = name;
+    e.header.meta = std::move(meta);
+    in.push_back(std::move(e));
+  };
+  const auto tensor = [&](const std::string &name, const std::string &slot) {
+    record t = float_tensor(name, slot, {1, -2});
+    t.header.stats = tensor_stats_compute(t.payload_bytes().data(), dtype::float32, 2, false, {});
+    t.drop_payload();
+    in.push_back(std::move(t));
+  };
+  const std::string drop = "Module.drop.Dropout.forward.0", relu = "Functional.relu.0.forward";
+  entry(relu, {{"parent", drop}, {"stack", {"File train.py, line 3, in forward"}}});
+  tensor(relu, "input.0");
+  tensor(relu, "output.0");
+  entry(drop, {{"parent", nullptr}, {"is_recompute", false}, {"stack", {"File train.py, line 9, in step"}}});
+  tensor(drop, "input.0");
+  tensor(drop, "output.0");
+  entry("Functional.relu.0.backward", {{"parent", "Module.drop.Dropout.backward.0"}});
+  tensor("Functional.relu.0.backward", "input.0");
+  entry("Module.drop.Dropout.backward.0", {{"parent", nullptr}});
+  tensor("Module.drop.Dropout.backward.0", "input.0");
+  entry("Module.fc.Linear.parameters_grad.0", nlohmann::ordered_json::object());
+  tensor("Module.fc.Linear.parameters_grad.0", "weight");
+  in.push_back(step_end_barrier());
+  return in;
+}
+
+struct written_step {
+  nlohmann::ordered_json dump, construct, stack;
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto &[name, value] : dump["data"].items()) names.push_back(name);
+    return names;
+  }
+};
+
+written_step write_mix_step(const std::string &task, nlohmann::ordered_json data_mode) {
+  test::temp_dir dir;
+  test::stage_harness h(false);
+  const std::string dump = dir.path() + "/dump";
+  h.run(
+      [&](stage_io &io) {
+        writer_stage_options o;
+        o.dump_path = dump;
+        writer_run(io, o);
+      },
+      mix_step(dump, task, std::move(data_mode)));
+  return {pyjson_load_file(dump + "/step0/rank/dump.json"), pyjson_load_file(dump + "/step0/rank/construct.json"),
+          pyjson_load_file(dump + "/step0/rank/stack.json")};
+}
+
+}  // namespace
+
+// Checked against msprobe 8.3.3's own dumps of one model at each of these settings.
+TEST(stage_harness, writer_run_writes_what_msprobe_writes_for_each_task_and_data_mode) {
+  using ::testing::ElementsAre;
+  const auto all = write_mix_step("statistics", {"all"});
+  EXPECT_THAT(all.entries(), ElementsAre("Functional.relu.0.forward", "Module.drop.Dropout.forward.0",
+                                         "Functional.relu.0.backward", "Module.drop.Dropout.backward.0",
+                                         "Module.fc.Linear.parameters_grad.0"));
+  // A module without parameters has "parameters": {} (analyze_forward adds the section to every
+  // module), before is_recompute; an operator has none.
+  const auto &module = all.dump["data"]["Module.drop.Dropout.forward.0"];
+  std::vector<std::string> keys;
+  for (const auto &[k, v] : module.items()) keys.push_back(k);
+  EXPECT_THAT(keys, ElementsAre("input_args", "input_kwargs", "output", "parameters", "is_recompute"));
+  EXPECT_EQ(module["parameters"], nlohmann::ordered_json::object());
+  EXPECT_FALSE(all.dump["data"]["Functional.relu.0.forward"].contains("parameters"));
+  // construct.json: every node but the parameter gradients.
+  const nlohmann::ordered_json tree = {{"Functional.relu.0.forward", "Module.drop.Dropout.forward.0"},
+                                       {"Module.drop.Dropout.forward.0", nullptr},
+                                       {"Functional.relu.0.backward", "Module.drop.Dropout.backward.0"},
+                                       {"Module.drop.Dropout.backward.0", nullptr}};
+  EXPECT_EQ(all.construct, tree);
+
+  // data_mode backward: the forward entries leave dump.json, and stay in the tree and the stacks.
+  const auto backward = write_mix_step("statistics", {"backward"});
+  EXPECT_THAT(backward.entries(), ElementsAre("Functional.relu.0.backward", "Module.drop.Dropout.backward.0",
+                                              "Module.fc.Linear.parameters_grad.0"));
+  EXPECT_EQ(backward.construct, tree);
+  EXPECT_EQ(backward.stack, all.stack);
+  EXPECT_EQ(backward.stack.size(), 2u);
+
+  // data_mode forward: no backward entry and no parameter gradient (msprobe registers no hook).
+  const auto forward = write_mix_step("statistics", {"forward"});
+  EXPECT_THAT(forward.entries(), ElementsAre("Functional.relu.0.forward", "Module.drop.Dropout.forward.0"));
+  EXPECT_EQ(forward.construct, tree);
+
+  // Task structure: dump.json's data is {}; the tree and the stacks are written.
+  const auto structure = write_mix_step("structure", {"all"});
+  EXPECT_EQ(structure.dump["data"], nlohmann::ordered_json::object());
+  EXPECT_EQ(structure.dump["task"], "structure");
+  EXPECT_EQ(structure.construct, tree);
+  EXPECT_EQ(structure.stack, all.stack);
+}
+
 // ---- whole batches passed on unchanged (stage_io::pass_unchanged, record.h section 4) ----
 
 namespace {

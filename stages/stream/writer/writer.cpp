@@ -62,6 +62,7 @@ session_info session_from_meta(const json &meta) {
   const auto tensor_list = meta.value("tensor_list", json::array());
   s.tensor_data = s.task == "tensor" || s.task == "overflow_check" || (tensor_list.is_array() && !tensor_list.empty());
   s.data_mode = data_mode_filter::from_json(meta.value("data_mode", json::array({"all"})));
+  if (s.task == "structure") s.data_mode.without_values();
   s.high_precision = meta.value("precision", std::string("low")) == "high";
   return s;
 }
@@ -359,14 +360,19 @@ class dump_writer {
         section("input_args", dump_node::kind::array), section("input_kwargs", dump_node::kind::object);
       if (is_recompute && !name.is_module()) d.data.set_json(e.member("is_recompute"), *is_recompute, 3);
       if (modes.forward() && modes.output()) section("output", dump_node::kind::array);
+      // msprobe gives every module's forward entry its parameters, {} for a module without any
+      // (analyze_forward: the entry exists, so PARAMS is added).
+      if (name.is_module() && modes.forward() && (modes.input() || modes.output()))
+        section("parameters", dump_node::kind::object);
     } else if (name.is_backward()) {
       if (modes.backward() && modes.input()) section("input", dump_node::kind::array);
       if (modes.backward() && modes.output()) section("output", dump_node::kind::array);
     }
     ++result_.entries;
     d.dirty = true;
-    // L0 and mix list every entry in construct.json, null parent unless an entry record says.
-    if (has_structure(d)) construct_set(d, entry, nullptr);
+    // L0 and mix list every entry in construct.json, null parent unless an entry record says;
+    // parameter gradients are not nodes of msprobe's tree (update_construct never sees them).
+    if (has_structure(d) && !name.is_parameters_grad()) construct_set(d, entry, nullptr);
     return e;
   }
 
@@ -390,10 +396,18 @@ class dump_writer {
   void entry_metadata(const record &r) {
     const auto &h = r.header;
     dump_doc &d = doc(h);
-    dump_node &e = entry_node(d, h.entry, &h.meta);
+    const entry_name name = entry_parse(h.entry);
+    // An entry of a direction data_mode leaves out is not in dump.json (msprobe's analyze_forward
+    // / analyze_backward return nothing for it), but its stack and its place in construct.json
+    // are kept, as msprobe's forward_data_collect records them before it filters.
+    if (d.session.data_mode.allows_entry(name)) {
+      dump_node &e = entry_node(d, h.entry, &h.meta, &name);
+      if (h.meta.is_object() && h.meta.contains("is_recompute") && name.is_module() && name.is_forward())
+        d.data.set_json(e.member("is_recompute"), h.meta["is_recompute"], 3);
+    } else if (has_structure(d) && !name.is_parameters_grad() && !d.construct_index.contains(h.entry)) {
+      construct_set(d, h.entry, nullptr);
+    }
     if (!h.meta.is_object()) return;
-    if (h.meta.contains("is_recompute") && entry_parse(h.entry).is_module() && entry_parse(h.entry).is_forward())
-      d.data.set_json(e.member("is_recompute"), h.meta["is_recompute"], 3);
     // A stack by id (record.h section 5) is looked up by its id; its lines are read once.
     const auto id = record_stack_id(h);
     if (auto known = id ? d.stack_id_index.find(*id) : d.stack_id_index.end(); known != d.stack_id_index.end()) {
@@ -411,7 +425,8 @@ class dump_writer {
     } else if (id) {
       throw framing_error(fmt::format("{}: stack_id {} was never defined on this stream", r_describe(h), *id));
     }
-    if (has_structure(d) && h.meta.contains("parent")) construct_set(d, h.entry, h.meta["parent"]);
+    if (has_structure(d) && h.meta.contains("parent") && !name.is_parameters_grad())
+      construct_set(d, h.entry, h.meta["parent"]);
     d.dirty = true;
   }
 
@@ -474,8 +489,8 @@ class dump_writer {
     const auto &h = r.header;
     dump_doc &d = doc(h);
     const entry_name name = entry_parse(h.entry);
-    dump_node &e = entry_node(d, h.entry, nullptr, &name);
     if (!d.session.data_mode.allows(name, h.slot)) return;
+    dump_node &e = entry_node(d, h.entry, nullptr, &name);
 
     // Where in the entry: section and nesting path (the record's own path when it has one).
     slot_location where = slot_locate(name, h.slot);
