@@ -685,7 +685,8 @@ capture_filter::capture_filter(const capture_config &cfg)
       // until the verdict and drops the rest.
       save_all_tensors_(cfg.task == "tensor" || cfg.task == "overflow_check"),
       crc32_(cfg.summary_mode == "md5"),
-      data_mode_(cfg.data_mode) {
+      data_mode_(cfg.data_mode),
+      mix_(cfg.level == "mix") {
   if (cfg.task == "structure") data_mode_.without_values();  // no tensor is read, no value sent
   std::sort(ranks_.begin(), ranks_.end());
   std::sort(steps_.begin(), steps_.end());
@@ -704,11 +705,43 @@ bool capture_filter::past_last_step(int64_t step) const { return !steps_.empty()
 
 bool capture_filter::entry_enabled(std::string_view entry) {
   const bool in_range = in_scope_range(entry);  // always runs: it advances the scope state
-  return in_range && in_list(entry);
+  if (!in_range) return false;
+  if (in_list(entry)) return true;
+  if (!list_modules_running_.empty() || !forwards_in_list_.empty()) {
+    const entry_name name = entry_parse(entry);
+    if (name.is_forward() && !list_modules_running_.empty()) {
+      forwards_in_list_.emplace(entry);
+      return true;
+    }
+    if (name.is_backward()) return forwards_in_list_.contains(entry_with_direction(entry, entry_direction::forward));
+  }
+  return false;
+}
+
+bool capture_filter::in_list_module_or_its_backward(std::string_view entry) const {
+  if (list_modules_running_.empty() && forwards_in_list_.empty()) return false;
+  const entry_name name = entry_parse(entry);
+  if (name.is_forward()) return !list_modules_running_.empty();
+  return name.is_backward() && forwards_in_list_.contains(entry_with_direction(entry, entry_direction::forward));
+}
+
+void capture_filter::module_begin(std::string_view forward_entry) {
+  if (!scope_.empty() && forward_entry == scope_[0]) in_scope_ = true;
+  if (mix_ && !list_.empty() && in_list(forward_entry)) list_modules_running_.emplace_back(forward_entry);
+}
+
+void capture_filter::module_end(std::string_view forward_entry) {
+  if (!scope_.empty() && forward_entry == scope_[1]) in_scope_ = false;
+  // The innermost first: a module ends before the one it runs in.
+  for (auto it = list_modules_running_.rbegin(); it != list_modules_running_.rend(); ++it)
+    if (*it == forward_entry) {
+      list_modules_running_.erase(std::next(it).base());
+      break;
+    }
 }
 
 bool capture_filter::entry_wanted(std::string_view entry) const {
-  if (!in_list(entry)) return false;
+  if (!in_list(entry) && !in_list_module_or_its_backward(entry)) return false;
   if (scope_.empty() || in_scope_ || entry == scope_[0]) return true;  // in_scope_range's in_range
   const entry_name name = entry_parse(entry);
   if (name.is_backward()) return forwards_in_scope_.contains(entry_with_direction(entry, entry_direction::forward));
@@ -755,6 +788,8 @@ void capture_filter::reset_step() {
   in_scope_ = false;
   forwards_in_scope_.clear();
   modules_in_scope_.clear();
+  list_modules_running_.clear();
+  forwards_in_list_.clear();
 }
 
 }  // namespace tprobe

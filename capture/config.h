@@ -160,11 +160,20 @@ class capture_filter {
   [[nodiscard]] bool save_tensor(std::string_view entry) const;
   [[nodiscard]] bool want_crc32() const { return crc32_; }  // summary_mode md5
 
+  // A module's forward begins (its pre-hook, before anything inside it runs) and ends (after its
+  // own entry was announced), msprobe's begin_module / end_module: a scope range whose first end
+  // is a module starts when that module begins, so what runs inside it is in range; and at level
+  // mix, while a module whose name contains an element of `list` runs, everything inside it is
+  // captured (and later the backward of what was), as msprobe's MixRangeScope does.
+  void module_begin(std::string_view forward_entry);
+  void module_end(std::string_view forward_entry);
+
   void reset_step();
 
  private:
   [[nodiscard]] bool in_scope_range(std::string_view entry);
   [[nodiscard]] bool in_list(std::string_view entry) const;
+  [[nodiscard]] bool in_list_module_or_its_backward(std::string_view entry) const;
 
   std::vector<int64_t> ranks_, steps_;
   std::vector<std::string> scope_, list_, tensor_list_;
@@ -174,6 +183,9 @@ class capture_filter {
   bool in_scope_ = false;
   std::unordered_set<std::string> forwards_in_scope_;  // "X.0.forward", "Module.a.B.forward.0"
   std::unordered_set<std::string> modules_in_scope_;   // "Module.a.B", for parameters_grad
+  bool mix_ = false;
+  std::vector<std::string> list_modules_running_;      // mix: running modules that match `list`
+  std::unordered_set<std::string> forwards_in_list_;   // forwards captured for running inside one
 };
 
 }  // namespace tprobe

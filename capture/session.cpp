@@ -961,6 +961,14 @@ struct tprobe_session {
     return enqueue(std::move(p));
   }
 
+  // tprobe_module_begin / tprobe_module_end: only the filter's scope and list state move.
+  void module_edge(const char *forward_entry, bool begins) {
+    if (!forward_entry || !*forward_entry) throw usage_error("module entry name is empty");
+    if (!filter->selects_entries()) return;
+    if (begins) filter->module_begin(forward_entry);
+    else filter->module_end(forward_entry);
+  }
+
   // Whether entry_begin(entry) would capture it now; no state changes (tprobe_entry_wanted).
   bool entry_wanted(const char *entry) {
     if (!entry || !*entry) throw usage_error("entry name is empty");
@@ -1221,6 +1229,16 @@ int64_t tprobe_current_step(const tprobe_session *s) { return s ? s->step : -1; 
 int tprobe_entry_wanted(tprobe_session *s, const char *entry) {
   if (!s) return null_session();
   return guarded([&] { return s->entry_wanted(entry) ? TPROBE_OK : TPROBE_SKIPPED; });
+}
+
+int tprobe_module_begin(tprobe_session *s, const char *forward_entry) {
+  if (!s) return null_session();
+  return guarded([&] { return s->module_edge(forward_entry, true), TPROBE_OK; });
+}
+
+int tprobe_module_end(tprobe_session *s, const char *forward_entry) {
+  if (!s) return null_session();
+  return guarded([&] { return s->module_edge(forward_entry, false), TPROBE_OK; });
 }
 
 int tprobe_entry_begin(tprobe_session *s, const char *entry, const char *parent, const char *const *stack_lines,

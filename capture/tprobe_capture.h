@@ -108,6 +108,14 @@ int64_t tprobe_current_step(const tprobe_session *session);
 int tprobe_entry_begin(tprobe_session *session, const char *entry, const char *parent,
                        const char *const *stack_lines, size_t stack_len, int is_recompute);
 
+/* A module's forward begins (before anything inside it runs) and ends (after its own entry,
+   "Module.a.B.forward.0", was announced). Needed where a scope range starts at a module (what
+   runs inside it is in range) and, at level mix, for a list: while a module whose name contains
+   a list element runs, every entry inside it is captured, and the backward of those later (as
+   msprobe's module hooks do). Calls must nest. TPROBE_OK, or TPROBE_ERROR for an empty name. */
+int tprobe_module_begin(tprobe_session *session, const char *forward_entry);
+int tprobe_module_end(tprobe_session *session, const char *forward_entry);
+
 /* What tprobe_entry_begin(entry) would answer now (TPROBE_OK: captured, TPROBE_SKIPPED: not),
    with nothing announced and no filter state changed: a caller asks before it spends work the
    entry needs only when captured (its call stack, say). TPROBE_ERROR for an empty name. */

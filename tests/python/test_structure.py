@@ -203,6 +203,23 @@ class StructureTest(tt.CaptureTest):
         self.assertEqual(backward.load("construct.json"), mix.load("construct.json"))
         self.assertEqual(stacked(backward), stacked(mix))
 
+    def test_a_module_scope_and_a_list_at_mix_take_what_runs_inside_the_module(self):
+        # msprobe 8.3.3's begin_module / end_module (its dumps of a larger model, checked): a range
+        # that starts at a module starts when the module begins, so its submodules (announced
+        # before it, when each returns) are in it; at mix, list ["Block"] dumps the block with
+        # everything inside it, whatever the names, and the backward of those.
+        config = tt.default_config(level="L0", scope=["Module.block.Block.forward.0", "Module.block.Block.forward.0"])
+        forwards = [n for n in self.run_script(FORWARD_BACKWARD, config=config, name="scope").data() if ".forward." in n]
+        self.assertEqual(forwards, ["Module.block.fc.Linear.forward.0", "Module.block.act.ReLU.forward.0",
+                                    "Module.block.Block.forward.0"])
+        data = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix", list=["Block"]), name="list").data()
+        self.assertEqual([n for n in data if n.endswith(".forward") or ".forward." in n], [
+            "Functional.linear.1.forward", "Module.block.fc.Linear.forward.0", "Functional.relu.1.forward",
+            "Module.block.act.ReLU.forward.0", "Torch.add.0.forward", "Module.block.Block.forward.0"])
+        self.assertEqual(sorted(n for n in data if n.endswith(".backward") or ".backward." in n), sorted([
+            "Functional.linear.1.backward", "Functional.relu.1.backward", "Torch.add.0.backward",
+            "Module.block.fc.Linear.backward.0", "Module.block.act.ReLU.backward.0", "Module.block.Block.backward.0"]))
+
     def test_op_depth_goes_deeper(self):
         # TPROBE_OP_DEPTH=2 also dumps what runs inside each operator, under the Aten prefix.
         run = self.run_script(FORWARD_BACKWARD, env={"TPROBE_OP_DEPTH": "2"})

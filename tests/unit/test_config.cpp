@@ -811,6 +811,74 @@ TEST(CaptureFilter, ModuleScopeIncludesBackwardAndParameterGrads) {
               ElementsAre(false, true, true, true, false, false, true, true, false, true));
 }
 
+// What runs inside a module is in a range that starts at that module: the module begins (its
+// pre-hook) before the entries inside it are announced, and its own entry comes last (msprobe's
+// begin_module / end_module; its dump of this case holds the block and its five submodules).
+TEST(CaptureFilter, ModuleScopeStartsWhenTheModuleBegins) {
+  capture_filter filter(filter_config({{"scope", {"Module.block.Block.forward.0", "Module.block.Block.forward.0"}}},
+                                      "statistics", "L0"));
+  EXPECT_FALSE(filter.entry_enabled("Module.emb.Embedding.forward.0"));
+  filter.module_begin("Module.block.Block.forward.0");
+  filter.module_begin("Module.block.fc.Linear.forward.0");
+  EXPECT_TRUE(filter.entry_enabled("Module.block.fc.Linear.forward.0"));
+  filter.module_end("Module.block.fc.Linear.forward.0");
+  EXPECT_TRUE(filter.entry_enabled("Module.block.Block.forward.0"));
+  filter.module_end("Module.block.Block.forward.0");
+  EXPECT_FALSE(filter.entry_enabled("Module.head.Linear.forward.0"));
+  EXPECT_TRUE(filter.entry_enabled("Module.block.fc.Linear.backward.0"));
+
+  // At mix the operators inside are in range too, from the module's beginning.
+  capture_filter mix(filter_config({{"scope", {"Module.block.Block.forward.0", "Module.head.Linear.forward.0"}}},
+                                   "statistics", "mix"));
+  EXPECT_FALSE(mix.entry_enabled("Functional.embedding.0.forward"));
+  mix.module_begin("Module.block.Block.forward.0");
+  EXPECT_TRUE(mix.entry_wanted("Functional.linear.0.forward"));
+  EXPECT_TRUE(mix.entry_enabled("Functional.linear.0.forward"));
+  EXPECT_TRUE(mix.entry_enabled("Module.block.Block.forward.0"));
+  mix.module_end("Module.block.Block.forward.0");
+  mix.module_begin("Module.head.Linear.forward.0");
+  EXPECT_TRUE(mix.entry_enabled("Functional.linear.1.forward"));
+  EXPECT_TRUE(mix.entry_enabled("Module.head.Linear.forward.0"));
+  mix.module_end("Module.head.Linear.forward.0");
+  EXPECT_FALSE(mix.entry_enabled("Functional.cross_entropy.0.forward"));
+}
+
+// At mix, a module whose name contains a list element is dumped with everything inside it
+// (msprobe's MixRangeScope): its operators and submodules whatever their names, and their
+// backward; at L0 and L1 the list stays a match on each entry's own name.
+TEST(CaptureFilter, ListAtMixTakesEverythingInsideAMatchingModule) {
+  capture_filter mix(filter_config({{"list", {"Block"}}}, "statistics", "mix"));
+  EXPECT_FALSE(mix.entry_enabled("Functional.embedding.0.forward"));
+  mix.module_begin("Module.emb.Embedding.forward.0");
+  EXPECT_FALSE(mix.entry_enabled("Module.emb.Embedding.forward.0"));
+  mix.module_end("Module.emb.Embedding.forward.0");
+  mix.module_begin("Module.block.Block.forward.0");
+  mix.module_begin("Module.block.fc.Linear.forward.0");
+  EXPECT_TRUE(mix.entry_wanted("Functional.linear.0.forward"));
+  EXPECT_TRUE(mix.entry_enabled("Functional.linear.0.forward"));
+  EXPECT_TRUE(mix.entry_enabled("Module.block.fc.Linear.forward.0"));
+  mix.module_end("Module.block.fc.Linear.forward.0");
+  EXPECT_TRUE(mix.entry_enabled("Tensor.__add__.0.forward"));
+  EXPECT_TRUE(mix.entry_enabled("Module.block.Block.forward.0"));
+  mix.module_end("Module.block.Block.forward.0");
+  EXPECT_FALSE(mix.entry_enabled("Functional.linear.1.forward"));
+  // The backward: of what was captured inside, and of what matches by name.
+  EXPECT_FALSE(mix.entry_wanted("Functional.linear.1.backward"));
+  EXPECT_FALSE(mix.entry_enabled("Functional.linear.1.backward"));
+  EXPECT_TRUE(mix.entry_wanted("Tensor.__add__.0.backward"));
+  EXPECT_TRUE(mix.entry_enabled("Tensor.__add__.0.backward"));
+  EXPECT_TRUE(mix.entry_enabled("Module.block.fc.Linear.backward.0"));
+  EXPECT_TRUE(mix.entry_enabled("Functional.linear.0.backward"));
+  EXPECT_FALSE(mix.entry_enabled("Functional.embedding.0.backward"));
+  // Per step.
+  mix.reset_step();
+  EXPECT_FALSE(mix.entry_enabled("Functional.linear.0.backward"));
+
+  capture_filter l1(filter_config({{"list", {"Block"}}}, "statistics", "L1"));
+  l1.module_begin("Module.block.Block.forward.0");
+  EXPECT_FALSE(l1.entry_enabled("Functional.linear.0.forward"));
+}
+
 TEST(CaptureFilter, ListIsASubstringMatchWithinTheScope) {
   capture_filter list_only(filter_config({{"list", {"linear", "Tensor.__add__"}}}));
   EXPECT_THAT(run_entries(list_only, {"Functional.linear.0.forward", "Functional.relu.0.forward",
