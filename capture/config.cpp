@@ -686,7 +686,8 @@ capture_filter::capture_filter(const capture_config &cfg)
       save_all_tensors_(cfg.task == "tensor" || cfg.task == "overflow_check"),
       crc32_(cfg.summary_mode == "md5"),
       data_mode_(cfg.data_mode),
-      mix_(cfg.level == "mix") {
+      mix_(cfg.level == "mix"),
+      structured_(cfg.level == "mix" || cfg.level == "L0") {
   if (cfg.task == "structure") data_mode_.without_values();  // no tensor is read, no value sent
   std::sort(ranks_.begin(), ranks_.end());
   std::sort(steps_.begin(), steps_.end());

@@ -146,6 +146,9 @@ class capture_filter {
   // skip work an excluded entry does not need (the PyTorch capture's call stack) before it
   // announces the entry.
   [[nodiscard]] bool entry_wanted(std::string_view entry) const;
+  // Levels L0 and mix: construct.json lists every entry the capture announces, those the scope or
+  // list exclude too (msprobe's update_construct runs before its filters).
+  [[nodiscard]] bool structured() const { return structured_; }
   // False when neither scope nor list is set: every entry is captured.
   [[nodiscard]] bool selects_entries() const { return !scope_.empty() || !list_.empty(); }
 
@@ -183,7 +186,7 @@ class capture_filter {
   bool in_scope_ = false;
   std::unordered_set<std::string> forwards_in_scope_;  // "X.0.forward", "Module.a.B.forward.0"
   std::unordered_set<std::string> modules_in_scope_;   // "Module.a.B", for parameters_grad
-  bool mix_ = false;
+  bool mix_ = false, structured_ = false;
   std::vector<std::string> list_modules_running_;      // mix: running modules that match `list`
   std::unordered_set<std::string> forwards_in_list_;   // forwards captured for running inside one
 };

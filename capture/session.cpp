@@ -943,8 +943,20 @@ struct tprobe_session {
       it = entries.emplace(entry, entry_seen{}).first;
     }
     ++entries_this_step;
-    it->second = {step, filter->entry_enabled(entry) && narrowed_entry_enabled(entry)};
-    if (!it->second.captured) return false;
+    const bool selected = filter->entry_enabled(entry);
+    it->second = {step, selected && narrowed_entry_enabled(entry)};
+    if (!it->second.captured) {
+      // What the scope or list leave out keeps its place in construct.json, as in msprobe's
+      // (record.h, entry: skipped); nothing else of it is sent.
+      if (!selected && !implicit && filter->structured()) {
+        pending_ptr p = make_pending(record_kind::entry);
+        p->r.header.entry = entry;
+        p->r.header.meta = {{"parent", parent ? nlohmann::ordered_json(parent) : nlohmann::ordered_json(nullptr)},
+                            {"skipped", true}};
+        enqueue(std::move(p));
+      }
+      return false;
+    }
     // An implicit announcement (first capture of an unannounced entry) has nothing to say: the
     // writer creates an entry from its first tensor, so no record is spent on it.
     if (implicit) return true;

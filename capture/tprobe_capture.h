@@ -103,8 +103,9 @@ int64_t tprobe_current_step(const tprobe_session *session);
 /* Announces a dump entry, in call order ("Functional.linear.0.forward"), with its construct.json
    parent (NULL: none) and its call stack (stack_lines may be NULL when stack_len is 0).
    is_recompute: 0 or 1, or -1 when unknown. Returns TPROBE_OK if the entry is captured,
-   TPROBE_SKIPPED if the rank, step, scope or list filters exclude it. Capture calls for an entry
-   never announced announce it implicitly. */
+   TPROBE_SKIPPED if the rank, step, scope or list filters exclude it (at levels L0 and mix an
+   entry the scope or list exclude still becomes a node of construct.json, as in msprobe's).
+   Capture calls for an entry never announced announce it implicitly. */
 int tprobe_entry_begin(tprobe_session *session, const char *entry, const char *parent,
                        const char *const *stack_lines, size_t stack_len, int is_recompute);
 

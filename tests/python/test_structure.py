@@ -212,13 +212,20 @@ class StructureTest(tt.CaptureTest):
         forwards = [n for n in self.run_script(FORWARD_BACKWARD, config=config, name="scope").data() if ".forward." in n]
         self.assertEqual(forwards, ["Module.block.fc.Linear.forward.0", "Module.block.act.ReLU.forward.0",
                                     "Module.block.Block.forward.0"])
-        data = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix", list=["Block"]), name="list").data()
+        listed = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix", list=["Block"]), name="list")
+        data = listed.data()
         self.assertEqual([n for n in data if n.endswith(".forward") or ".forward." in n], [
             "Functional.linear.1.forward", "Module.block.fc.Linear.forward.0", "Functional.relu.1.forward",
             "Module.block.act.ReLU.forward.0", "Torch.add.0.forward", "Module.block.Block.forward.0"])
         self.assertEqual(sorted(n for n in data if n.endswith(".backward") or ".backward." in n), sorted([
             "Functional.linear.1.backward", "Functional.relu.1.backward", "Torch.add.0.backward",
             "Module.block.fc.Linear.backward.0", "Module.block.act.ReLU.backward.0", "Module.block.Block.backward.0"]))
+        # construct.json keeps every node, those the list left out too (msprobe's update_construct
+        # runs before its filters); stack.json only what was dumped.
+        full = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix"), name="full")
+        self.assertEqual(listed.load("construct.json"), full.load("construct.json"))
+        stacked = sorted(n for group in listed.load("stack.json").values() for n in group[0])
+        self.assertEqual(stacked, sorted(n for n in data if n.endswith(".forward") or ".forward." in n))
 
     def test_op_depth_goes_deeper(self):
         # TPROBE_OP_DEPTH=2 also dumps what runs inside each operator, under the Aten prefix.

@@ -580,6 +580,8 @@ std::vector<record> mix_step(const std::string &dump_path, const std::string &ta
   tensor("Module.drop.Dropout.backward.0", "input.0");
   entry("Module.fc.Linear.parameters_grad.0", nlohmann::ordered_json::object());
   tensor("Module.fc.Linear.parameters_grad.0", "weight");
+  // What the scope or list filters left out: a node of construct.json only (record.h 1.5).
+  entry("Functional.gelu.0.forward", {{"parent", drop}, {"skipped", true}});
   in.push_back(step_end_barrier());
   return in;
 }
@@ -629,7 +631,8 @@ TEST(stage_harness, writer_run_writes_what_msprobe_writes_for_each_task_and_data
   const nlohmann::ordered_json tree = {{"Functional.relu.0.forward", "Module.drop.Dropout.forward.0"},
                                        {"Module.drop.Dropout.forward.0", nullptr},
                                        {"Functional.relu.0.backward", "Module.drop.Dropout.backward.0"},
-                                       {"Module.drop.Dropout.backward.0", nullptr}};
+                                       {"Module.drop.Dropout.backward.0", nullptr},
+                                       {"Functional.gelu.0.forward", "Module.drop.Dropout.forward.0"}};
   EXPECT_EQ(all.construct, tree);
 
   // data_mode backward: the forward entries leave dump.json, and stay in the tree and the stacks.

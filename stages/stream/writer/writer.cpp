@@ -397,6 +397,15 @@ class dump_writer {
     const auto &h = r.header;
     dump_doc &d = doc(h);
     const entry_name name = entry_parse(h.entry);
+    // An entry the scope or list filters skipped is a node of construct.json and nothing else.
+    if (const auto skipped = h.meta.is_object() ? h.meta.find("skipped") : h.meta.end();
+        skipped != h.meta.end() && skipped->is_boolean() && skipped->get<bool>()) {
+      if (has_structure(d) && !name.is_parameters_grad()) {
+        const auto parent = h.meta.find("parent");
+        construct_set(d, h.entry, parent != h.meta.end() && parent->is_string() ? *parent : json());
+      }
+      return;
+    }
     // An entry of a direction data_mode leaves out is not in dump.json (msprobe's analyze_forward
     // / analyze_backward return nothing for it), but its stack and its place in construct.json
     // are kept, as msprobe's forward_data_collect records them before it filters.
