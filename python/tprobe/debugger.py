@@ -175,6 +175,10 @@ class PrecisionDebugger:
             grad_entry = f"{name}_grad.{n}.debug"
             for t, slot in zip(tensors, slots):
                 t.register_hook(self._save_grad_hook(grad_entry, slot))
+            if not tensors and ops.entry(grad_entry, None, -1, -1):
+                # No gradient will come: msprobe writes the entry as null all the same (its
+                # placeholder, which only a gradient hook would have filled).
+                send(ops, grad_entry, "debug", None)
 
     def monitor(self, model):
         """msprobe's task grad_probe: from now on, before every optimizer step (of any optimizer),

@@ -77,6 +77,7 @@ for step in range(STEPS):
     debugger.save(x, "x")
     debugger.save({"double": x * 2, "n": [1, 2.5]}, "d", save_backward=False)
     (x * 3).sum().backward()
+    debugger.save(x.grad, "g")  # save_backward of what needs no grad: msprobe writes g_grad as null
     debugger.step()
 """
         run = self.run_script(script, steps=2)
@@ -84,7 +85,9 @@ for step in range(STEPS):
             # Level debug writes debug.json, as msprobe's single-point save does.
             self.assertEqual(sorted(os.listdir(run.folder(step))), ["construct.json", "debug.json", "stack.json"])
             data = run.data(step)
-            self.assertEqual(list(data), ["x.0.debug", "d.0.debug", "x_grad.0.debug"])
+            self.assertEqual(list(data), ["x.0.debug", "d.0.debug", "x_grad.0.debug", "g.0.debug", "g_grad.0.debug"])
+            self.assertIsNone(data["g_grad.0.debug"])
+            self.assertEqual(data["g.0.debug"]["Max"], 3.0)
             self.assertEqual(data["x.0.debug"]["Max"], 5.0)
             self.assertAlmostEqual(data["x.0.debug"]["Norm"], 55 ** 0.5, places=5)
             self.assertEqual(data["d.0.debug"]["double"]["Max"], 10.0)
