@@ -708,15 +708,9 @@ bool capture_filter::entry_enabled(std::string_view entry) {
   const bool in_range = in_scope_range(entry);  // always runs: it advances the scope state
   if (!in_range) return false;
   if (in_list(entry)) return true;
-  if (!list_modules_running_.empty() || !forwards_in_list_.empty()) {
-    const entry_name name = entry_parse(entry);
-    if (name.is_forward() && !list_modules_running_.empty()) {
-      forwards_in_list_.emplace(entry);
-      return true;
-    }
-    if (name.is_backward()) return forwards_in_list_.contains(entry_with_direction(entry, entry_direction::forward));
-  }
-  return false;
+  if (!in_list_module_or_its_backward(entry)) return false;
+  if (entry_parse(entry).is_forward()) forwards_in_list_.emplace(entry);  // its backward follows it in
+  return true;
 }
 
 bool capture_filter::in_list_module_or_its_backward(std::string_view entry) const {

@@ -325,7 +325,7 @@ int64_t module_enter(const std::string &forward_entry, const std::vector<at::Ten
   if (inputs.size() != slots.size()) throw std::runtime_error("tprobe: module_enter: one slot per input tensor needed");
   s.module_stack.push_back(forward_entry);
   if (!s.failure.empty()) return 0;
-  if (s.session) checked(tprobe_module_begin(s.session, forward_entry.c_str()), "module");
+  checked(tprobe_module_begin(s.session, forward_entry.c_str()), "module");
   if (!s.backward_on.load() || !at::GradMode::is_enabled()) return 0;
   open_module m;
   m.sequence_begin = at::sequence_number::peek();
@@ -343,7 +343,7 @@ void module_exit(int64_t token, const std::string &forward_entry, const std::opt
   require_open(s);
   if (outputs.size() != slots.size()) throw std::runtime_error("tprobe: module_exit: one slot per output tensor needed");
   if (!s.module_stack.empty()) s.module_stack.pop_back();
-  if (s.session && s.failure.empty()) checked(tprobe_module_end(s.session, forward_entry.c_str()), "module");
+  if (s.failure.empty()) checked(tprobe_module_end(s.session, forward_entry.c_str()), "module");
   const auto it = s.open_modules.find(token);
   if (it == s.open_modules.end()) return;
   open_module m = std::move(it->second);

@@ -370,13 +370,18 @@ class dump_writer {
     }
     ++result_.entries;
     d.dirty = true;
-    // L0 and mix list every entry in construct.json, null parent unless an entry record says;
-    // parameter gradients are not nodes of msprobe's tree (update_construct never sees them).
-    if (has_structure(d) && !name.is_parameters_grad()) construct_set(d, entry, nullptr);
+    // L0 and mix list every entry in construct.json, null parent unless an entry record says.
+    construct_node(d, name, entry, nullptr);
     return e;
   }
 
   static bool has_structure(const dump_doc &d) { return d.session.level == "L0" || d.session.level == "mix"; }
+
+  // Sets the entry's parent in construct.json where the level has a tree and the entry is a node
+  // of it: parameter gradients are not (msprobe's update_construct never sees them).
+  static void construct_node(dump_doc &d, const entry_name &name, const std::string &entry, json parent) {
+    if (has_structure(d) && !name.is_parameters_grad()) construct_set(d, entry, std::move(parent));
+  }
 
   // Sets construct.json's parent of entry. The entry is almost always the last one added, which is
   // checked first; any other is found through construct_index, and a new one appended.
@@ -397,26 +402,23 @@ class dump_writer {
     const auto &h = r.header;
     dump_doc &d = doc(h);
     const entry_name name = entry_parse(h.entry);
+    const bool meta = h.meta.is_object();
+    const auto parent = meta ? h.meta.find("parent") : h.meta.end();
     // An entry the scope or list filters skipped is a node of construct.json and nothing else.
-    if (const auto skipped = h.meta.is_object() ? h.meta.find("skipped") : h.meta.end();
-        skipped != h.meta.end() && skipped->is_boolean() && skipped->get<bool>()) {
-      if (has_structure(d) && !name.is_parameters_grad()) {
-        const auto parent = h.meta.find("parent");
-        construct_set(d, h.entry, parent != h.meta.end() && parent->is_string() ? *parent : json());
-      }
-      return;
-    }
+    const auto skip = meta ? h.meta.find("skipped") : h.meta.end();
+    const bool skipped = skip != h.meta.end() && skip->is_boolean() && skip->get<bool>();
     // An entry of a direction data_mode leaves out is not in dump.json (msprobe's analyze_forward
     // / analyze_backward return nothing for it), but its stack and its place in construct.json
     // are kept, as msprobe's forward_data_collect records them before it filters.
-    if (d.session.data_mode.allows_entry(name)) {
-      dump_node &e = entry_node(d, h.entry, &h.meta, &name);
-      if (h.meta.is_object() && h.meta.contains("is_recompute") && name.is_module() && name.is_forward())
+    if (!skipped && d.session.data_mode.allows_entry(name)) {
+      dump_node &e = entry_node(d, h.entry, &h.meta, &name);  // its construct node too
+      if (meta && h.meta.contains("is_recompute") && name.is_module() && name.is_forward())
         d.data.set_json(e.member("is_recompute"), h.meta["is_recompute"], 3);
-    } else if (has_structure(d) && !name.is_parameters_grad() && !d.construct_index.contains(h.entry)) {
-      construct_set(d, h.entry, nullptr);
+    } else if (parent == h.meta.end() && !d.construct_index.contains(h.entry)) {
+      construct_node(d, name, h.entry, nullptr);
     }
-    if (!h.meta.is_object()) return;
+    if (parent != h.meta.end()) construct_node(d, name, h.entry, *parent);
+    if (skipped || !meta) return;
     // A stack by id (record.h section 5) is looked up by its id; its lines are read once.
     const auto id = record_stack_id(h);
     if (auto known = id ? d.stack_id_index.find(*id) : d.stack_id_index.end(); known != d.stack_id_index.end()) {
@@ -434,8 +436,6 @@ class dump_writer {
     } else if (id) {
       throw framing_error(fmt::format("{}: stack_id {} was never defined on this stream", r_describe(h), *id));
     }
-    if (has_structure(d) && h.meta.contains("parent") && !name.is_parameters_grad())
-      construct_set(d, h.entry, h.meta["parent"]);
     d.dirty = true;
   }
 
