@@ -109,7 +109,7 @@ void state::add_grad_input_hook(Node *n, const std::shared_ptr<backward_link> &l
 }
 
 bool state::backward_begin(backward_link &link) {
-  if (!entry_begin(link.entry, link.parent, -1, -1)) return false;
+  if (!entry_begin(link.entry, link.parent, -1, -1) || !backward_values) return false;
   if (!link.nulls_sent) {
     link.nulls_sent = true;
     for (const auto &slot : link.null_slots) capture_null(link.entry, slot);

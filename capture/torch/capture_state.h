@@ -57,7 +57,11 @@ struct state {
   open_options options;
   std::string config_text;
   bool level_ops = false, level_modules = false, mix = false;
-  bool allow_forward = true, allow_backward = true;
+  // allow_backward: backward entries are linked and announced. backward_values: their tensors are
+  // read. They differ under data_mode ["forward"] at L0 and mix, where construct.json still lists
+  // the backward nodes (msprobe's update_construct runs before its data_mode check) and nothing
+  // of their gradients is read.
+  bool allow_forward = true, allow_backward = true, backward_values = true;
   bool high_precision = false;
   std::vector<int64_t> ranks, steps;
 
@@ -203,7 +207,8 @@ struct state {
                      const std::vector<std::pair<at::Tensor, std::string>> &outputs);
   void add_grad_input_hook(Node *n, const std::shared_ptr<backward_link> &link,
                            std::vector<std::pair<size_t, std::string>> leaving);
-  // Announces a backward entry; true when it is captured.
+  // Announces a backward entry; true when its gradients are to be captured (not under a data_mode
+  // that leaves the backward out, which links for construct.json alone).
   bool backward_begin(backward_link &link);
   // A node's post hook: the gradients leaving it toward the forward's inputs.
   void backward_outputs(backward_link &link, const std::vector<std::pair<size_t, std::string>> &leaving,

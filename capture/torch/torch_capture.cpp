@@ -162,7 +162,8 @@ std::string open(const open_options &options) {
   // Whole directions data_mode turns off (core/dump_semantics.h); slots are filtered by the session.
   const data_mode_filter modes = data_mode_filter::from_json(cfg.value("data_mode", nlohmann::ordered_json::array({"all"})));
   s.allow_forward = modes.forward();
-  s.allow_backward = modes.backward();
+  s.backward_values = modes.backward();
+  s.allow_backward = modes.backward() || s.level_modules;  // level_modules: L0 or mix, which have a construct.json
   s.options = options;
   s.session = session;
   s.failure.clear();

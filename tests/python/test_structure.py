@@ -179,7 +179,7 @@ class StructureTest(tt.CaptureTest):
         for name, parent in expected.items():
             self.assertEqual(construct[name], parent, name)
 
-    def test_task_structure_and_a_backward_data_mode_as_msprobe_writes_them(self):
+    def test_task_structure_and_the_data_modes_of_one_direction_as_msprobe_writes_them(self):
         # msprobe 8.3.3 (its dumps of a model of every kind of module, checked field by field):
         # task structure writes construct.json and stack.json and leaves dump.json's data {};
         # data_mode ["backward"] leaves the forward entries out of dump.json and keeps them, the
@@ -202,6 +202,15 @@ class StructureTest(tt.CaptureTest):
         self.assertIn("Module.out.Linear.parameters_grad.0", names)
         self.assertEqual(backward.load("construct.json"), mix.load("construct.json"))
         self.assertEqual(stacked(backward), stacked(mix))
+
+        # data_mode ["forward"]: the backward entries are not in dump.json, but construct.json
+        # keeps their nodes (msprobe's backward_data_collect updates it before anything is
+        # analyzed); no gradient is read for them.
+        forward = self.run_script(FORWARD_BACKWARD, config=tt.default_config(level="mix", data_mode=["forward"]),
+                                  name="forward")
+        self.assertEqual(list(forward.data()), [n for n in mix.data() if n.endswith(".forward") or ".forward." in n])
+        self.assertEqual(forward.load("construct.json"), mix.load("construct.json"))
+        self.assertEqual(stacked(forward), stacked(mix))
 
     def test_a_module_scope_and_a_list_at_mix_take_what_runs_inside_the_module(self):
         # msprobe 8.3.3's begin_module / end_module (its dumps of a larger model, checked): a range
