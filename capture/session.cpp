@@ -789,6 +789,8 @@ struct tprobe_session {
     if (control) session.header.meta["control"] = control->endpoint();
     session.header.meta["framework"] = framework;
     session.header.meta["rank"] = options.rank;
+    // For the stages that compute statistics of what this session sends (tensor_stats.h).
+    if (options.half_mean_of_rounded_sum) session.header.meta["half_mean"] = "rounded_sum";
     // Set by `tprobe run` for a manifest's runs: tells a stage that reads several runs which is which.
     if (const char *label = std::getenv("TPROBE_RUN_LABEL"); label && *label) session.header.meta["label"] = label;
     for (auto &s : senders) {
@@ -1047,7 +1049,10 @@ struct tprobe_session {
   // How this session's statistics are taken in place: the config's precision, the CRC when
   // summary_mode asks for it, large tensors' parts shared with the helper thread.
   stats_options stats_options_here() {
-    return {.high_precision = config.precision == "high", .crc32 = filter->want_crc32(), .runner = &runner};
+    return {.high_precision = config.precision == "high",
+            .half_mean_of_rounded_sum = options.half_mean_of_rounded_sum != 0,
+            .crc32 = filter->want_crc32(),
+            .runner = &runner};
   }
 
   int capture_tensor(const char *entry, const char *slot, const DLTensor *t, int requires_grad, uint64_t content,

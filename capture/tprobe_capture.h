@@ -76,6 +76,10 @@ typedef struct tprobe_open_options {
   /* A process on this host whose end means the pipeline is gone (the launcher); 0: the
      environment variable TPROBE_LAUNCHER_PID, which `tprobe run` sets, if any. */
   int64_t watch_pid;
+  /* Nonzero: the Mean of a float16 or bfloat16 tensor is computed as torch before 2.2 computes it
+     on the CPU (the sum rounded to the dtype, divided by the element count rounded to the dtype),
+     so that it equals msprobe's there. The PyTorch capture sets it when its torch does so. */
+  int half_mean_of_rounded_sum;
 } tprobe_open_options;
 
 /* Default options: endpoint NULL, rank -1, framework NULL, everything else 0. */

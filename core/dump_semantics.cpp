@@ -259,6 +259,18 @@ bool data_mode_filter::allows(const entry_name &entry, std::string_view slot) co
 
 // ---- dump.json leaves ----------------------------------------------------------------------
 
+stats_options stats_options_of_session(const nlohmann::ordered_json &session_meta) {
+  stats_options o;
+  if (!session_meta.is_object()) return o;
+  const auto text = [&](const char *key) {
+    const auto it = session_meta.find(key);
+    return it != session_meta.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  o.high_precision = text("precision") == "high";
+  o.half_mean_of_rounded_sum = text("half_mean") == "rounded_sum";
+  return o;
+}
+
 nlohmann::ordered_json stat_json(const stat_value &v) {
   switch (v.k) {
     case stat_value::kind::boolean: return v.boolean;

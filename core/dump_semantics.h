@@ -179,6 +179,11 @@ class data_mode_filter {
 
 // ---- dump.json leaves ----------------------------------------------------------------------
 
+// How statistics computed for a session (a stage's, of a payload that came without them) are
+// taken, from its session record's meta: precision "high" (high_precision) and half_mean
+// "rounded_sum" (half_mean_of_rounded_sum, transport/record.h). A non-object meta: the defaults.
+stats_options stats_options_of_session(const nlohmann::ordered_json &session_meta);
+
 // A statistic as dump.json writes it (§1.6): null, true/false, an integer or a real (NaN and
 // Inf stay IEEE values; pyjson_dump writes them as Python does).
 nlohmann::ordered_json stat_json(const stat_value &v);

@@ -224,13 +224,16 @@ void set_all_nan(tensor_stats &s) {
 
 // Floating and integer tensors (and complex64's |x|, as float32); results rounded to the dtype
 // msprobe computes in (tensor_stat_round, the rule the capture's device path shares).
-void stats_real(const real_acc &a, size_t count, dtype t, bool high_precision, tensor_stats &s) {
-  const auto round = [&](double v) { return stat_value::of_real(tensor_stat_round(t, high_precision, v)); };
+void stats_real(const real_acc &a, size_t count, dtype t, const stats_options &options, tensor_stats &s) {
+  const auto round = [&](double v) { return stat_value::of_real(tensor_stat_round(t, options.high_precision, v)); };
   s.nan_count = a.nan, s.inf_count = a.inf;
   if (a.value_nan) return set_all_nan(s);
   s.max = round(a.max);
   s.min = round(a.min);
-  s.mean = round(a.sum / static_cast<double>(count));
+  const bool half = t == dtype::float16 || t == dtype::bfloat16;
+  s.mean = half && options.half_mean_of_rounded_sum && !options.high_precision
+               ? stat_value::of_real(half_mean_of_rounded_sum(t, a.sum, static_cast<double>(count)))
+               : round(a.sum / static_cast<double>(count));
   s.norm = round(std::sqrt(a.sumsq));
 }
 
@@ -360,7 +363,7 @@ real_acc accumulate_parts(accumulate_fn fn, const unsigned char *p, size_t count
 void stats_complex64(const unsigned char *p, size_t count, tensor_stats &s) {
   real_acc a;
   accumulate_c64(p, count, a);
-  stats_real(a, count, dtype::float32, false, s);
+  stats_real(a, count, dtype::float32, stats_options{}, s);
   s.norm = stat_value::none();
 }
 
@@ -445,7 +448,7 @@ tensor_stats tensor_stats_compute(const void *data, dtype t, size_t count, bool 
   auto acc = [&](accumulate_fn fn) { return accumulate_parts(fn, p, count, es, fused_crc, options.runner, to); };
 
   // float64 and integers are converted to float32 by msprobe; "high" precision converts all.
-  const auto real = [&](accumulate_fn fn) { stats_real(acc(fn), count, t, options.high_precision, s); };
+  const auto real = [&](accumulate_fn fn) { stats_real(acc(fn), count, t, options, s); };
   switch (t) {
     case dtype::float64: real(accumulate_f64); break;
     case dtype::float32: real(accumulate_f32); break;

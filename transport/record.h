@@ -80,7 +80,11 @@
 //                since 1.2): it runs on the producer's host (by host name) and maps segments.
 //      session   a capture session opened: meta = the effective config as a map (task, level,
 //                framework, dump_path, summary_mode, data_mode, rank, …) and, when the
-//                producer is one of a manifest's runs, label (str: the run's name).
+//                producer is one of a manifest's runs, label (str: the run's name); and
+//                half_mean (str, 1.6): "rounded_sum" when the Mean of a float16/bfloat16
+//                tensor is to be computed as torch before 2.2 does on the CPU
+//                (core/tensor_stats.h, stats_options::half_mean_of_rounded_sum), by whichever
+//                stage computes statistics the capture did not.
 //      tensor    one tensor: header fields above, payload = the contiguous element bytes
 //                (C order, little-endian), optional: a tensor whose statistics are known and
 //                whose data is not needed travels without payload.
@@ -209,8 +213,8 @@ namespace tprobe {
 
 inline constexpr uint8_t RECORD_VERSION_MAJOR = 1;
 // 1.1: barriers and synced; 1.2: shm references; 1.3: batches; 1.4: stacks by reference;
-// 1.5: entries the filters skip (entry meta "skipped")
-inline constexpr uint8_t RECORD_VERSION_MINOR = 5;
+// 1.5: entries the filters skip (entry meta "skipped"); 1.6: session meta "half_mean"
+inline constexpr uint8_t RECORD_VERSION_MINOR = 6;
 inline constexpr size_t RECORD_PREFIX_SIZE = 4;
 inline constexpr size_t RECORD_HEADER_MAX_DEPTH = 1000;  // above msprobe's 400 levels of dump data
 

@@ -128,6 +128,17 @@ void require_open(const state &s) {
   if (!s.session) throw std::runtime_error("tprobe: no capture session is open");
 }
 
+// Whether this torch's CPU mean of a half type divides a sum already rounded to the dtype (torch
+// before 2.2, whose mean_out summed in the dtype), as msprobe's Mean is that torch.mean: five
+// copies of 1.9921875 in bfloat16 have the mean 1.984375 there, and 1.9921875 where the sum is
+// divided in float32. Asked of torch itself, as the version that changed it is not in its API.
+bool torch_half_mean_rounds_sum() {
+  at::DisableRecordFunctionGuard no_record;  // not an operator of the model
+  at::NoGradGuard no_grad;
+  const float probe = 1.9921875f;
+  return at::full({5}, probe, at::TensorOptions().dtype(at::kBFloat16)).mean().item<float>() != probe;
+}
+
 }  // namespace
 
 std::string open(const open_options &options) {
@@ -140,6 +151,7 @@ std::string open(const open_options &options) {
   o.framework = "pytorch";
   if (!options.endpoint.empty()) o.endpoint = options.endpoint.c_str();
   o.stats_mode = options.stats_copy ? TPROBE_STATS_COPY : TPROBE_STATS_AUTO;
+  o.half_mean_of_rounded_sum = torch_half_mean_rounds_sum();
   o.watch_pid = options.watch_pid;
   tprobe_session *session = nullptr;
   checked(tprobe_session_open(options.config_path.empty() ? nullptr : options.config_path.c_str(), &o, &session),

@@ -2,6 +2,7 @@
 non-tensor arguments (§1.7), compared with what torch computes."""
 
 import math
+import os
 import unittest
 
 import torch
@@ -67,6 +68,35 @@ class DtypeTest(tt.CaptureTest):
                     tolerance = {"f16": 2e-3, "bf16": 1e-2}.get(name, 1e-5)
                     self.assertTrue(math.isclose(leaf[key], want, rel_tol=tolerance, abs_tol=1e-5),
                                     f"{name} {key}: dump {leaf[key]} != torch {want}")
+
+    def test_half_means_are_torchs_own_in_place_and_in_a_stage(self):
+        # msprobe's Mean is torch.mean, which on the CPU rounds a float16/bfloat16 sum to the dtype
+        # before dividing in torch 1.13 and not in torch 2.2 and later: the capture asks its torch
+        # which, and the dump must hold torch's value exactly, whether the capture or a stage
+        # computed it (TPROBE_STATS_MODE copy).
+        script = '''
+import torch
+from tprobe import PrecisionDebugger
+torch.manual_seed(3)
+debugger = PrecisionDebugger(config_path="./config.json", level="debug")
+halves = {f"{dtype}_{n}": (torch.randn(n) * 0.7 + 0.4).to(getattr(torch, dtype))
+          for dtype in ("bfloat16", "float16") for n in (5, 13, 640, 4099, 70001)}
+halves["probe"] = torch.full((5,), 1.9921875, dtype=torch.bfloat16)
+debugger.save(halves, "h")
+debugger.step()
+torch.save(halves, "halves.pt")
+'''
+        for mode in ("auto", "copy"):
+            with self.subTest(mode=mode):
+                run = self.run_script(script, env={"TPROBE_STATS_MODE": mode}, name=f"half_{mode}")
+                dumped = run.data()["h.0.debug"]
+                halves = torch.load(os.path.join(run.dir, "halves.pt"))
+                for name, t in halves.items():
+                    mean = t.mean().item()
+                    if math.isnan(mean):
+                        self.assertTrue(math.isnan(dumped[name]["Mean"]), name)
+                    else:
+                        self.assertEqual(dumped[name]["Mean"], mean, f"{name}: dump {dumped[name]['Mean']}")
 
     def test_non_tensor_leaves(self):
         run = self.run_script(SCRIPT)

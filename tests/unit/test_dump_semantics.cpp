@@ -209,6 +209,17 @@ TEST(DumpSemantics, DataModeTable) {
   EXPECT_TRUE(data_mode_filter::from_json(ojson("forward")).allows_everything());  // not a list: all
 }
 
+TEST(DumpSemantics, StatsOptionsOfASession) {
+  const stats_options plain = stats_options_of_session(ojson{{"precision", "low"}, {"task", "statistics"}});
+  EXPECT_FALSE(plain.high_precision);
+  EXPECT_FALSE(plain.half_mean_of_rounded_sum);
+  const stats_options both = stats_options_of_session(ojson{{"precision", "high"}, {"half_mean", "rounded_sum"}});
+  EXPECT_TRUE(both.high_precision);
+  EXPECT_TRUE(both.half_mean_of_rounded_sum);
+  EXPECT_FALSE(stats_options_of_session(ojson{{"half_mean", true}}).half_mean_of_rounded_sum);  // not its spelling
+  EXPECT_FALSE(stats_options_of_session(ojson::array()).high_precision);  // not a session's meta: defaults
+}
+
 TEST(DumpSemantics, StatJson) {
   EXPECT_EQ(stat_json(stat_value::none()), ojson(nullptr));
   EXPECT_EQ(stat_json(stat_value::of_bool(true)), ojson(true));

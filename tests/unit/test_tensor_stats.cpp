@@ -268,6 +268,32 @@ TEST(TensorStats, Float16NormOverflowsToInfLikeTorch) {
   expect_real(h.norm, as_f32(60000.0 * std::sqrt(1000.0)), "norm (high)");
 }
 
+TEST(TensorStats, HalfMeanOfRoundedSumIsTorch113sCpuMean) {
+  // Values torch 1.13's torch.mean gave (the probe the PyTorch capture asks its torch): five copies
+  // of a value whose sum does not fit the dtype's mantissa.
+  stats_options old_torch;
+  old_torch.half_mean_of_rounded_sum = true;
+  const std::vector<uint16_t> bf16(5, float_to_bfloat16(1.9921875f));
+  expect_real(stats_of(bf16, dtype::bfloat16).mean, 1.9921875, "mean (sum divided, then rounded)");
+  const tensor_stats b = stats_of(bf16, dtype::bfloat16, false, old_torch);
+  expect_real(b.mean, 1.984375, "mean (rounded sum)");
+  expect_real(b.max, 1.9921875, "max");  // the other statistics are unchanged
+  expect_real(b.norm, as_bf16(1.9921875 * std::sqrt(5.0)), "norm");
+  const std::vector<uint16_t> f16(5, float_to_float16(1.9990234375f));
+  expect_real(stats_of(f16, dtype::float16, false, old_torch).mean, 1.998046875, "fp16 mean (rounded sum)");
+  // A float16 sum past 65504 is Inf there; an element count past it makes the mean NaN (Inf / Inf).
+  expect_real(stats_of(std::vector<uint16_t>(1000, float_to_float16(600.0f)), dtype::float16, false, old_torch).mean,
+              inf, "fp16 mean of a sum past 65504");
+  expect_real(stats_of(std::vector<uint16_t>(70000, float_to_float16(1.0f)), dtype::float16, false, old_torch).mean,
+              std::numeric_limits<double>::quiet_NaN(), "fp16 mean over 70000 elements");
+  // Not float32, and not with precision "high", where msprobe computes in float32.
+  stats_options high = old_torch;
+  high.high_precision = true;
+  expect_real(stats_of(bf16, dtype::bfloat16, false, high).mean, 1.9921875, "mean (high)");
+  const std::vector<float> f32(5, 1.9921875f);
+  expect_real(stats_of(f32, dtype::float32, false, old_torch).mean, 1.9921875, "float32 mean");
+}
+
 TEST(TensorStats, Float16EveryFinitePatternConvertsExactly) {
   // All positive finite halves, subnormals included: their double sum is exact, so any
   // conversion error in the vector loop shows up in the mean.

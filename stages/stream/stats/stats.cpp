@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "dump_semantics.h"
 #include "errors.h"
 #include "part_runner.h"
 
@@ -26,7 +27,7 @@ const stage_description &stats_stage_description() {
   return d;
 }
 
-bool stats_fill(record &r, bool high_precision, bool recompute, parallel_runner *runner) {
+bool stats_fill(record &r, stats_options session, bool recompute, parallel_runner *runner) {
   auto &h = r.header;
   const bool want_crc = (h.flags & RECORD_FLAG_CRC32) != 0;
   const bool complete = h.stats && (!want_crc || h.stats->crc32);
@@ -36,13 +37,14 @@ bool stats_fill(record &r, bool high_precision, bool recompute, parallel_runner 
   if (bytes.size() != count * dtype_size(h.type))
     throw framing_error(fmt::format("{}: payload is {} bytes, shape needs {}", r.describe(), bytes.size(),
                                     count * dtype_size(h.type)));
-  h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(),
-                                 stats_options{.high_precision = high_precision, .crc32 = want_crc, .runner = runner});
+  session.crc32 = want_crc;
+  session.runner = runner;
+  h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(), session);
   return true;
 }
 
 bool stats_leaves_unchanged(const record_glance &g, const stats_stage_options &options) {
-  if (g.kind == record_kind::session) return false;  // its precision is read below
+  if (g.kind == record_kind::session) return false;  // its statistics settings are read below
   if (g.kind != record_kind::tensor || !g.has_payload) return true;
   const bool complete = g.has_stats && (!(g.flags & RECORD_FLAG_CRC32) || g.has_crc32);
   return complete && !options.recompute && ((g.flags & RECORD_FLAG_SAVE) || options.keep_payload);
@@ -51,7 +53,7 @@ bool stats_leaves_unchanged(const record_glance &g, const stats_stage_options &o
 stats_stage_result stats_run(stage_io &io, const stats_stage_options &options) {
   stats_stage_result result;
   part_runner runner(options.threads ? options.threads : part_runner_default_threads());
-  std::map<std::string, bool> high_precision_by_run;  // from each session record
+  std::map<std::string, stats_options> stats_by_run;  // from each session record
   // The capture computes most statistics itself: such records pass by in whole batches.
   io.pass_unchanged([&](const record_glance &g) { return stats_leaves_unchanged(g, options); },
                     [&](const record_glance &g) {
@@ -63,12 +65,12 @@ stats_stage_result stats_run(stage_io &io, const stats_stage_options &options) {
   while (record *r = io.next()) {
     auto &h = r->header;
     if (h.kind == record_kind::session && h.meta.is_object())
-      high_precision_by_run[h.run] = h.meta.value("precision", std::string("low")) == "high";
+      stats_by_run[h.run] = stats_options_of_session(h.meta);
     if (h.kind == record_kind::tensor) {
       ++result.tensors;
       if (r->has_payload()) result.payload_bytes += h.length;
-      const auto it = high_precision_by_run.find(h.run);
-      if (stats_fill(*r, it != high_precision_by_run.end() && it->second, options.recompute, &runner))
+      const auto it = stats_by_run.find(h.run);
+      if (stats_fill(*r, it != stats_by_run.end() ? it->second : stats_options{}, options.recompute, &runner))
         ++result.computed;
       if (r->has_payload() && !(h.flags & RECORD_FLAG_SAVE) && !options.keep_payload) {
         r->drop_payload();

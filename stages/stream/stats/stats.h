@@ -16,6 +16,7 @@
 
 #include "stage_io.h"
 #include "stage_main.h"
+#include "tensor_stats.h"
 
 namespace tprobe {
 
@@ -48,8 +49,9 @@ stats_stage_result stats_run(stage_io &io, const stats_stage_options &options);
 bool stats_leaves_unchanged(const record_glance &g, const stats_stage_options &options);
 
 // The per-record work, exposed for tests and for stages that embed it: fills header.stats from the
-// payload when needed. `high_precision` is the session's precision "high"; `runner` reads a large
-// payload's parts (none: all on this thread).
-bool stats_fill(record &r, bool high_precision, bool recompute, parallel_runner *runner = nullptr);
+// payload when needed. `session` is how the record's session takes statistics
+// (stats_options_of_session: precision, half_mean); `runner` reads a large payload's parts (none:
+// all on this thread).
+bool stats_fill(record &r, stats_options session, bool recompute, parallel_runner *runner = nullptr);
 
 }  // namespace tprobe

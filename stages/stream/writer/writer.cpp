@@ -44,7 +44,7 @@ struct session_info {
   std::string tensor_format = "npy";
   bool tensor_data = false;  // task tensor, or a tensor_list: dump_tensor_data/ exists
   data_mode_filter data_mode;
-  bool high_precision = false;  // precision "high", for statistics computed here (fill_missing_stats)
+  stats_options stats;  // precision, half_mean: for statistics computed here (fill_missing_stats)
 };
 
 session_info session_from_meta(const json &meta) {
@@ -63,7 +63,7 @@ session_info session_from_meta(const json &meta) {
   s.tensor_data = s.task == "tensor" || s.task == "overflow_check" || (tensor_list.is_array() && !tensor_list.empty());
   s.data_mode = data_mode_filter::from_json(meta.value("data_mode", json::array({"all"})));
   if (s.task == "structure") s.data_mode.without_values();
-  s.high_precision = meta.value("precision", std::string("low")) == "high";
+  s.stats = stats_options_of_session(meta);
   return s;
 }
 
@@ -488,9 +488,9 @@ class dump_writer {
       throw framing_error(fmt::format("{}: payload is {} bytes, shape needs {}", r.describe(), bytes.size(),
                                       count * dtype_size(h.type)));
     const auto it = sessions_.find(h.run);
-    h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(),
-                                   stats_options{.high_precision = it != sessions_.end() && it->second.high_precision,
-                                                 .crc32 = want_crc});
+    stats_options o = it != sessions_.end() ? it->second.stats : stats_options{};
+    o.crc32 = want_crc;
+    h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(), o);
     ++result_.stats_computed;
   }
 
