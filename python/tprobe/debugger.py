@@ -173,12 +173,15 @@ class PrecisionDebugger:
             tensors, slots = [], []
             grad_tensors(variable, "debug", tensors, slots)
             grad_entry = f"{name}_grad.{n}.debug"
+            if ops.entry(grad_entry, None, -1, -1):
+                # msprobe writes the entry at once, next to the forward one, as the nest with every
+                # leaf null (empty containers stay), and each gradient hook fills its tensor's place.
+                def placeholder(slot, v):
+                    send(ops, grad_entry, slot, v if isinstance(v, (list, dict)) and not v else None)
+
+                walk(variable, "debug", placeholder, placeholder)
             for t, slot in zip(tensors, slots):
                 t.register_hook(self._save_grad_hook(grad_entry, slot))
-            if not tensors and ops.entry(grad_entry, None, -1, -1):
-                # No gradient will come: msprobe writes the entry as null all the same (its
-                # placeholder, which only a gradient hook would have filled).
-                send(ops, grad_entry, "debug", None)
 
     def monitor(self, model):
         """msprobe's task grad_probe: from now on, before every optimizer step (of any optimizer),

@@ -76,7 +76,11 @@ for step in range(STEPS):
     x = torch.arange(6.0, requires_grad=True)
     debugger.save(x, "x")
     debugger.save({"double": x * 2, "n": [1, 2.5]}, "d", save_backward=False)
+    w = torch.ones(2, requires_grad=True)
+    # Its gradient entry is the nest with every leaf null, those that need no grad stay null.
+    debugger.save({"x": x.detach(), "w": w, "n": [x.detach()[:2], 3], "e": []}, "nest")
     (x * 3).sum().backward()
+    (w * 4).sum().backward()
     debugger.save(x.grad, "g")  # save_backward of what needs no grad: msprobe writes g_grad as null
     debugger.step()
 """
@@ -85,8 +89,14 @@ for step in range(STEPS):
             # Level debug writes debug.json, as msprobe's single-point save does.
             self.assertEqual(sorted(os.listdir(run.folder(step))), ["construct.json", "debug.json", "stack.json"])
             data = run.data(step)
-            self.assertEqual(list(data), ["x.0.debug", "d.0.debug", "x_grad.0.debug", "g.0.debug", "g_grad.0.debug"])
+            # A gradient entry comes right after its forward one: msprobe writes it at save() time.
+            self.assertEqual(list(data), ["x.0.debug", "x_grad.0.debug", "d.0.debug", "nest.0.debug",
+                                          "nest_grad.0.debug", "g.0.debug", "g_grad.0.debug"])
             self.assertIsNone(data["g_grad.0.debug"])
+            nest = data["nest_grad.0.debug"]
+            self.assertEqual(list(nest), ["x", "w", "n", "e"])
+            self.assertEqual((nest["x"], nest["n"], nest["e"]), (None, [None, None], []))
+            self.assertEqual((nest["w"]["Min"], nest["w"]["Max"], nest["w"]["shape"]), (4.0, 4.0, [2]))
             self.assertEqual(data["g.0.debug"]["Max"], 3.0)
             self.assertEqual(data["x.0.debug"]["Max"], 5.0)
             self.assertAlmostEqual(data["x.0.debug"]["Norm"], 55 ** 0.5, places=5)
