@@ -93,7 +93,10 @@
 //      entry     metadata of one dump entry, sent before its tensors: meta = map with optional
 //                keys stack (array of str), parent (str|nil, construct.json), is_recompute (bool),
 //                skipped (bool, 1.5: true when the scope or list filters exclude the entry; it
-//                is a node of construct.json and nothing else, and no other record of it follows).
+//                is a node of construct.json and nothing else, and no other record of it follows),
+//                data (bool, 1.6: false when the call's values are not dumped, as tprobe-overflow
+//                marks a call that did not overflow: the entry keeps its construct.json node and
+//                its stack, and no other record of it follows).
 //      flush     the producer asks for files to be brought up to date (debugger.stop()).
 //      step_end  the producer finished `step`: files of (step, rank) are final.
 //      Barrier (1.1). Any data record may carry meta key barrier: uint (a token chosen by its
@@ -213,7 +216,8 @@ namespace tprobe {
 
 inline constexpr uint8_t RECORD_VERSION_MAJOR = 1;
 // 1.1: barriers and synced; 1.2: shm references; 1.3: batches; 1.4: stacks by reference;
-// 1.5: entries the filters skip (entry meta "skipped"); 1.6: session meta "half_mean"
+// 1.5: entries the filters skip (entry meta "skipped"); 1.6: session meta "half_mean", entry meta
+// "data"
 inline constexpr uint8_t RECORD_VERSION_MINOR = 6;
 inline constexpr size_t RECORD_PREFIX_SIZE = 4;
 inline constexpr size_t RECORD_HEADER_MAX_DEPTH = 1000;  // above msprobe's 400 levels of dump data

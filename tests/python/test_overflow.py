@@ -75,6 +75,10 @@ class OverflowTest(tt.CaptureTest):
                         self.assertTrue(os.path.exists(os.path.join(run.folder(step), "dump_tensor_data",
                                                                     leaf["data_name"])), leaf)
             self.assertEqual(run.load("dump.json", step)["task"], "overflow_check")
+            # stack.json lists every forward call, dumped or not, as msprobe's does.
+            stacked = sorted(n for group in run.load("stack.json", step).values() for n in group[0])
+            self.assertEqual(stacked, ["Torch.abs.0.forward", "Torch.add.0.forward", "Torch.mul.0.forward",
+                                       "Torch.neg.0.forward", "Torch.pow.0.forward", "Torch.sub.0.forward"])
 
     def test_overflow_nums_stops_the_capture_and_training_goes_on(self):
         run = self.run_script(OVERFLOW, config=overflow_config(2), steps=3)
@@ -82,6 +86,11 @@ class OverflowTest(tt.CaptureTest):
         self.assertEqual(list(self.entries(run, 0)), ["Torch.pow.0.forward", "Torch.mul.0.forward"])
         self.assertEqual(self.entries(run, 1), {}, "the capture was stopped after overflow_nums calls")
         self.assertEqual(self.entries(run, 2), {})
+        # msprobe writes no folder after the stop; the calls of step 0 up to it have their stacks.
+        self.assertFalse(os.path.exists(run.folder(1)))
+        stacked = sorted(n for group in run.load("stack.json", 0).values() for n in group[0])
+        self.assertEqual(stacked, ["Torch.add.0.forward", "Torch.mul.0.forward", "Torch.neg.0.forward",
+                                   "Torch.pow.0.forward"])
         self.assertIn("tprobe: tprobe-overflow stopped the capture: reached the preset overflow times, current "
                       "overflow times: 2", run.result.stderr)
 

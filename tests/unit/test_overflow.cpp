@@ -33,10 +33,20 @@ record_header tensor(const std::string &entry, const std::string &slot, double m
   return r.header;
 }
 
+record_header entry(const std::string &name) {
+  record r(record_kind::entry);
+  r.header.run = "run";
+  r.header.rank = 0;
+  r.header.entry = name;
+  r.header.meta = {{"parent", nullptr}};
+  return r.header;
+}
+
 constexpr double inf = INFINITY;
 
 struct result_of_run {
   std::vector<std::string> passed;  // "entry slot" of the tensor records that came out, in order
+  std::vector<std::string> entries;  // entry records that came out: "name" or "name data:false"
   overflow_stage_result stage;
   std::vector<record> commands;
 };
@@ -56,8 +66,11 @@ result_of_run run_filter(const std::vector<record_header> &records, int64_t over
     stage_io io(ctx, o);
     sink_ep = io.input_endpoint();
     sink_ready = true;
-    while (auto r = io.receive())
+    while (auto r = io.receive()) {
       if (r->header.kind == record_kind::tensor) out.passed.push_back(r->header.entry + " " + r->header.slot);
+      if (r->header.kind == record_kind::entry)
+        out.entries.push_back(r->header.entry + (r->header.meta.value("data", true) ? "" : " data:false"));
+    }
   });
   while (!sink_ready) std::this_thread::yield();
   std::thread stage([&] {
@@ -111,6 +124,22 @@ TEST(overflow, only_calls_with_nan_or_inf_pass_with_all_their_tensors) {
   EXPECT_EQ(out.stage.calls, 4u);
   EXPECT_EQ(out.stage.overflow_calls, 2u);
   EXPECT_EQ(out.stage.stops_sent, 0u);
+}
+
+TEST(overflow, a_clean_calls_entry_goes_on_without_its_data_until_the_stop) {
+  // msprobe's stack.json and construct.json list every call up to the stop, dumped or not.
+  const auto out = run_filter(
+      {
+          entry("Torch.add.0.forward"), tensor("Torch.add.0.forward", "output.0", 2),
+          entry("Torch.exp.0.forward"), tensor("Torch.exp.0.forward", "output.0", inf),
+          entry("Torch.abs.0.forward"), tensor("Torch.abs.0.forward", "output.0", 1),
+          entry("Torch.mul.0.forward"), tensor("Torch.mul.0.forward", "output.0", inf),
+          entry("Torch.sub.0.forward"), tensor("Torch.sub.0.forward", "output.0", 1),  // after the stop
+      },
+      2);
+  EXPECT_EQ(out.entries, (std::vector<std::string>{"Torch.add.0.forward data:false", "Torch.exp.0.forward",
+                                                   "Torch.abs.0.forward data:false", "Torch.mul.0.forward"}));
+  EXPECT_EQ(out.passed, (std::vector<std::string>{"Torch.exp.0.forward output.0", "Torch.mul.0.forward output.0"}));
 }
 
 TEST(overflow, an_enclosing_call_is_judged_once_its_outputs_came) {

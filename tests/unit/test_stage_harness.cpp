@@ -582,6 +582,9 @@ std::vector<record> mix_step(const std::string &dump_path, const std::string &ta
   tensor("Module.fc.Linear.parameters_grad.0", "weight");
   // What the scope or list filters left out: a node of construct.json only (record.h 1.5).
   entry("Functional.gelu.0.forward", {{"parent", drop}, {"skipped", true}});
+  // A call whose values are not dumped (a clean call under overflow_check): its node and its
+  // stack, no entry (record.h 1.6).
+  entry("Functional.exp.0.forward", {{"parent", drop}, {"data", false}, {"stack", {"File train.py, line 5, in forward"}}});
   in.push_back(step_end_barrier());
   return in;
 }
@@ -632,8 +635,14 @@ TEST(stage_harness, writer_run_writes_what_msprobe_writes_for_each_task_and_data
                                        {"Module.drop.Dropout.forward.0", nullptr},
                                        {"Functional.relu.0.backward", "Module.drop.Dropout.backward.0"},
                                        {"Module.drop.Dropout.backward.0", nullptr},
-                                       {"Functional.gelu.0.forward", "Module.drop.Dropout.forward.0"}};
+                                       {"Functional.gelu.0.forward", "Module.drop.Dropout.forward.0"},
+                                       {"Functional.exp.0.forward", "Module.drop.Dropout.forward.0"}};
   EXPECT_EQ(all.construct, tree);
+  std::vector<std::string> stacked;
+  for (const auto &[id, group] : all.stack.items())
+    for (const auto &name : group[0]) stacked.push_back(name.get<std::string>());
+  EXPECT_THAT(stacked, ElementsAre("Functional.relu.0.forward", "Module.drop.Dropout.forward.0",
+                                   "Functional.exp.0.forward"));
 
   // data_mode backward: the forward entries leave dump.json, and stay in the tree and the stacks.
   const auto backward = write_mix_step("statistics", {"backward"});
@@ -641,7 +650,7 @@ TEST(stage_harness, writer_run_writes_what_msprobe_writes_for_each_task_and_data
                                               "Module.fc.Linear.parameters_grad.0"));
   EXPECT_EQ(backward.construct, tree);
   EXPECT_EQ(backward.stack, all.stack);
-  EXPECT_EQ(backward.stack.size(), 2u);
+  EXPECT_EQ(backward.stack.size(), 3u);
 
   // data_mode forward: no backward entry and no parameter gradient (msprobe registers no hook).
   const auto forward = write_mix_step("statistics", {"forward"});
@@ -654,6 +663,36 @@ TEST(stage_harness, writer_run_writes_what_msprobe_writes_for_each_task_and_data
   EXPECT_EQ(structure.dump["task"], "structure");
   EXPECT_EQ(structure.construct, tree);
   EXPECT_EQ(structure.stack, all.stack);
+}
+
+// An overflow_check step without an overflow reaches the writer as its calls' entries marked
+// data: false: msprobe 8.3.3 writes its folder all the same, with "data": {}, the stacks of its
+// calls and an empty dump_tensor_data/.
+TEST(stage_harness, writer_run_writes_the_folder_of_a_step_that_saved_no_tensor) {
+  test::temp_dir dir;
+  test::stage_harness h(false);
+  const std::string dump = dir.path() + "/dump";
+  std::vector<record> in;
+  record s = session_record(dump);
+  s.header.meta["task"] = "overflow_check";
+  in.push_back(std::move(s));
+  record e(record_kind::entry);
+  e.header.run = "run-1";
+  e.header.entry = "Torch.exp.0.forward";
+  e.header.meta = {{"parent", nullptr}, {"data", false}, {"stack", {"File train.py, line 5, in forward"}}};
+  in.push_back(std::move(e));
+  in.push_back(step_end_barrier());
+  h.run(
+      [&](stage_io &io) {
+        writer_stage_options o;
+        o.dump_path = dump;
+        writer_run(io, o);
+      },
+      std::move(in));
+  const std::string folder = dump + "/step0/rank";
+  EXPECT_EQ(pyjson_load_file(folder + "/dump.json")["data"], nlohmann::ordered_json::object());
+  EXPECT_EQ(pyjson_load_file(folder + "/stack.json")["0"][0], nlohmann::ordered_json::array({"Torch.exp.0.forward"}));
+  EXPECT_TRUE(std::filesystem::is_directory(folder + "/dump_tensor_data"));
 }
 
 // ---- whole batches passed on unchanged (stage_io::pass_unchanged, record.h section 4) ----

@@ -142,7 +142,17 @@ class overflow_filter {
       result_.dropped_after_limit += c.records.size();
       return;
     }
-    if (!c.anomalous) return;  // a clean call: its records go, with its tensors
+    if (!c.anomalous) {
+      // A clean call: its tensors and values go. Its entry records go on marked data: false
+      // (transport/record.h), since msprobe's stack.json and construct.json list every call of a
+      // step, dumped or not, and it writes the folder of a step in which nothing overflowed.
+      for (auto &r : c.records)
+        if (r.header.kind == record_kind::entry && r.header.meta.is_object()) {
+          r.header.meta["data"] = false;
+          io_.send(r);
+        }
+      return;
+    }
     for (const auto &r : c.records) io_.send(r);
     ++result_.overflow_calls;
     ++p.passed;

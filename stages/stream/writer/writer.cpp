@@ -188,6 +188,10 @@ class dump_writer {
         for (auto &[key, d] : docs_) await_folder(d);
         auto it = docs_.find({h.step, h.rank, h.run});
         if (it != docs_.end()) {
+          // msprobe makes dump_tensor_data/ with the folder wherever tensors may be saved
+          // (dump.json names it), also in a step that saved none: an overflow_check step without
+          // an overflow.
+          if (it->second.session.tensor_data) (void)tensor_dir(it->second);
           write_doc(it->second);
           // A step's document (a few vectors an entry) is freed later: not while the training
           // thread waits on this step's barrier, which stage_io answers at the next receive.
@@ -407,10 +411,14 @@ class dump_writer {
     // An entry the scope or list filters skipped is a node of construct.json and nothing else.
     const auto skip = meta ? h.meta.find("skipped") : h.meta.end();
     const bool skipped = skip != h.meta.end() && skip->is_boolean() && skip->get<bool>();
+    // A call whose values are not dumped (tprobe-overflow's clean calls) keeps its construct.json
+    // node and its stack.
+    const auto data = meta ? h.meta.find("data") : h.meta.end();
+    const bool without_data = data != h.meta.end() && data->is_boolean() && !data->get<bool>();
     // An entry of a direction data_mode leaves out is not in dump.json (msprobe's analyze_forward
     // / analyze_backward return nothing for it), but its stack and its place in construct.json
     // are kept, as msprobe's forward_data_collect records them before it filters.
-    if (!skipped && d.session.data_mode.allows_entry(name)) {
+    if (!skipped && !without_data && d.session.data_mode.allows_entry(name)) {
       dump_node &e = entry_node(d, h.entry, &h.meta, &name);  // its construct node too
       if (meta && h.meta.contains("is_recompute") && name.is_module() && name.is_forward())
         d.data.set_json(e.member("is_recompute"), h.meta["is_recompute"], 3);
@@ -454,21 +462,26 @@ class dump_writer {
                             level);
   }
 
-  std::string save_tensor(const record &r, dump_doc &d) {
-    const auto &h = r.header;
-    const bool pt = d.session.tensor_format == "pt";
-    const std::string name = h.entry + "." + h.slot + (pt ? ".pt" : ".npy");
-    if (const std::string problem = dump_name_problem(name); !problem.empty())
-      throw usage_error(fmt::format("{} {}: tensor file name \"{}\" {}", r_describe(h), h.slot, name, problem));
+  // dump_tensor_data/, made at its first use.
+  safe_dir &tensor_dir(dump_doc &d) {
     if (!d.tensor_dir) {
       await_folder(d);
       const std::string root = std::filesystem::path(d.dir).parent_path().parent_path().string();
       safe_mkdirs(root, d.relative + "/dump_tensor_data");
       d.tensor_dir.emplace(d.dir + "/dump_tensor_data");
     }
+    return *d.tensor_dir;
+  }
+
+  std::string save_tensor(const record &r, dump_doc &d) {
+    const auto &h = r.header;
+    const bool pt = d.session.tensor_format == "pt";
+    const std::string name = h.entry + "." + h.slot + (pt ? ".pt" : ".npy");
+    if (const std::string problem = dump_name_problem(name); !problem.empty())
+      throw usage_error(fmt::format("{} {}: tensor file name \"{}\" {}", r_describe(h), h.slot, name, problem));
     const auto bytes = r.payload_bytes();
-    if (pt) torch_save_write(*d.tensor_dir, name, h.type, h.shape, bytes);
-    else npy_write(*d.tensor_dir, name, h.type, h.shape, bytes);
+    if (pt) torch_save_write(tensor_dir(d), name, h.type, h.shape, bytes);
+    else npy_write(tensor_dir(d), name, h.type, h.shape, bytes);
     ++result_.tensor_files;
     result_.tensor_bytes += bytes.size();
     return name;
