@@ -120,8 +120,8 @@ inline double tensor_stat_round(dtype t, bool high_precision, double v) {
 
 // Mean = sum / count of a float16/bfloat16 tensor, rounded to its dtype, under
 // stats_options::half_mean_of_rounded_sum (checked against torch 1.13's torch.mean on 400 random
-// tensors of 3 to 300,000 elements: equal in every one; a float16 sum past 65504 gives Inf, and
-// a count past it NaN, as torch's do).
+// tensors of 3 to 300,000 elements: equal in every one; as in torch, a float16 sum past 65504
+// makes it Inf, a count past 65504 makes it 0, both NaN).
 inline double half_mean_of_rounded_sum(dtype t, double sum, double count) {
   const auto round = [t](double v) { return tensor_stat_round(t, false, v); };
   return round(static_cast<float>(round(sum)) / static_cast<float>(round(count)));

@@ -281,11 +281,13 @@ TEST(TensorStats, HalfMeanOfRoundedSumIsTorch113sCpuMean) {
   expect_real(b.norm, as_bf16(1.9921875 * std::sqrt(5.0)), "norm");
   const std::vector<uint16_t> f16(5, float_to_float16(1.9990234375f));
   expect_real(stats_of(f16, dtype::float16, false, old_torch).mean, 1.998046875, "fp16 mean (rounded sum)");
-  // A float16 sum past 65504 is Inf there; an element count past it makes the mean NaN (Inf / Inf).
+  // A float16 sum past 65504 is Inf there, a count past it makes the mean 0, both NaN (Inf / Inf).
   expect_real(stats_of(std::vector<uint16_t>(1000, float_to_float16(600.0f)), dtype::float16, false, old_torch).mean,
               inf, "fp16 mean of a sum past 65504");
   expect_real(stats_of(std::vector<uint16_t>(70000, float_to_float16(1.0f)), dtype::float16, false, old_torch).mean,
               std::numeric_limits<double>::quiet_NaN(), "fp16 mean over 70000 elements");
+  expect_real(stats_of(std::vector<uint16_t>(70000, float_to_float16(0.5f)), dtype::float16, false, old_torch).mean,
+              0.0, "fp16 mean of a finite sum over 70000 elements");
   // Not float32, and not with precision "high", where msprobe computes in float32.
   stats_options high = old_torch;
   high.high_precision = true;
