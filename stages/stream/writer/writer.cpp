@@ -408,13 +408,16 @@ class dump_writer {
     const entry_name name = entry_parse(h.entry);
     const bool meta = h.meta.is_object();
     const auto parent = meta ? h.meta.find("parent") : h.meta.end();
+    // A boolean of the entry's meta that is `value` (record.h: skipped, data).
+    const auto meta_is = [&](const char *key, bool value) {
+      const auto it = meta ? h.meta.find(key) : h.meta.end();
+      return it != h.meta.end() && it->is_boolean() && it->get<bool>() == value;
+    };
     // An entry the scope or list filters skipped is a node of construct.json and nothing else.
-    const auto skip = meta ? h.meta.find("skipped") : h.meta.end();
-    const bool skipped = skip != h.meta.end() && skip->is_boolean() && skip->get<bool>();
+    const bool skipped = meta_is("skipped", true);
     // A call whose values are not dumped (tprobe-overflow's clean calls) keeps its construct.json
     // node and its stack.
-    const auto data = meta ? h.meta.find("data") : h.meta.end();
-    const bool without_data = data != h.meta.end() && data->is_boolean() && !data->get<bool>();
+    const bool without_data = meta_is("data", false);
     // An entry of a direction data_mode leaves out is not in dump.json (msprobe's analyze_forward
     // / analyze_backward return nothing for it), but its stack and its place in construct.json
     // are kept, as msprobe's forward_data_collect records them before it filters.
