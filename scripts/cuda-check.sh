@@ -8,9 +8,12 @@
 #      same file's CPU tests run in ctest everywhere);
 #   3. runs bench/bench_torch.py --device cuda (CUDA_BENCH_ARGS, resnet18's statistics, md5 and
 #      tensor rows by default), which prints the step ratios and the device path's own account;
-#   4. runs the other Python tests against this torch on the CPU (CUDA_SUITE=0 skips them).
+#   4. runs the other Python tests against this torch on the CPU, beside step 2 (CUDA_SUITE=0 skips
+#      them).
 # Each phase has a time limit (CUDA_*_SECONDS) so that one stuck phase cannot take the others'
-# time on a lent machine. Needs what scripts/setup.sh installs except libtorch and the browser.
+# time on a lent machine. Needs what scripts/setup.sh installs except libtorch and the browser; on a
+# machine without apt, run scripts/gpu-deps-fetch.sh here first, carry .devdeps/, and there
+# `. scripts/gpu-deps-install.sh` before this script.
 # Usage: scripts/cuda-check.sh [LOG_DIR]   (default build-cuda/logs; PYTHON, default python3;
 #        CUDA_TESTS: the unittest names of phase 2, default test_device_path.CudaDevicePathTest; - skips it)
 set -uo pipefail
@@ -53,6 +56,20 @@ export TPROBE_TORCH_LIBRARY=$build/lib/libtprobe_torch.so TPROBE_BIN_DIR=$build/
 export TPROBE_TEST_TMP=$build/test-tmp PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 failed=0
 
+# Phase 4 runs beside phase 2 (it uses the CPUs, the tests the GPU), so that one lent call holds
+# both; it is waited for before the benchmark, whose timings it would disturb.
+suite_pid=
+if [ "${CUDA_SUITE:-1}" = 1 ]; then
+  say "the Python tests against this torch, CPU, beside the GPU tests (suite.log)"
+  # The browser test needs chromium and the stage kit pyzmq: run where those are.
+  tests=$(cd tests/python && ls test_*.py | sed 's/\.py$//' | grep -v -e test_report_browser -e test_stage_kit -e test_device_path)
+  (cd tests/python && printf '%s\n' $tests | CUDA_VISIBLE_DEVICES= timeout "${CUDA_SUITE_SECONDS:-300}" \
+     xargs -P "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" -I{} \
+     sh -c '"$0" -m unittest {} > "$1/suite-{}.txt" 2>&1 && echo "PASS {}" || echo "FAIL {}"' "$python" "$build") \
+     > "$logs/suite.log" 2>&1 &
+  suite_pid=$!
+fi
+
 say "device-path tests on the GPU (test.log)"
 read -r -a gpu_tests <<< "${CUDA_TESTS:-test_device_path.CudaDevicePathTest}"
 if [ "${gpu_tests[*]}" = - ]; then
@@ -63,21 +80,17 @@ else
   tail -25 "$logs/test.log"
 fi
 
+if [ -n "$suite_pid" ]; then
+  wait "$suite_pid" || failed=1
+  for f in "$build"/suite-*.txt; do echo "=== $f"; tail -40 "$f"; done >> "$logs/suite.log"
+  grep -E "^(PASS|FAIL) " "$logs/suite.log"
+fi
+
 say "benchmark (bench.log)"
 read -r -a bench_args <<< "${CUDA_BENCH_ARGS:---model resnet18 --configs control,statistics_L1,md5,tensor --rounds 4}"
 timeout "${CUDA_BENCH_SECONDS:-300}" "$python" bench/bench_torch.py --device cuda "${bench_args[@]}" > "$logs/bench.log" 2>&1 \
   || failed=1
 cat "$logs/bench.log"
 
-if [ "${CUDA_SUITE:-1}" = 1 ]; then
-  say "the Python tests against this torch, CPU (suite.log)"
-  # The browser test needs chromium and the stage kit pyzmq: run where those are.
-  tests=$(cd tests/python && ls test_*.py | sed 's/\.py$//' | grep -v -e test_report_browser -e test_stage_kit -e test_device_path)
-  (cd tests/python && printf '%s\n' $tests | timeout "${CUDA_SUITE_SECONDS:-300}" xargs -P "$(nproc)" -I{} \
-     sh -c '"$0" -m unittest {} > "$1/suite-{}.txt" 2>&1 && echo "PASS {}" || echo "FAIL {}"' "$python" "$build") \
-     > "$logs/suite.log" 2>&1 || failed=1
-  for f in "$build"/suite-*.txt; do echo "=== $f"; tail -40 "$f"; done >> "$logs/suite.log"
-  grep -E "^(PASS|FAIL) " "$logs/suite.log"
-fi
 say "done (status $failed)"
 exit $failed
