@@ -20,7 +20,23 @@ The backward is not observed with register_full_backward_hook, which wraps input
 an extra autograd function (failing with in-place operations on them, and changing the order in
 which gradients accumulate, msprobe's FAQ). The C++ capture links the module's backward from the
 autograd graph instead (module_enter/module_exit): the graph is left as it was.
+
+A module whose forward raises gets no forward hook call (torch before 2.1 has no always_call), yet
+the operators that ran inside it named it their parent, and the modules running now must not: a
+caught exception (torch 2.1+'s non-reentrant checkpoint stops every recomputation this way, once
+the tensors it needs are saved again) would otherwise leave the module "running" for the rest of
+the step, the parent of everything after it. So each running module keeps the frame of the
+Module._call_impl that runs it; the next module hook of the thread closes the modules whose frame
+is no longer on the stack (an enclosing module's forward hook closes those above it at once), as
+do the end of a recomputation's saved-tensor hooks context (_recompute.py) and stop(). Operators
+run between the raise and that point still name the module their parent. A module so closed is
+dumped as an operator that raised is: its forward entry with its inputs and parameters and no
+output, a node of construct.json, no stack (its call is gone), its backward linked to nothing.
+Only the calling thread's modules are closed so: another thread's frames are not on its stack.
 """
+
+import sys
+import threading
 
 import torch
 
@@ -35,6 +51,32 @@ def flush_tensors(ops, entry, tensors, slots):
         slots.clear()
 
 
+_CALL_IMPL = torch.nn.Module._call_impl.__code__  # the frame that runs a module's hooks and forward
+_RAISED = object()  # the output of a module whose forward raised
+
+
+def _call_impl_frame():
+    """The frame of the Module._call_impl that called the running hook (directly, or through the
+    lambda that adapts hooks for torch before 2.0), or None."""
+    frame = sys._getframe(2)
+    for _ in range(3):
+        if frame is None or frame.f_code is _CALL_IMPL:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+class _Frame:
+    """A module running now: its forward entry, the parent entry, module_enter's token, the
+    module, the frame of the Module._call_impl running it and its thread, and its arguments (for
+    its entry, should its forward raise)."""
+    __slots__ = ("forward", "parent", "token", "module", "impl", "thread", "args", "kwargs")
+
+    def __init__(self, forward, parent, token, module, impl, args, kwargs):
+        self.forward, self.parent, self.token, self.module = forward, parent, token, module
+        self.impl, self.thread, self.args, self.kwargs = impl, threading.get_ident(), args, kwargs
+
+
 class ModuleHooks:
     def __init__(self, ops, stacks):
         self._ops = ops
@@ -45,8 +87,8 @@ class ModuleHooks:
         self._forward_seen = set()  # modules whose forward ran while capturing: their gradients are dumped
         self._accumulators = []   # the parameters' AccumulateGrad nodes, held so that they (and
                                   # their hooks) live as long as the parameters
-        self._running = []   # forward entries of the modules running now
-        self._frames = {}    # id(module) → [(forward entry, parent, token, n)]: modules can recurse
+        self._running = []   # _Frame of each module running now, outermost first
+        self._frames = {}    # id(module) → [its _Frame in _running]: modules can recurse
         self._hooked = set()
         self._handles = []
 
@@ -102,52 +144,99 @@ class ModuleHooks:
             self._forward_counts[name] = n + 1
             self._forward_seen.add(name)
             forward = f"{name}.forward.{n}"
-            parent = self._running[-1] if self._running else None
-            self._running.append(forward)
+            impl = _call_impl_frame()
+            if self._running:
+                self._close_raised(impl)
+            parent = self._running[-1].forward if self._running else None
             tensors, slots = [], []
             for i, a in enumerate(args):  # all of them: those without grad are null in the backward
                 grad_tensors(a, f"input.{i}", tensors, slots, every=True)
             token = ops.module_enter(forward, tensors, "\n".join(slots))
-            self._frames.setdefault(id(module), []).append((forward, parent, int(token), n))
+            frame = _Frame(forward, parent, int(token), module, impl, args, kwargs)
+            self._running.append(frame)
+            self._frames.setdefault(id(module), []).append(frame)
             return None
 
         def post(module, args, kwargs, output):
+            if self._running:
+                self._close_raised(_call_impl_frame())  # those above this one raised inside it
             frames = self._frames.get(id(module))
             if not frames:
                 return None  # the capture started while this module was running
-            forward, parent, token, n = frames.pop()
-            if self._running and self._running[-1] == forward:
+            frame = frames.pop()
+            if self._running and self._running[-1] is frame:
                 self._running.pop()
-            if ops.entry(forward, parent, self._stacks.here(), 0):
-                # Tensors go in one call per run of them: a value between two flushes the first
-                # run, so that the leaves keep their order.
-                tensors, slots = [], []
-
-                def tensor(slot, t):
-                    tensors.append(t)
-                    slots.append(slot)
-
-                def value(slot, v):
-                    flush_tensors(ops, forward, tensors, slots)
-                    send(ops, forward, slot, v)
-
-                for i, a in enumerate(args):
-                    walk(a, f"input.{i}", tensor, value)
-                for k, v in (kwargs or {}).items():
-                    walk(v, f"kwargs.{k}", tensor, value)
-                for i, o in output_items(output):
-                    walk(o, f"output.{i}", tensor, value)
-                for param_name, param in module.named_parameters(recurse=False):
-                    tensor(f"parameters.{param_name}", param)
-                flush_tensors(ops, forward, tensors, slots)
+            self._dump_forward(frame, self._stacks.here(), args, kwargs, output)
             tensors, slots = [], []
             for i, o in output_items(output):
                 grad_tensors(o, f"output.{i}", tensors, slots)
             # The C++ capture names the backward entry and its parent (core/dump_semantics.h).
-            ops.module_exit(token, forward, parent, tensors, "\n".join(slots))
+            ops.module_exit(frame.token, frame.forward, frame.parent, tensors, "\n".join(slots))
             return None
 
         return pre, post
+
+    def _dump_forward(self, frame, stack, args, kwargs, output):
+        """The forward entry: inputs, keyword arguments, outputs (none when `output` is _RAISED)
+        and parameters, in that order."""
+        ops, forward = self._ops, frame.forward
+        if not ops.entry(forward, frame.parent, stack, 0):
+            return
+        # Tensors go in one call per run of them: a value between two flushes the first run, so
+        # that the leaves keep their order.
+        tensors, slots = [], []
+
+        def tensor(slot, t):
+            tensors.append(t)
+            slots.append(slot)
+
+        def value(slot, v):
+            flush_tensors(ops, forward, tensors, slots)
+            send(ops, forward, slot, v)
+
+        for i, a in enumerate(args):
+            walk(a, f"input.{i}", tensor, value)
+        for k, v in (kwargs or {}).items():
+            walk(v, f"kwargs.{k}", tensor, value)
+        if output is not _RAISED:
+            for i, o in output_items(output):
+                walk(o, f"output.{i}", tensor, value)
+        for param_name, param in frame.module.named_parameters(recurse=False):
+            tensor(f"parameters.{param_name}", param)
+        flush_tensors(ops, forward, tensors, slots)
+
+    def close_raised_here(self):
+        """Closes the running modules whose forward raised (whose frame the caller's stack does
+        not hold): at stop(), and as a recomputation's context ends."""
+        if self._running:
+            self._close_raised(sys._getframe(1))
+
+    def _close_raised(self, here):
+        """Closes the running modules whose Module._call_impl frame is not `here` or one of its
+        callers: their forward raised. The innermost first. Without frames to compare (a hook
+        called from elsewhere than _call_impl, as compiled code may) nothing is closed."""
+        if here is None:
+            return
+        thread = threading.get_ident()
+        while self._running:
+            impl = self._running[-1].impl
+            if impl is None or self._running[-1].thread != thread:
+                return
+            caller = here
+            while caller is not None and caller is not impl:
+                caller = caller.f_back
+            if caller is not None:
+                return  # still running, and so is every module below it
+            self._close(self._running[-1])
+
+    def _close(self, frame):
+        """Ends the innermost running module, whose forward raised."""
+        self._running.pop()
+        frames = self._frames.get(id(frame.module))
+        if frames and frames[-1] is frame:
+            frames.pop()
+        self._dump_forward(frame, -1, frame.args, frame.kwargs, _RAISED)
+        self._ops.module_exit(frame.token, frame.forward, frame.parent, [], "")
 
     def _grad_hook(self, name, param_name, param):
         ops = self._ops

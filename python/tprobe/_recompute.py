@@ -8,6 +8,11 @@ operators inside a node, so every such context tells it when it begins and ends;
 while a node runs (the capture checks) is a recomputation: its operators and modules are dumped
 with `is_recompute: true`, as msprobe on torch 2.x dumps them. Entered anywhere else (a forward
 pass, `save_on_cpu`) it costs one call and changes nothing.
+
+torch 2.1+ ends a recomputation early by raising once the tensors it needs are saved again
+(`early_stop`), so the modules it was running end without their forward hooks: `on_scope_end`
+(the module hooks' close_raised_here, set by the debugger) closes them as the recomputation's
+context ends, while their entries are still recomputations.
 """
 
 import threading
@@ -16,6 +21,7 @@ import torch.autograd.graph
 
 _installed = False
 _open = threading.local()  # per thread, a stack: whether each open context began a recomputation
+on_scope_end = None  # called as a recomputation's context ends, before the capture is told
 
 
 def install(ops):
@@ -43,7 +49,11 @@ def install(ops):
         finally:
             stack = getattr(_open, "stack", None)
             if stack and stack.pop():
-                ops.recompute_scope_exit()
+                try:
+                    if on_scope_end is not None:
+                        on_scope_end()
+                finally:
+                    ops.recompute_scope_exit()
 
     cls.__enter__ = __enter__
     cls.__exit__ = __exit__

@@ -123,6 +123,7 @@ class PrecisionDebugger:
         if not self._session or self._closed or self._grad_probe():
             return
         if self._modules is not None:
+            self._modules.close_raised_here()  # their entries, while the capture is on
             self._modules.active = False
         self._started = False
         try:
@@ -373,6 +374,7 @@ class PrecisionDebugger:
         self._stacks = Stacks()
         if self._config["level"] in ("L0", "mix"):
             self._modules = ModuleHooks(self._ops, self._stacks)
+            _recompute.on_scope_end = self._modules.close_raised_here
         for _ in range(self._early_steps):
             self._ops.step()
         self._early_steps = 0
