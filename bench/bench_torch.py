@@ -43,7 +43,8 @@ one reader can spend on them (the capture's helper thread may share them: below 
 
 Comparing two builds. --against DIR measures a second build in the same rounds: DIR holds that
 build's lib/libtprobe_torch.so and bin/ (a copy of build/ taken before a change, say). Each
-configuration then also runs a tool child on it (the Python package stays this tree's), its block
+configuration then also runs a tool child on it (with the Python package of DIR/python/tprobe
+where DIR has one, this tree's otherwise), its block
 taking its turn beside the other two in every round (base, this build, that build; then the
 reverse), and the configuration's line is followed by that build's ratio and, per round, this
 build's median step over that build's: a paired comparison, which a drift of the machine's speed
@@ -369,7 +370,7 @@ class child:
         if PIN_CPU is not None:
             env["TPROBE_BENCH_PIN"] = str(PIN_CPU)
         env.update(ALLOCATOR_ENV)
-        python = os.path.join(ROOT, "python")
+        python = env.pop("TPROBE_BENCH_PYTHON", None) or os.path.join(ROOT, "python")
         env["PYTHONPATH"] = python + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--child", model_name, config, dump],
@@ -856,6 +857,9 @@ def main():
             if not os.path.isfile(needed):
                 p.error(f"--against {opts.against}: {needed} does not exist (a build directory's lib/ and bin/)")
         opts.against_env = {"TPROBE_TORCH_LIBRARY": library, "TPROBE_BIN_DIR": os.path.dirname(launcher)}
+        # A Python package of its own (DIR/python/tprobe: a change to the hooks) goes first on its path.
+        if os.path.isfile(os.path.join(opts.against, "python", "tprobe", "__init__.py")):
+            opts.against_env["TPROBE_BENCH_PYTHON"] = os.path.join(opts.against, "python")
 
     # The tool is imported only in the children; check once that it can be.
     check = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, flush=True); "
@@ -878,7 +882,8 @@ def main():
           + (f", training threads on CPU {PIN_CPU} after the warm-up" if PIN_CPU is not None
              else ", training threads placed by the scheduler")
           + (f", model arguments {opts.model_args!r}" if opts.model_args else "")
-          + (f", against the build in {opts.against}" if opts.against else ""))
+          + (f", against the build in {opts.against}" if opts.against else "")
+          + (" with its own Python package" if "TPROBE_BENCH_PYTHON" in opts.against_env else ""))
     if opts.tool_error:
         print(f"warning: {opts.tool_error}; only the baseline is measured")
     models = ALL_MODELS if opts.model == "all" else [opts.model]

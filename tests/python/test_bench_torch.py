@@ -5,6 +5,7 @@ report, not a test's to assert. Keeps the script from rotting between the runs t
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import unittest
@@ -88,6 +89,20 @@ class BenchTorchSmokeTest(tt.CaptureTest):
                                          r"\d of 2 rounds faster\)$")
         control = next(i for i, l in enumerate(lines) if l.startswith("  control "))
         self.assertNotIn("against", lines[control + 1])
+        # DIR/python/tprobe, where there is one, is the package of that build's children: here one
+        # that cannot be imported, so that only those children fail.
+        shutil.copytree(os.path.join(os.path.dirname(BENCH), "..", "python", "tprobe"),
+                        os.path.join(build, "python", "tprobe"))
+        with open(os.path.join(build, "python", "tprobe", "__init__.py"), "a") as f:
+            f.write("\nraise ImportError('the package of other-build')\n")
+        run = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", "statistics_L1",
+                              "--tmp", self.tmp, "--against", build], capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn(f"against the build in {build} with its own Python package", run.stdout.splitlines()[0])
+        lines = run.stdout.splitlines()
+        row = next(i for i, l in enumerate(lines) if l.startswith("  statistics_L1 "))
+        self.assertNotIn("FAILED", lines[row])
+        self.assertIn(f"against {build}: FAILED", lines[row + 1])
         missing = os.path.join(self.tmp, "no-build")
         os.makedirs(os.path.join(missing, "bin"))
         bad = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--against", missing],
