@@ -71,19 +71,26 @@ class BenchTorchSmokeTest(tt.CaptureTest):
         """--against DIR runs a third child per configuration on DIR's library and stage binaries:
         the header names DIR, each configuration with a tool gets that build's ratio and the per-round
         quotient (here the same build twice, so both are measured and positive); the control row,
-        which has no tool, gets none. A DIR without a build's lib/ and bin/ is refused before
-        anything runs, naming the file it lacks."""
+        which has no tool, gets none. DIR/python/tprobe, where DIR has one, is the Python package of
+        that build's children. A DIR without a build's lib/ and bin/ is refused before anything
+        runs, naming the file it lacks."""
         # A build directory as --against wants it, made of the one ctest names (nothing guessed).
         build = os.path.join(self.tmp, "other-build")
         os.makedirs(build)
         os.symlink(os.path.dirname(os.path.abspath(os.environ["TPROBE_TORCH_LIBRARY"])), os.path.join(build, "lib"))
         os.symlink(os.path.abspath(tt.BIN_DIR), os.path.join(build, "bin"))
-        run = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", "control,statistics_L1",
-                              "--tmp", self.tmp, "--against", build], capture_output=True, text=True, timeout=300)
-        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
-        self.assertIn(f"against the build in {build}", run.stdout.splitlines()[0])
-        lines = run.stdout.splitlines()
-        row = next(i for i, l in enumerate(lines) if l.startswith("  statistics_L1 "))
+
+        def against(configs):
+            """The bench's lines against `build`, and the index of the statistics_L1 row."""
+            run = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", configs,
+                                  "--tmp", self.tmp, "--against", build], capture_output=True, text=True, timeout=300)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            lines = run.stdout.splitlines()
+            return lines, next(i for i, l in enumerate(lines) if l.startswith("  statistics_L1 "))
+
+        lines, row = against("control,statistics_L1")
+        self.assertIn(f"against the build in {build}", lines[0])
+        self.assertNotIn("with its own Python package", lines[0])
         self.assertRegex(lines[row + 1], rf"^ {{18}}against {re.escape(build)}: \d+\.\d{{3}}x \(\d+\.\d\d-\d+\.\d\d\); "
                                          r"this build / that one, per round: \d+\.\d{3} \(\d+\.\d{3}-\d+\.\d{3}, "
                                          r"\d of 2 rounds faster\)$")
@@ -95,12 +102,8 @@ class BenchTorchSmokeTest(tt.CaptureTest):
                         os.path.join(build, "python", "tprobe"))
         with open(os.path.join(build, "python", "tprobe", "__init__.py"), "a") as f:
             f.write("\nraise ImportError('the package of other-build')\n")
-        run = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs", "statistics_L1",
-                              "--tmp", self.tmp, "--against", build], capture_output=True, text=True, timeout=300)
-        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
-        self.assertIn(f"against the build in {build} with its own Python package", run.stdout.splitlines()[0])
-        lines = run.stdout.splitlines()
-        row = next(i for i, l in enumerate(lines) if l.startswith("  statistics_L1 "))
+        lines, row = against("statistics_L1")
+        self.assertIn(f"against the build in {build} with its own Python package", lines[0])
         self.assertNotIn("FAILED", lines[row])
         self.assertIn(f"against {build}: FAILED", lines[row + 1])
         missing = os.path.join(self.tmp, "no-build")
