@@ -207,8 +207,8 @@ class ModuleHooks:
 
     def close_raised_here(self):
         """Closes the running modules whose forward raised (whose frame the caller's stack does
-        not hold): at stop(), and as a recomputation's context ends."""
-        if self._running:
+        not hold): at stop(), and as a recomputation's context ends; only while capturing."""
+        if self._running and self.active:
             self._close_raised(sys._getframe(1))
 
     def _close_raised(self, here):
