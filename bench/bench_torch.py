@@ -40,6 +40,10 @@ reads every tensor of a step once, as statistics must, costs at least the step's
 statistics row also gets the floor of its own reads: the bytes its capture read in place
 (counters()' stats_bytes_read: first-time contents, after every reuse) at that speed, the least
 one reader can spend on them (the capture's helper thread may share them: below it is possible).
+numpy's reduction is not the capture's reader, which is faster: tprobe-bench-crc (from
+$TPROBE_BIN_DIR, else build/bin) times the capture's statistics kernel over --read-mib MiB on one
+thread and with the capture's helper thread, and each statistics row's reads get those two
+floors too, the least the capture's own readers can spend on them.
 
 Comparing two builds. --against DIR measures a second build in the same rounds: DIR holds that
 build's lib/libtprobe_torch.so and bin/ (a copy of build/ taken before a change, say). Each
@@ -54,6 +58,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -719,6 +724,22 @@ def read_pass_bandwidth(size, repeats=3):
     return a.nbytes / best
 
 
+def capture_read_bandwidth(mib):
+    """(one thread, with the helper) bytes/s of the capture's own statistics kernel over `mib` MiB
+    of float32 in memory, from tprobe-bench-crc (core/part_runner.h: the caller and the capture's
+    helper thread read a large tensor's parts), or None where that binary is not built."""
+    exe = os.path.join(os.environ.get("TPROBE_BIN_DIR") or os.path.join(ROOT, "build", "bin"), "tprobe-bench-crc")
+    if not os.path.isfile(exe):
+        return None
+    out = subprocess.run([exe, "--mib", str(mib), "--reps", "3"], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    alone = re.search(r"^statistics: +([\d.]+) GB/s", out, re.M)
+    helped = re.search(r"^statistics, caller \+ 1 helper thread[^:]*: +([\d.]+) GB/s", out, re.M)
+    if not alone or not helped:
+        raise RuntimeError(f"{exe}: no statistics lines in its output:\n{out}")
+    return float(alone.group(1)) * 1e9, float(helped.group(1)) * 1e9
+
+
 def table(models, results_by_model, opts):
     """Issue 16's table: one row per TABLE entry, one column per model: ratio, goal (or the disk's
     bound), PASS/OVER; then the limits."""
@@ -764,6 +785,12 @@ def table(models, results_by_model, opts):
           f"files (the transformer's tensor dump) costs their creation as well, shown on its model's line")
     print(f"  read pass: one-thread sum over {opts.read_mib} MiB of float32: {opts.read_bw / 1e9:.2f} GB/s; "
           "a capture that reads each of a step's tensors once costs at least:")
+    if opts.kernel_bws:
+        print(f"  the capture's statistics kernel (tprobe-bench-crc, {opts.read_mib} MiB): "
+              f"{opts.kernel_bws[0] / 1e9:.2f} GB/s on one thread, {opts.kernel_bws[1] / 1e9:.2f} GB/s with its "
+              "helper thread; a statistics row's floors at those speeds follow its one-reader floor")
+    else:
+        print("  the capture's statistics kernel: tprobe-bench-crc is not built, its floors are left out")
     for name in models:
         tensor = next((r for r in results_by_model[name] if r.name == "tensor" and r.step_bytes), None)
         base = [r.base_step for r in results_by_model[name] if getattr(r, "ratio", None)]
@@ -784,7 +811,9 @@ def table(models, results_by_model, opts):
             seconds = per_step / opts.read_bw
             print(f"    {name} {r.name}: {fmt_bytes(per_step)} a step read in place (first-time contents) in "
                   f"{seconds * 1e3:.1f} ms = {1 + seconds / r.base_step:.3f}x its {r.base_step * 1e3:.1f} ms baseline "
-                  f"step with one reader (measured {r.ratio:.2f}x)")
+                  f"step with one reader (measured {r.ratio:.2f}x)"
+                  + (f"; at the capture's kernel {1 + per_step / opts.kernel_bws[0] / r.base_step:.3f}x alone, "
+                     f"{1 + per_step / opts.kernel_bws[1] / r.base_step:.3f}x with its helper" if opts.kernel_bws else ""))
 
 
 def main():
@@ -904,6 +933,7 @@ def main():
     opts.file_rates, opts.file_rate = [rate], rate
     opts.emptied.append(folder)
     opts.read_bw = read_pass_bandwidth(opts.read_mib << 20)
+    opts.kernel_bws = capture_read_bandwidth(opts.read_mib)
     results_by_model = {}
     for name in models:
         results, block = bench_model(name, opts, tmp)

@@ -42,7 +42,12 @@ class BenchTorchSmokeTest(tt.CaptureTest):
         # Each statistics row's own reads, from the capture's stats_bytes_read, as a floor.
         for config in ("statistics_L1", "statistics_mix", "md5"):
             self.assertRegex(table, rf"tiny {config}: [\d.]+ [KMG]?i?B a step read in place \(first-time contents\) "
-                                    rf"in \d+\.\d ms = \d+\.\d{{3}}x its [\d.]+ ms baseline step with one reader")
+                                    rf"in \d+\.\d ms = \d+\.\d{{3}}x its [\d.]+ ms baseline step with one reader "
+                                    rf"\(measured \d+\.\d\dx\); at the capture's kernel \d+\.\d{{3}}x alone, "
+                                    rf"\d+\.\d{{3}}x with its helper")
+        # ... and at the capture's own statistics kernel, alone and with its helper (tprobe-bench-crc).
+        self.assertRegex(table, r"the capture's statistics kernel \(tprobe-bench-crc, 64 MiB\): \d+\.\d\d GB/s on "
+                                r"one thread, \d+\.\d\d GB/s with its helper thread")
         self.assertRegex(out, r"\n {18}read in place: [\d.]+ [KMG]?i?B a step \(\d+ tensors a step reused")
         # Both children run with the allocator's thresholds pinned, said in the first line, and
         # every measured row gives its steps' page faults (baseline/tool).
