@@ -93,7 +93,32 @@ std::string alias(std::string_view name) {
   return std::string(name);
 }
 
+// ---- ATen's argument names ----------------------------------------------------------------------
+// The positional arguments of ATen's operators by name, generated from torch's schemas
+// (scripts/gen_aten_arguments.py): "self target weight reduction ignore_index label_smoothing".
+constexpr std::pair<std::string_view, std::string_view> aten_arguments[] = {
+#include "aten_arguments.inc"
+};
+
 }  // namespace
+
+std::string compare_positional_name(std::string_view api, size_t k) {
+  static const std::unordered_map<std::string_view, std::vector<std::string_view>> table = [] {
+    std::unordered_map<std::string_view, std::vector<std::string_view>> t;
+    for (const auto &[op, names] : aten_arguments) {
+      auto &v = t[op];
+      for (size_t start = 0; start < names.size();) {
+        const size_t space = std::min(names.find(' ', start), names.size());
+        v.push_back(names.substr(start, space - start));
+        start = space + 1;
+      }
+    }
+    return t;
+  }();
+  const auto it = table.find(api);
+  if (it == table.end() || k >= it->second.size() || it->second[k] == "?") return {};
+  return std::string(it->second[k]);
+}
 
 std::string compare_api_family(std::string_view api) {
   if (api.size() > 4 && api.substr(0, 2) == "__" && api.substr(api.size() - 2) == "__") {
@@ -120,6 +145,7 @@ struct entry_info {
   direction dir = direction::other;
   uint32_t family = 0;               // interned family key (shared by both dumps)
   std::string link;                  // forward ↔ backward key: "Functional.linear.0", "Module.fc.Linear#0"
+  std::string api;                   // an API entry's name without prefix and counter: "cross_entropy_loss"
   uint64_t sig_in = 0, sig_out = 0, sig_par = 0;
   std::vector<uint64_t> values;      // sorted fingerprints of its tensors' statistics (value_print)
   std::vector<size_t> rows;          // row indices of this entry, in dump order
@@ -128,6 +154,7 @@ struct entry_info {
 // 'f' float, 'i' integer, 'b' bool, 'c' complex, 0 not a tensor dtype (a Python value, None, Size).
 char dtype_class(const std::string &d) {
   std::string_view s = d;
+  if (s.substr(0, 7) == "<class ") return 0;  // a Python value: msprobe's str(type(value)), "<class 'int'>"
   if (s.substr(0, 6) == "torch.") s.remove_prefix(6);
   if (s == "Size" || s.empty()) return 0;
   std::string lower(s);
@@ -207,6 +234,7 @@ entry_info parse_entry(const std::string &name, interner &families) {
   const size_t api_end = k >= 2 && all_digits(parts[k - 1]) ? k - 1 : k;
   const std::string api = join(parts, 1, api_end);
   e.family = families.of((prefix == "Distributed" ? "D:" : "A:") + compare_api_family(api));
+  e.api = api;
   e.link = join(parts, 0, k);
   return e;
 }
@@ -354,15 +382,57 @@ int entry_score(const entry_info &a, const entry_info &b, const std::string &nam
   return s;
 }
 
+// The argument a forward row holds, by name, for pairing a keyword with a positional argument:
+// `keyword` true for a top-level keyword argument ("….forward.input.reduction": "reduction"), false
+// for a top-level positional one named by ATen's schema ("….forward.input.3" of cross_entropy_loss:
+// "reduction"); "" for anything else (outputs, list elements, an operator the table lacks).
+struct argument {
+  std::string name;
+  bool keyword = false;
+};
+argument argument_of(const dump_row &r, const std::string &entry, const entry_info &e) {
+  if (e.dir != direction::forward || e.api.empty() || r.state != "input") return {};
+  const std::string prefix = entry + ".input.";
+  if (r.name.size() <= prefix.size() || r.name.compare(0, prefix.size(), prefix) != 0) return {};
+  const std::string slot = r.name.substr(prefix.size());
+  if (slot.find('.') != std::string::npos) return {};  // a list element
+  if (!all_digits(slot)) return {slot, true};
+  if (slot.size() > 6) return {};
+  return {compare_positional_name(e.api, std::stoul(slot)), false};
+}
+
 // Rows of two paired entries, by slot (see the header, step 4).
 void pair_slots(const dump_file &npu, const dump_file &bench, const entry_info &a, const entry_info &b,
-                std::vector<std::optional<size_t>> &out) {
-  // Not by slot name first: two layouts of one call (msprobe's cross_entropy(input, target, **kwargs),
+                const std::string &entry_a, const std::string &entry_b, std::vector<std::optional<size_t>> &out) {
+  // Not by slot name: two layouts of one call (msprobe's cross_entropy(input, target, **kwargs),
   // ATen's cross_entropy_loss with six positional arguments; backward outputs with a None between)
   // give one slot name to different arguments, while the k-th tensor of a state, dtype class and shape
-  // is the same argument in both whenever the layouts agree.
+  // is the same argument in both whenever the layouts agree. Argument names, where one side has
+  // them, come first.
   std::vector<bool> used(b.rows.size(), false);
   std::vector<bool> done(a.rows.size(), false);
+  // First by argument name where one side passed it by keyword: msprobe records a Python call's
+  // keywords by name, tprobe every positional argument of the ATen schema by position (the same
+  // names: torch's bindings are generated from the schemas). Whatever their values, they are one
+  // argument, so a differing value is compared instead of left unpaired. A tensor still needs an
+  // equal shape and dtype class.
+  std::vector<argument> names_b(b.rows.size());
+  for (size_t q = 0; q < b.rows.size(); ++q) names_b[q] = argument_of(bench.rows[b.rows[q]], entry_b, b);
+  for (size_t k = 0; k < a.rows.size(); ++k) {
+    const dump_row &r = npu.rows[a.rows[k]];
+    const argument name = argument_of(r, entry_a, a);
+    if (name.name.empty()) continue;
+    for (size_t q = 0; q < b.rows.size(); ++q) {
+      const dump_row &rb = bench.rows[b.rows[q]];
+      if (used[q] || names_b[q].name != name.name || !(name.keyword || names_b[q].keyword)) continue;
+      if (is_tensor(r) != is_tensor(rb)) continue;
+      if (is_tensor(r) && (r.shape != rb.shape || dtype_class(r.dtype) != dtype_class(rb.dtype))) continue;
+      used[q] = true;
+      done[k] = true;
+      out[a.rows[k]] = b.rows[q];
+      break;
+    }
+  }
   // In order, by state, dtype class and shape; values of non-tensors first by equal value.
   const auto key = [](const dump_row &r, bool with_value) {
     std::string k = std::to_string(state_slot(r.state)) + '\x1f' + r.shape + '\x1f';
@@ -450,7 +520,7 @@ std::vector<row_pair> compare_match_auto(const dump_file &npu, const dump_file &
 
   std::vector<std::optional<size_t>> row_bench(npu.rows.size());
   for (size_t i = 0; i < ea.size(); ++i)
-    if (entry_pair[i]) pair_slots(npu, bench, ea[i], eb[*entry_pair[i]], row_bench);
+    if (entry_pair[i]) pair_slots(npu, bench, ea[i], eb[*entry_pair[i]], npu.entries[i], bench.entries[*entry_pair[i]], row_bench);
   std::vector<row_pair> pairs(npu.rows.size());
   for (size_t i = 0; i < npu.rows.size(); ++i) pairs[i] = {i, row_bench[i]};
   return pairs;

@@ -24,9 +24,12 @@
 //      entries long on the shorter side (w ≥ 128) are bridged.
 //   3. Backward and parameters_grad entries are aligned the same way among themselves, a pair whose
 //      forwards were paired in step 2 scoring highest (the backward order of two tools may differ).
-//   4. Rows of a paired entry pair by slot: the same slot name and shape first, then in order by
-//      state (input, parameters, output, parameters_grad), dtype class and shape (backward outputs
-//      in another order pair by shape), non-tensor values preferring an equal value. Rows whose
+//   4. Rows of a paired forward entry pair by argument name first where one side passed it by
+//      keyword (msprobe's "….input.reduction"): the other side's positional "….input.3" is named by
+//      ATen's schema (compare_positional_name), whatever the two values; tensors need an equal
+//      shape and dtype class. The rest pair in order by state (input, parameters, output,
+//      parameters_grad), dtype class and shape (backward outputs in another order pair by shape),
+//      non-tensor values (msprobe's "<class 'int'>" rows) preferring an equal value. Rows whose
 //      shapes differ stay unpaired.
 // Every NPU row appears once, in NPU order. compare_table_build() applies msprobe's dtype gate
 // afterwards as for name matching.
@@ -68,6 +71,11 @@ struct row_pair {
 // The family an API name belongs to (the alias table): "__iadd__" → "add_", "cross_entropy_loss" →
 // "cross_entropy", "select" → "getitem"; a name not in the table is its own family.
 [[nodiscard]] std::string compare_api_family(std::string_view api);
+
+// The name of positional argument k of ATen operator `api` (no overload: "cross_entropy_loss", 3 →
+// "reduction"), from torch's schemas (aten_arguments.inc, written by scripts/gen_aten_arguments.py);
+// "" where the table has no such operator or position, or the overloads disagree on the name.
+[[nodiscard]] std::string compare_positional_name(std::string_view api, size_t k);
 
 // Band half-width of the alignment for sequences of n and m entries (≥ 128, ≤ 1024; memory about
 // max(n, m)·(2w+1) bytes).

@@ -53,6 +53,13 @@ std::string status_text(int status) {
 }
 
 bool status_ok(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+// 128 + SIGINT/SIGTERM: a stage that such a signal stopped before its end-of-stream, its files
+// written (stage_main.h). The signal's number, or 0 for any other status.
+int status_cut_signal(int status) {
+  if (!WIFEXITED(status)) return 0;
+  const int code = WEXITSTATUS(status);
+  return code == 128 + SIGINT || code == 128 + SIGTERM ? code - 128 : 0;
+}
 // Exit 1 is a stage's negative answer (a mismatch or an overflow found), not a failure.
 bool status_answer(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == EXIT_NEGATIVE; }
 
@@ -100,15 +107,17 @@ std::string resolve_config(const std::string &path) {
 }
 
 // The config as the command's capture will read it (the manifest's "capture" section overrides
-// it through the environment), so that a bad field or dump_path fails before anything starts
-// rather than in the training process.
-void check_config(const std::string &path, const manifest_capture &capture) {
+// it through the environment, over what the command inherits), so that a bad field or dump_path,
+// or a task the pipeline cannot do, fails before anything starts rather than in the training
+// process.
+void check_config(const std::string &path, const manifest &m) {
   capture_config cfg = config_load(path);
-  config_overrides overrides;
-  overrides.task = capture.task;
-  overrides.level = capture.level;
-  overrides.dump_path = capture.dump_path;
+  config_overrides overrides = config_overrides_from_env();
+  if (m.capture.task) overrides.task = m.capture.task;
+  if (m.capture.level) overrides.level = m.capture.level;
+  if (m.capture.dump_path) overrides.dump_path = m.capture.dump_path;
   config_apply_overrides(cfg, overrides);
+  config_check_task_runs(cfg, {m.path, m.tasks});
   config_check_dump_path_usable(cfg);
 }
 
@@ -210,12 +219,19 @@ class signal_watch {
   int fd() const { return fd_; }
   // The mask children must get back before exec.
   const sigset_t &saved_mask() const { return saved_mask_; }
-  // The next pending signal number, or nullopt when none is pending.
-  std::optional<int> next() {
+  struct event {
+    int signo;
+    // Sent by a process with kill() (kill -INT PID), not by the kernel for a terminal's Ctrl-C,
+    // which the terminal sends to the whole foreground process group, the command included.
+    bool from_process;
+  };
+  // The next pending signal, or nullopt when none is pending.
+  std::optional<event> next() {
     signalfd_siginfo info;
     ssize_t n = ::read(fd_, &info, sizeof info);
     if (n != static_cast<ssize_t>(sizeof info)) return std::nullopt;
-    return static_cast<int>(info.ssi_signo);
+    const int code = info.ssi_code;
+    return event{static_cast<int>(info.ssi_signo), code == SI_USER || code == SI_QUEUE || code == SI_TKILL};
   }
 
  private:
@@ -452,6 +468,12 @@ class launcher {
                                                           : std::string(TPROBE_PYTHON_DIR));
     }
 #endif
+    // The capture checks its task against them (capture/config.h), for a config the launcher does
+    // not see (PrecisionDebugger(config_path=…)).
+    env.emplace_back("TPROBE_PIPELINE", m_.path);
+    std::string tasks;
+    for (const auto &t : m_.tasks) tasks += (tasks.empty() ? "" : ",") + t;
+    env.emplace_back("TPROBE_PIPELINE_TASKS", tasks);
     if (m_.capture.task) env.emplace_back("TPROBE_TASK", *m_.capture.task);
     if (m_.capture.level) env.emplace_back("TPROBE_LEVEL", *m_.capture.level);
     if (m_.capture.dump_path) env.emplace_back("TPROBE_DUMP_PATH", *m_.capture.dump_path);
@@ -649,15 +671,16 @@ class launcher {
   }
 
   void handle_signals() {
-    while (auto sig = signals_.next()) {
-      if (*sig == SIGCHLD) {
+    while (auto event = signals_.next()) {
+      const int sig = event->signo;
+      if (sig == SIGCHLD) {
         reap();
-      } else if (*sig == SIGINT) {
-        interrupted();
+      } else if (sig == SIGINT) {
+        interrupted(event->from_process);
       } else {
         // SIGTERM or SIGHUP to the launcher: stop everything, the stages still finish their files.
-        stop_signal_ = *sig;
-        console_.line(std::string("tprobe: got ") + (*sig == SIGTERM ? "SIGTERM" : "SIGHUP") +
+        stop_signal_ = sig;
+        console_.line(std::string("tprobe: got ") + (sig == SIGTERM ? "SIGTERM" : "SIGHUP") +
                       ": stopping every stage");
         stop_all(SIGTERM);
       }
@@ -703,10 +726,24 @@ class launcher {
       console_.line("tprobe: stage " + in_quotes(c.name) + " (" + c.program + ") found what it looks for (exit 1)");
       return;
     }
-    if (!failure_ && !stopping_ && (starting_ || !status_ok(c.status))) {
+    // A stage that reads the capture ends only after the launcher's `final`: an exit before it,
+    // even with status 0 (a stage that ends on SIGTERM the way the stage protocol used to ask), is
+    // a stream cut short.
+    const bool before_final = c.status == 0 && !starting_ && !finals_sent_ && reads_capture(c.name);
+    if (!failure_ && !stopping_ && (starting_ || !status_ok(c.status) || before_final)) {
       // During startup any exit is fatal: its producers would wait for it forever.
-      fail(c, status_text(c.status) + (starting_ ? " during startup" : ""));
-    } else if (!status_ok(c.status) && !(WIFSIGNALED(c.status) && stopping_)) {
+      if (starting_) {
+        fail(c, status_text(c.status) + " during startup");
+      } else if (const int sig = status_cut_signal(c.status)) {
+        fail(c, "ended on signal " + std::to_string(sig) + " (" + strsignal(sig) + ") before its end-of-stream");
+      } else if (before_final) {
+        fail(c, "exited with status 0 before its end-of-stream (before the launcher's final)");
+      } else {
+        fail(c, status_text(c.status));
+      }
+    } else if (!status_ok(c.status) &&
+               !(stopping_ && (WIFSIGNALED(c.status) || (c.signalled && status_cut_signal(c.status))))) {
+      // (A stage the launcher stopped exits 128+N or dies of the signal: expected, not said.)
       console_.line("tprobe: stage " + in_quotes(c.name) + " (" + c.program + ") " + status_text(c.status));
     }
   }
@@ -726,7 +763,15 @@ class launcher {
     stop_stages(SIGTERM);
   }
 
-  void interrupted() {
+  bool reads_capture(const std::string &stage_name) const {
+    for (size_t i : m_.capture_readers())
+      if (m_.stages[i].name == stage_name) return true;
+    return false;
+  }
+
+  // SIGINT: from the terminal (Ctrl-C, which the command got too) or from a process (kill -INT to
+  // the launcher alone, which the launcher forwards to the command).
+  void interrupted(bool from_process) {
     ++interrupts_;
     if (stopping_) {
       console_.line("tprobe: interrupted again: killing everything (SIGKILL)");
@@ -736,8 +781,12 @@ class launcher {
       console_.line("tprobe: interrupted: stopping every stage (Ctrl-C again kills them)");
       stop_all(SIGTERM);
     } else if (command_running()) {
-      // The command got the same SIGINT from the terminal; its exit ends the run.
-      console_.line("tprobe: interrupted: waiting for the command to exit (Ctrl-C again stops everything)");
+      // A terminal's Ctrl-C reached the command itself; a kill -INT reached the launcher alone.
+      if (from_process)
+        for (size_t i : command_indices_)
+          if (children_[i].running) ::kill(children_[i].pid, SIGINT);
+      console_.line(std::string("tprobe: interrupted: ") + (from_process ? "SIGINT forwarded to the command; " : "") +
+                    "waiting for the command to exit (Ctrl-C again stops everything)");
     } else if (command_indices_.empty() && !finals_sent_) {
       console_.line("tprobe: interrupted: ending the run; stages are finishing (Ctrl-C again stops them)");
       send_finals();
@@ -893,7 +942,16 @@ int launcher_run(const launcher_options &options) {
   manifest m = manifest_load(options.manifest_path);
   manifest_check_options(m, manifest_binary_describer(bin_dir));
   std::string config = resolve_config(options.config_path);
-  if (!config.empty()) check_config(config, m.capture);
+  if (!config.empty()) {
+    check_config(config, m);
+  } else if (const char *inherited = std::getenv("TPROBE_CONFIG"); inherited && *inherited) {
+    // The command inherits it, and its capture reads it unless given another file.
+    try {
+      check_config(resolve_config(inherited), m);
+    } catch (const usage_error &e) {
+      throw usage_error(std::string("TPROBE_CONFIG: ") + e.what());
+    }
+  }
   std::string command_path = options.command.empty() ? "" : resolve_command(options.command.front());
 
   ensure_standard_fds();

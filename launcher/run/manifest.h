@@ -8,6 +8,14 @@
 //     "capture": {"task": "tensor", "level": "L1", "dump_path": "./dump"},
 //                                     optional; each key optional; handed to the command's capture
 //                                     as TPROBE_TASK / TPROBE_LEVEL / TPROBE_DUMP_PATH
+//     "tasks": ["statistics", "tensor", "structure"],
+//                                     optional: the capture tasks (config.json "task") this pipeline
+//                                     can do, each one of msprobe's and built by tprobe
+//                                     (capture/config.h), no repeats, capture.task among them;
+//                                     default [capture.task], else any built task. The launcher
+//                                     refuses a --config (or TPROBE_CONFIG) asking for another
+//                                     before anything starts, and hands them to the command as
+//                                     TPROBE_PIPELINE_TASKS, so that its capture refuses it too
 //     "runs": [                       optional: run the command once per entry, concurrently
 //       {"name": "a", "args": ["--dtype", "float32"], "env": {"OMP_NUM_THREADS": "1"}},
 //       {"name": "b", "args": ["--dtype", "bfloat16"]}
@@ -100,6 +108,8 @@ struct manifest {
   std::string path;  // as given; prefixes every message
   std::string description;
   manifest_capture capture;
+  // "tasks", or [capture.task] without it; empty: any task the capture builds.
+  std::vector<std::string> tasks;
   std::vector<manifest_run> runs;  // empty: the command runs once, unlabelled
   std::vector<manifest_stage> stages;  // in file order
   // Indices into `stages`, every stage after the stages it reads (producers first). The launcher

@@ -327,9 +327,18 @@ class PrecisionDebugger:
     def _config_file(self):
         """The config file to open: the user's, or a copy with the constructor's overrides."""
         if not self._overrides:
+        """Validates the config as the capture will read it: a bad field, a task tprobe does not
+        build (free_benchmark, run_ut, …) or one the `tprobe run` manifest cannot do
+        (TPROBE_PIPELINE_TASKS) raises here, one line naming the file and the task."""
             return self._source, None
         try:
             with open(self._source, encoding="utf-8") as f:
+        except RuntimeError as e:
+            if not temporary:
+                raise
+            # The copy with the constructor's overrides is not the file the user knows.
+            raise RuntimeError(str(e).replace(temporary, f"{self._source} (with the arguments of PrecisionDebugger)")) \
+                from None
                 doc = json.load(f)
         except (OSError, ValueError) as e:
             raise RuntimeError(f"tprobe: cannot read the config {self._source}: {e}") from None
