@@ -40,7 +40,8 @@ std::string python_dtype_name(c10::ScalarType t) {
 }
 
 // msprobe's JSON leaf of a non-tensor argument (msprobe-compat.md §1.7), as text. `arg` is the
-// schema's argument name: ints named dtype / memory_format / layout are enums.
+// schema's argument name: ints named dtype / memory_format / layout are enums, an int named
+// reduction the str its Python API took.
 void ivalue_leaf_append(std::string &out, const c10::IValue &v, std::string_view arg) {
   // A list of leaves: "[leaf,leaf,…]".
   auto list = [&out](const auto &items, auto &&leaf) {
@@ -66,6 +67,11 @@ void ivalue_leaf_append(std::string &out, const c10::IValue &v, std::string_view
       out += value_memory_format(names[i]).dump();
     } else if (arg == "layout") {
       value_text_append(out, "torch.layout", i == 0 ? "torch.strided" : "torch.sparse_coo");
+    } else if (arg == "reduction" && i >= 0 && i < 3) {
+      // at::Reduction::Reduction: the str the loss's Python API took, and msprobe records, for
+      // the int its ATen operator gets (F.cross_entropy(reduction="mean") → cross_entropy_loss(…, 1, …)).
+      static const char *const names[] = {"none", "mean", "sum"};
+      value_text_append(out, "str", names[i]);
     } else {
       value_int_append(out, i);
     }

@@ -20,7 +20,7 @@ std::string python_dtype_name(c10::ScalarType t);
 
 // msprobe's JSON leaf of a non-tensor argument, appended to `out` as text (the form the C API
 // takes; built without a DOM). `arg` is the schema's argument name: ints named dtype /
-// memory_format / layout are enums.
+// memory_format / layout are enums, an int named reduction the str its Python API took.
 void ivalue_leaf_append(std::string &out, const c10::IValue &v, std::string_view arg);
 
 // The DLPack type of a scalar type tprobe reads; false for the others (fp8, quantized, …).
