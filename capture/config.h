@@ -62,7 +62,7 @@ struct capture_config {
   // that stopped reading before it detaches (-1: forever), and whether the Python front door
   // raises (stop/step/close) or only warns once the capture has detached.
   double pipeline_timeout_s = 60;
-  std::string on_pipeline_failure = "raise";  // raise | warn
+  std::string on_pipeline_failure = "warn";  // warn | raise: the training goes on by default
   // tprobe.tensor_format: the format of the files in dump_tensor_data/: "npy" (NumPy, tprobe's
   // default) or "pt" (torch.save, msprobe's own for PyTorch, so msprobe's compare reads the dump).
   std::string tensor_format = "npy";
@@ -122,6 +122,31 @@ void config_apply_overrides(capture_config &cfg, const config_overrides &overrid
 // TPROBE_TASK, TPROBE_DUMP_PATH, TPROBE_LEVEL, set by the launcher from a manifest. Unset means
 // no override; set but invalid (empty included) throws usage_error naming the variable.
 [[nodiscard]] config_overrides config_overrides_from_env();
+
+// Tasks. msprobe's eight are parsed and validated (config_task_names); the capture runs
+// config_built_tasks() (statistics, tensor, overflow_check, grad_probe, structure). A task not
+// built is refused, never captured as another: free_benchmark and run_ut need the training
+// process to perturb or re-run operators, exception_dump is MindSpore's.
+[[nodiscard]] const std::vector<std::string> &config_task_names();
+[[nodiscard]] const std::vector<std::string> &config_built_tasks();
+
+// The pipeline the capture feeds, as far as the capture knows it: `tprobe run` hands the command
+// its manifest (TPROBE_PIPELINE) and the tasks the manifest can do (TPROBE_PIPELINE_TASKS,
+// comma-separated: its "tasks", launcher/run/manifest.h). Empty tasks: no constraint.
+struct config_pipeline {
+  std::string manifest;
+  std::vector<std::string> tasks;
+};
+// Reads TPROBE_PIPELINE and TPROBE_PIPELINE_TASKS; an unknown task name there throws usage_error
+// naming the variable.
+[[nodiscard]] config_pipeline config_pipeline_from_env();
+
+// Whether `cfg` (overrides applied) can run: its task is built, and is one of the pipeline's.
+// Throws usage_error, one line naming the config, the task and, for a mismatch, the manifest and
+// the tasks it can do:
+//   config.json: task "free_benchmark" is not built in tprobe yet (built: statistics, tensor, …)
+//   config.json: task "overflow_check" is not one that pipelines/statistics.json can do (its tasks: statistics, tensor, structure)
+void config_check_task_runs(const capture_config &cfg, const config_pipeline &pipeline);
 
 // The per-call decisions of the capture, taken before any tensor is copied. Construct one per
 // capture session and call entry_enabled() for every entry in call order; call reset_step()

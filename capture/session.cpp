@@ -21,11 +21,13 @@
 #include <fmt/format.h>
 
 #include "config.h"
+#include "dump_semantics.h"
 #include "safe_path.h"
 #include "endpoint.h"
 #include "errors.h"
 #include "grad_record.h"
 #include "part_runner.h"
+#include "pyjson.h"
 #include "quiet_thread.h"
 #include "shm.h"
 #include "tprobe_capture.h"
@@ -35,6 +37,19 @@ namespace {
 using namespace tprobe;
 
 thread_local std::string g_last_error;
+
+// A slot from the C API, whose dict keys may be quoted (core/dump_semantics.h, slot_key_append):
+// the record carries msprobe's displayed slot and, where a key was quoted, the nesting path, so
+// that no stage has to know the quoting.
+void header_slot_set(record_header &h, std::string_view entry, const char *slot) {
+  if (!slot_has_quoted_key(slot)) {
+    h.slot = slot;
+    h.path.reset();
+    return;
+  }
+  h.path = slot_locate(entry_parse(entry), slot).path;
+  h.slot = slot_display(slot);
+}
 
 // 15 hex digits (60 random bits): a std::string holds up to 15 characters in place, and every
 // record carries the id through every hop, where a 16th character cost a malloc and a free per
@@ -273,6 +288,10 @@ struct tprobe_session {
   // lock, so that a detached session costs one load per call.
   std::atomic<bool> detached{false};
   std::string detach_reason;  // under mutex
+  // The last step whose step_end the pipeline took (sender thread), and, once detached, the first
+  // step not dumped whole (under mutex): what the detach warning and the counts tell the user.
+  int64_t step_delivered = -1;
+  int64_t first_step_not_dumped = -1;
   uint64_t barriers_requested = 0;  // step barriers enqueued (training thread)
   uint64_t barriers_done = 0;       // … answered by every consumer (under mutex)
 
@@ -583,6 +602,7 @@ struct tprobe_session {
       std::lock_guard lock(mutex);
       lost = queue.size() + lost_in_batch;
       counts.undelivered += lost;
+      first_step_not_dumped = step_delivered + 1;
       queue.clear();
       queued_bytes = 0;
       detach_reason = reason;
@@ -590,17 +610,18 @@ struct tprobe_session {
       has_space.notify_all();
     }
     for (auto &s : senders) s->abandon();
+    (void)lost;
     std::fprintf(stderr,
-                 "tprobe: warning: the pipeline stopped reading (%s); the capture is detached and training goes "
-                 "on; %llu records were not delivered, and the dump is incomplete\n",
-                 reason.c_str(), static_cast<unsigned long long>(lost));
+                 "tprobe: warning: the pipeline stopped reading (%s): no step from step %lld on is dumped; the "
+                 "capture is detached and training goes on\n",
+                 reason.c_str(), static_cast<long long>(step_delivered + 1));
   }
 
   // Control calls (stop, step, close) on a detached session: the dump is incomplete.
   [[noreturn]] void throw_detached() {
     std::lock_guard lock(mutex);
-    throw system_error(fmt::format("the capture is detached from its pipeline ({}); {} records were not delivered",
-                                   detach_reason, counts.undelivered));
+    throw system_error(fmt::format("the capture is detached from its pipeline ({}): no step from step {} on is dumped",
+                                   detach_reason, first_step_not_dumped));
   }
 
   void sender_loop() {
@@ -653,10 +674,12 @@ struct tprobe_session {
           continue;
         }
         bool control = false;  // a stop or step went by: flush now
+        int64_t step_ended = -1;  // the batch's last step_end: delivered once the flush below went
         for (size_t i = 0; i < batch.size(); ++i) {
           record &r = batch[i]->r;
           const size_t size = r.has_payload() ? *r.header.stored : 0;
           control = control || r.header.kind == record_kind::flush || r.header.kind == record_kind::step_end;
+          if (r.header.kind == record_kind::step_end) step_ended = r.header.step;
           if (options.lz4 && r.has_payload() && r.header.codec == record_codec::raw) {
             if (auto packed = record_payload_lz4(r.payload_bytes())) {
               const uint64_t length = r.header.length;
@@ -707,6 +730,10 @@ struct tprobe_session {
         // Small records wait in a link's batch (record.h "Batches") while more follow: a nap
         // that brings none sends them (flush_after_naps), as do a control record and closing.
         if (control && !flush_links()) return;
+        if (step_ended >= 0) {
+          std::lock_guard lock(mutex);
+          step_delivered = step_ended;
+        }
         holding = unsent_records() > 0;
       }
     } catch (...) {
@@ -750,6 +777,7 @@ struct tprobe_session {
     }
     config = config_load(path);
     config_apply_overrides(config, config_overrides_from_env());
+    config_check_task_runs(config, config_pipeline_from_env());  // never a task captured as another
     config_check_dump_path_usable(config);
     filter = std::make_unique<capture_filter>(config);
     if (config.task == "grad_probe") grad = grad_probe_settings_from_json(config.grad_probe, config.source_name);
@@ -1069,7 +1097,7 @@ struct tprobe_session {
     record &r = p->r;
     auto &h = r.header;
     h.entry = entry;
-    h.slot = slot;
+    header_slot_set(h, entry, slot);
     h.type = dtype_from_dlpack(t->dtype);
     h.shape.assign(t->shape, t->shape + t->ndim);
     for (int64_t d : h.shape)
@@ -1162,18 +1190,19 @@ struct tprobe_session {
     const char *text = json_text ? json_text : "null";
     // Never empty from here on: the sender tells a value's text by its being non-empty.
     if (!*text) throw usage_error(fmt::format("{} {}: value is empty, not JSON", entry, slot));
+    // JSON as Python's json reads it: the NaN / Infinity / -Infinity tokens that non-finite reals
+    // are written as (core/dump_semantics.h) are accepted; pyjson's parse, slower, only for texts
+    // with them (or for its message, when the text is not JSON).
     if (checked && !nlohmann::ordered_json::accept(text)) {
       try {
-        // For its message: it throws, since accept() refused the text. ((void) does not quiet
-        // GCC's warn_unused_result.)
-        [[maybe_unused]] const auto parsed = nlohmann::ordered_json::parse(text);
-      } catch (const nlohmann::json::exception &e) {
+        [[maybe_unused]] const auto parsed = pyjson_parse(text, "value");
+      } catch (const usage_error &e) {
         throw usage_error(fmt::format("{} {}: value is not valid JSON: {}", entry, slot, e.what()));
       }
     }
     pending_ptr p = make_pending(record_kind::value);
     p->r.header.entry = entry;
-    p->r.header.slot = slot;
+    header_slot_set(p->r.header, entry, slot);
     p->value_json.assign(text);
     return enqueue(std::move(p)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
@@ -1299,6 +1328,7 @@ int tprobe_session_counts_get(const tprobe_session *s, tprobe_session_counts *co
   std::lock_guard lock(s->mutex);  // undelivered is also counted by the sender thread
   *counts = s->counts;
   counts->detached = s->detached.load() ? 1 : 0;
+  counts->first_step_not_dumped = s->detached.load() ? s->first_step_not_dumped : -1;
   counts->stats_parts_helped = s->runner.parts_by_helpers();
   return TPROBE_OK;
 }
@@ -1356,7 +1386,7 @@ int tprobe_capture_summary(tprobe_session *s, const char *entry, const char *slo
     record &r = p->r;
     auto &h = r.header;
     h.entry = entry;
-    h.slot = slot;
+    header_slot_set(h, entry, slot);
     h.type = dtype_from_dlpack(summary->dtype);
     if (summary->ndim < 0 || (summary->ndim > 0 && !summary->shape))
       throw usage_error(fmt::format("{} {}: summary shape is missing", entry, slot));
@@ -1391,7 +1421,7 @@ int tprobe_capture_uninitialized(tprobe_session *s, const char *entry, const cha
     record &r = p->r;
     auto &h = r.header;
     h.entry = entry;
-    h.slot = slot;
+    header_slot_set(h, entry, slot);
     h.type = dtype_from_dlpack(shape->dtype);
     if (shape->ndim < 0 || (shape->ndim > 0 && !shape->shape))
       throw usage_error(fmt::format("{} {}: shape is missing", entry, slot));
@@ -1418,7 +1448,7 @@ int tprobe_capture_facts(tprobe_session *s, const char *entry, const char *slot,
     record &r = p->r;
     auto &h = r.header;
     h.entry = entry;
-    h.slot = slot;
+    header_slot_set(h, entry, slot);
     h.foreign_dtype = facts->dtype;
     if (facts->ndim < 0 || (facts->ndim > 0 && !facts->shape))
       throw usage_error(fmt::format("{} {}: facts shape is missing", entry, slot));
@@ -1442,6 +1472,7 @@ const char *tprobe_config_check(const char *config_path) {
     }
     capture_config config = config_load(path);
     config_apply_overrides(config, config_overrides_from_env());
+    config_check_task_runs(config, config_pipeline_from_env());
     config_check_dump_path_usable(config);
     auto meta = config.session_meta();
     meta["pipeline_timeout_s"] = config.pipeline_timeout_s;

@@ -90,7 +90,9 @@ typedef struct tprobe_session tprobe_session;
 /* Opens a session. config_path NULL: the environment variable TPROBE_CONFIG. The environment
    variables TPROBE_TASK, TPROBE_LEVEL and TPROBE_DUMP_PATH (set by a manifest's "capture" section)
    override the file. Every config field is validated; a bad one fails the call with a message
-   naming the file and the field. options may be NULL (defaults). */
+   naming the file and the field. A task tprobe does not build (free_benchmark, run_ut,
+   exception_dump), or one the pipeline's manifest cannot do (TPROBE_PIPELINE_TASKS, set by
+   `tprobe run`), fails it too (config.h, config_check_task_runs). options may be NULL (defaults). */
 int tprobe_session_open(const char *config_path, const tprobe_open_options *options, tprobe_session **session);
 
 /* Flushes the queue, sends end-of-stream and frees the session. NULL is a no-op. */
@@ -128,6 +130,11 @@ int tprobe_entry_wanted(tprobe_session *session, const char *entry);
 
 /* Captures one tensor of an entry. slot names its place: "input.0", "input.1.0", "kwargs.dim",
    "output.0", "parameters.weight"; for a "….parameters_grad.N" entry, the parameter name.
+   Segments after the first are list indices (digits) or dict keys; a dict key that is all
+   digits, empty, holds a dot or starts with an apostrophe is quoted, ' + key + ', with each '
+   in it doubled: {"head.0": y, "0": z} returned by a module are "output.'head.0'" and
+   "output.'0'" (dump.json gets the keys, tensor files msprobe's names, "….output.head.0").
+   The same slots apply to every call below that takes one.
    The tensor must be in host memory (kDLCPU or kDLCUDAHost), any strides. */
 int tprobe_capture_tensor(tprobe_session *session, const char *entry, const char *slot, const DLTensor *tensor,
                           int requires_grad);
@@ -189,6 +196,8 @@ typedef struct tprobe_session_counts {
   uint64_t stats_bytes_read; /* tensor bytes read in place for statistics (the caller's thread and
                               the helper's): what neither stats_reused nor stats_zeroed spared, and
                               the least a capture of these tensors must read */
+  int64_t first_step_not_dumped; /* once detached: the first step the pipeline did not get whole
+                              (every later one is not dumped either); -1 while attached */
 } tprobe_session_counts;
 int tprobe_session_counts_get(const tprobe_session *session, tprobe_session_counts *counts);
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
+#include <limits>
 #include <type_traits>
 
 namespace tprobe {
@@ -29,18 +30,6 @@ bool has_module_prefix(std::string_view name) {
 }
 
 std::string_view first_segment(std::string_view s) { return s.substr(0, s.find('.')); }
-
-// Python's repr of a non-finite float, which the value leaves carry as text.
-std::optional<std::string_view> non_finite_text(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? std::string_view("inf") : std::string_view("-inf");
-  return std::nullopt;
-}
-
-ojson stat_value_spelled(const stat_value &v) {
-  if (v.k == stat_value::kind::real) return value_real_number(v.real);
-  return stat_json(v);
-}
 
 }  // namespace
 
@@ -173,20 +162,80 @@ slot_location slot_locate(const entry_name &entry, std::string_view slot) {
   loc.whole_entry = entry.direction == entry_direction::none && first == "debug";
   if (first_dot == std::string_view::npos) return loc;
   loc.path.reserve(static_cast<size_t>(std::count(slot.begin(), slot.end(), '.')));
+  std::string key;
   size_t start = first_dot + 1;
   for (size_t i = 1;; ++i) {
-    const size_t dot = slot.find('.', start);
-    const std::string_view part =
-        slot.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
-    const bool key_only = loc.section == "parameters" || (loc.section == "input_kwargs" && i == 1);
+    bool quoted = false;
+    const size_t end = slot_segment_read(slot, start, key, quoted);
+    const std::string_view part = quoted ? std::string_view(key) : slot.substr(start, end - start);
+    const bool key_only = quoted || loc.section == "parameters" || (loc.section == "input_kwargs" && i == 1);
     int64_t index = 0;
     if (const auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
-        all_digits(part) && !key_only && ec == std::errc() && p == part.data() + part.size())
+        !key_only && all_digits(part) && ec == std::errc() && p == part.data() + part.size())
       loc.path.emplace_back(index);
     else
       loc.path.emplace_back(std::string(part));
-    if (dot == std::string_view::npos) return loc;
-    start = dot + 1;
+    if (end >= slot.size()) return loc;
+    start = end + 1;
+  }
+}
+
+size_t slot_segment_read(std::string_view slot, size_t at, std::string &key, bool &quoted) {
+  quoted = at < slot.size() && slot[at] == '\'';
+  if (!quoted) {
+    const size_t dot = slot.find('.', at);
+    return dot == std::string_view::npos ? slot.size() : dot;
+  }
+  key.clear();
+  size_t from = at + 1;
+  for (;;) {
+    const size_t quote = slot.find('\'', from);
+    if (quote == std::string_view::npos) {  // unterminated: the rest is the key
+      key.append(slot.substr(from));
+      return slot.size();
+    }
+    key.append(slot.substr(from, quote - from));
+    if (quote + 1 < slot.size() && slot[quote + 1] == '\'') {  // '' stands for '
+      key += '\'';
+      from = quote + 2;
+      continue;
+    }
+    // After the closing quote comes the next dot; anything before it is kept in the key.
+    const size_t dot = slot.find('.', quote + 1);
+    const size_t end = dot == std::string_view::npos ? slot.size() : dot;
+    key.append(slot.substr(quote + 1, end - quote - 1));
+    return end;
+  }
+}
+
+void slot_key_append(std::string &slot, std::string_view key) {
+  slot += '.';
+  const bool plain = !key.empty() && key.front() != '\'' && key.find('.') == std::string_view::npos && !all_digits(key);
+  if (plain) {
+    slot += key;
+    return;
+  }
+  slot += '\'';
+  for (const char c : key) {
+    if (c == '\'') slot += '\'';
+    slot += c;
+  }
+  slot += '\'';
+}
+
+bool slot_has_quoted_key(std::string_view slot) { return slot.find(".'") != std::string_view::npos; }
+
+std::string slot_display(std::string_view slot) {
+  if (!slot_has_quoted_key(slot)) return std::string(slot);
+  std::string out, key;
+  size_t start = 0;
+  for (;;) {
+    bool quoted = false;
+    const size_t end = start == 0 ? std::min(slot.find('.'), slot.size()) : slot_segment_read(slot, start, key, quoted);
+    if (start) out += '.';
+    out += quoted ? std::string_view(key) : slot.substr(start, end - start);
+    if (end >= slot.size()) return out;
+    start = end + 1;
   }
 }
 
@@ -356,19 +405,59 @@ void value_int_append(std::string &out, int64_t v, std::string_view type) {
   out += '}';
 }
 
-void value_real_append(std::string &out, double v, std::string_view type) {
-  leaf_open_append(out, type);
-  if (const auto text = non_finite_text(v)) {
-    json_string_append(out, *text);
+namespace {
+// A real as Python's json writes it: NaN / Infinity / -Infinity tokens (msprobe-compat.md §1.4),
+// never strings, so that a reader sees a float; else the shortest text that reads back as the
+// same double, with a point or an exponent so that it reads back as a float (2.0, not 2).
+void real_text_append(std::string &out, double v) {
+  if (std::isnan(v)) {
+    out += "NaN";
+  } else if (std::isinf(v)) {
+    out += v > 0 ? "Infinity" : "-Infinity";
   } else {
-    // The shortest text that reads back as the same double, with a point or an exponent so that
-    // it reads back as a float (2.0, not the integer 2).
     char digits[32];
     const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
     out.append(digits, end);
     if (std::string_view(digits, static_cast<size_t>(end - digits)).find_first_of(".e") == std::string_view::npos)
       out += ".0";
   }
+}
+
+void stat_text_append(std::string &out, const stat_value &v) {
+  switch (v.k) {
+    case stat_value::kind::null: out += "null"; break;
+    case stat_value::kind::boolean: out += v.boolean ? "true" : "false"; break;
+    case stat_value::kind::integer: {
+      char digits[24];
+      out.append(digits, std::to_chars(digits, digits + sizeof digits, v.integer).ptr);
+      break;
+    }
+    case stat_value::kind::real: real_text_append(out, v.real); break;
+  }
+}
+}  // namespace
+
+void value_real_append(std::string &out, double v, std::string_view type) {
+  leaf_open_append(out, type);
+  real_text_append(out, v);
+  out += '}';
+}
+
+void value_ndarray_append(std::string &out, std::string_view dtype, const std::vector<int64_t> &shape,
+                          const stat_value &max, const stat_value &min, const stat_value &mean,
+                          const stat_value &norm) {
+  out += R"({"type":"numpy.ndarray","dtype":)";
+  json_string_append(out, dtype);
+  out += R"(,"shape":[)";
+  char digits[24];
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ',';
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, shape[i]).ptr);
+  }
+  out += "]";
+  const std::pair<const char *, const stat_value *> stats[] = {
+      {R"(,"Max":)", &max}, {R"(,"Min":)", &min}, {R"(,"Mean":)", &mean}, {R"(,"Norm":)", &norm}};
+  for (const auto &[key, v] : stats) out += key, stat_text_append(out, *v);
   out += '}';
 }
 
@@ -376,6 +465,21 @@ void value_text_append(std::string &out, std::string_view type, std::string_view
   leaf_open_append(out, type);
   json_string_append(out, text);
   out += '}';
+}
+
+std::optional<double> value_leaf_real(const nlohmann::ordered_json &v, bool legacy_text) {
+  if (v.is_number()) return v.get<double>();
+  if (!legacy_text || !v.is_string()) return std::nullopt;
+  const auto &s = v.get_ref<const std::string &>();
+  if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  return std::nullopt;
+}
+
+bool value_real_type(std::string_view type) {
+  return type == "float" || type == "float16" || type == "float32" || type == "float64" || type == "float_" ||
+         type == "longdouble" || type == "double" || type == "single" || type == "half" || type == "float128";
 }
 
 namespace {
@@ -394,15 +498,9 @@ nlohmann::ordered_json value_int(int64_t v, std::string_view type) {
   return parsed_leaf(text);
 }
 
-nlohmann::ordered_json value_real_number(double v) {
-  if (const auto text = non_finite_text(v)) return *text;
-  return v;
-}
-
 nlohmann::ordered_json value_real(double v, std::string_view type) {
-  std::string text;
-  value_real_append(text, v, type);
-  return parsed_leaf(text);
+  // Built, not parsed: nlohmann's parser has no NaN / Infinity tokens (the tree holds the IEEE value).
+  return ojson{{"type", type}, {"value", v}};
 }
 
 nlohmann::ordered_json value_text(std::string_view type, std::string_view text) {
@@ -431,10 +529,10 @@ nlohmann::ordered_json value_ndarray(std::string_view dtype, const std::vector<i
   j["type"] = "numpy.ndarray";
   j["dtype"] = dtype;
   j["shape"] = shape;
-  j["Max"] = stat_value_spelled(max);
-  j["Min"] = stat_value_spelled(min);
-  j["Mean"] = stat_value_spelled(mean);
-  j["Norm"] = stat_value_spelled(norm);
+  j["Max"] = stat_json(max);
+  j["Min"] = stat_json(min);
+  j["Mean"] = stat_json(mean);
+  j["Norm"] = stat_json(norm);
   return j;
 }
 

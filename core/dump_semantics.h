@@ -117,8 +117,25 @@ struct slot_location {
 // msprobe's layout (§1.5): forward "input" → input_args, "kwargs" → input_kwargs (its first path
 // segment is the keyword, never an index), "parameters.{name}" → parameters/{name}; backward
 // "input"/"output" stay; a parameters_grad entry maps each parameter to a one-element list
-// ({param: [leaf]}). Digit-only path segments are list indices, others dict keys.
+// ({param: [leaf]}). Digit-only path segments are list indices, others dict keys; a quoted
+// segment (slot_key_append) is always a dict key.
 slot_location slot_locate(const entry_name &entry, std::string_view slot);
+
+// The slot grammar of dict keys. A slot is dot-separated segments: the section, then per level a
+// list index (ASCII digits) or a dict key. A key that would read as something else (all digits,
+// empty, holding a dot, or starting with an apostrophe) is quoted: ' + the key with each '
+// doubled + ', so that {"a": t, 3: u, "head.0": v} nests as three keys ("output.a",
+// "output.'3'", "output.'head.0'"), as msprobe writes them, never as list items or deeper levels.
+// Producers quote (the capture's C API takes quoted slots); the capture sends a record the
+// displayed slot and the path (record.h), so stages see msprobe's names.
+void slot_key_append(std::string &slot, std::string_view key);  // appends "." and the segment
+bool slot_has_quoted_key(std::string_view slot);
+// The slot as msprobe names it (tensor file names, compare rows): every key unquoted,
+// "output.'head.0'" → "output.head.0".
+std::string slot_display(std::string_view slot);
+// Reads the segment at `at` (after a dot): returns where it ends (its dot, or slot.size());
+// a quoted one is unquoted into `key` (quoted = true), a plain one is slot[at, end).
+size_t slot_segment_read(std::string_view slot, size_t at, std::string &key, bool &quoted);
 
 // The io kind of a slot's section as data_mode sees it.
 enum class slot_io : uint8_t { unknown, input, output, parameters };
@@ -243,28 +260,42 @@ void tensor_leaf_fields(const tensor_facts &t, Emit &&emit) {
   }
 }
 
-// Non-tensor values (§1.7), built from typed facts. Reals: NaN and ±Inf cannot travel as JSON
-// text (the capture's value records are JSON), so they are spelled as Python prints them:
-// "nan", "inf", "-inf".
+// Non-tensor values (§1.7), built from typed facts. Reals: NaN and ±Inf are written as msprobe's
+// json.dump writes them, the bare tokens NaN, Infinity and -Infinity (§1.4), so every reader sees
+// a float; the texts are JSON as pyjson_parse reads it (core/pyjson.h), and so is the capture's
+// value text. The trees (value_real, value_ndarray) hold the IEEE values: pyjson_dump writes them
+// as tokens, nlohmann's dump() as null, so a capture hands reals on as text (the *_append forms). Older tprobe dumps spelled them as the strings "nan", "inf", "-inf": readers take
+// both (value_leaf_real).
 //
 // The four commonest leaves are defined once, as JSON text appended to `out`: the capture's hot
 // path hands a leaf to the C API as text, and this builds it with no DOM and, once `out` has
-// grown, no allocation. value_bool, value_int, value_real and value_text are those texts parsed.
+// grown, no allocation. value_bool, value_int, value_real and value_text are those leaves as trees.
 void value_bool_append(std::string &out, bool v);
 void value_int_append(std::string &out, int64_t v, std::string_view type = "int");
 void value_real_append(std::string &out, double v, std::string_view type = "float");
 void value_text_append(std::string &out, std::string_view type, std::string_view text);
+// A real as a dump may hold it: a number, or (`legacy_text`) one of the strings "nan", "inf",
+// "-inf" that tprobe wrote for non-finite reals before it wrote Python's tokens. nullopt for
+// anything else. Readers use it where a real belongs: a float leaf's value (type "float" or a
+// numpy float type, value_real_type) and an ndarray's statistics.
+std::optional<double> value_leaf_real(const nlohmann::ordered_json &v, bool legacy_text = true);
+// Whether a value leaf's type names a real: Python's "float", numpy's "float16/32/64", "float_",
+// "longdouble", "double", "single", "half".
+bool value_real_type(std::string_view type);
 nlohmann::ordered_json value_bool(bool v);                                      // {"type":"bool","value":v}
 nlohmann::ordered_json value_int(int64_t v, std::string_view type = "int");    // numpy ints: type "int64"
 nlohmann::ordered_json value_real(double v, std::string_view type = "float");  // numpy: "float32"
-nlohmann::ordered_json value_real_number(double v);  // the bare number, spelled as above
 nlohmann::ordered_json value_text(std::string_view type, std::string_view text);  // str, torch.dtype, torch.device,
                                                                                    // torch.layout, ellipsis ("...")
 nlohmann::ordered_json value_memory_format(std::string_view name);  // {"type":"torch.memory_format","format":name}
 nlohmann::ordered_json value_complex(double re, double im);         // {"type":"complex","value":"(re+imj)"}
 // A list of ints or nulls under "value": torch.Size, slice ([start, stop, step]).
 nlohmann::ordered_json value_int_list(std::string_view type, const std::vector<std::optional<int64_t>> &v);
-// A numpy ndarray: type, dtype, shape, Max, Min, Mean, Norm (reals spelled as above).
+// A numpy ndarray: type, dtype, shape, Max, Min, Mean, Norm (reals spelled as above), as text
+// (the capture's form) or as a tree.
+void value_ndarray_append(std::string &out, std::string_view dtype, const std::vector<int64_t> &shape,
+                          const stat_value &max, const stat_value &min, const stat_value &mean,
+                          const stat_value &norm);
 nlohmann::ordered_json value_ndarray(std::string_view dtype, const std::vector<int64_t> &shape, const stat_value &max,
                                      const stat_value &min, const stat_value &mean, const stat_value &norm);
 

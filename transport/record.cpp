@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,7 @@ class header_stream {
   [[nodiscard]] size_t size() const { return size_; }
   [[nodiscard]] size_t capacity() const { return bytes_.size(); }
   void clear() { size_ = 0; }
+  void truncate(size_t size) { size_ = std::min(size_, size); }
   // A fixstr (a string under 32 bytes: most of a header's keys and names), marker and body.
   [[gnu::always_inline]] void write_fixstr(std::string_view s) {
     if (s.size() + 1 > bytes_.size() - size_) [[unlikely]] grow(s.size() + 1);
@@ -146,6 +148,35 @@ class json_text_packer {
   bool parse_error(std::size_t, const std::string &, const nlohmann::detail::exception &e) {
     throw std::invalid_argument(fmt::format("meta text is not JSON: {}", e.what()));
   }
+  // The events of a parsed tree, in document order: the same bytes as its text's parse.
+  void feed(const json &v) {
+    switch (v.type()) {
+      case json::value_t::object:
+        start_object(v.size());
+        for (const auto &[k, e] : v.items()) {
+          json::string_t key = k;
+          this->key(key);
+          feed(e);
+        }
+        end_object();
+        break;
+      case json::value_t::array:
+        start_array(v.size());
+        for (const auto &e : v) feed(e);
+        end_array();
+        break;
+      case json::value_t::string: {
+        json::string_t text = v.get<std::string>();
+        string(text);
+        break;
+      }
+      case json::value_t::boolean: boolean(v.get<bool>()); break;
+      case json::value_t::number_integer: number_integer(v.get<json::number_integer_t>()); break;
+      case json::value_t::number_unsigned: number_unsigned(v.get<json::number_unsigned_t>()); break;
+      case json::value_t::number_float: number_float(v.get<double>(), {}); break;
+      default: null(); break;
+    }
+  }
 
  private:
   struct container {
@@ -206,6 +237,16 @@ class plain_json_packer {
       case 't': return literal("true") && (p_->pack(true), true);
       case 'f': return literal("false") && (p_->pack(false), true);
       case 'n': return literal("null") && (p_->pack_nil(), true);
+      // Python's tokens for non-finite reals (core/pyjson.h), as the value leaves write them.
+      case 'N': return literal("NaN") && (pack_float64(*p_, std::numeric_limits<double>::quiet_NaN()), true);
+      case 'I': return literal("Infinity") && (pack_float64(*p_, std::numeric_limits<double>::infinity()), true);
+      case '-':
+        if (s_.substr(at_, 9) == "-Infinity") {
+          at_ += 9;
+          pack_float64(*p_, -std::numeric_limits<double>::infinity());
+          return true;
+        }
+        return number();
       default: return number();
     }
   }
@@ -328,8 +369,23 @@ void pack_meta_text(packer_t &p, std::string_view text, bool general_only) {
       return;
     }
   }
+  const size_t start = p.stream().size();
   json_text_packer packer(p);
-  nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &packer);
+  try {
+    nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &packer);
+  } catch (const std::invalid_argument &not_json) {
+    // nlohmann's grammar has no NaN / Infinity tokens, Python's (and so the value leaves') has:
+    // such a text is read by pyjson and its tree replayed as the same SAX events.
+    nlohmann::ordered_json tree;
+    try {
+      tree = pyjson_parse(text, "meta text");
+    } catch (const std::exception &) {
+      throw not_json;  // nlohmann's message: the text is JSON in neither grammar
+    }
+    p.stream().truncate(start);
+    json_text_packer replay(p);
+    replay.feed(tree);
+  }
 }
 
 void pack_json(packer_t &p, const nlohmann::ordered_json &j) {

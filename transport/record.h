@@ -37,7 +37,10 @@
 //                                       (opt, ""); tensor file name = entry + "." + slot + ".npy"
 //      path           array[int|str]    opt: the nesting under the slot's section, ints are list
 //                                       indices and strs dict keys; default: parsed from slot,
-//                                       digit-only segments taken as list indices
+//                                       digit-only segments taken as list indices. The capture
+//                                       sends it for a slot with a dict key that the slot alone
+//                                       cannot tell (digits, a dot: {"head.0": t}), whose slot
+//                                       is then msprobe's name ("output.head.0")
 //      dtype          str               element type, dtype_name() of core/dtype.h (tensor; absent
 //                                       when foreign_dtype is given)
 //      foreign_dtype  str               opt: an element type tprobe has no dtype for (fp8,

@@ -203,6 +203,7 @@ std::string close() {
     s.session = nullptr;
     s.update_callbacks();  // no gap to watch any more
     tprobe_session_counts_get(session, &s.final_counts);
+    s.final_step = tprobe_current_step(session);
     const int rc = tprobe_session_close(session);
     if (rc == TPROBE_ERROR && error.empty()) error = std::string("tprobe: closing the capture: ") + tprobe_last_error();
     s.node_inputs.clear();
@@ -330,6 +331,12 @@ bool value_leaf(const std::string &entry, const std::string &slot, const nlohman
   return hook_guarded(s, [&] { return s.capture_value(entry, slot, leaf); });
 }
 
+bool value_leaf_text(const std::string &entry, const std::string &slot, const std::string &text) {
+  state &s = the_state();
+  std::lock_guard lock(s.mutex);
+  return hook_guarded(s, [&] { return s.capture_value_text(entry, slot, text); });
+}
+
 int64_t module_enter(const std::string &forward_entry, const std::vector<at::Tensor> &inputs,
                      const std::vector<std::string> &slots) {
   state &s = the_state();
@@ -382,6 +389,7 @@ std::string counters() {
   json j{{"records", c.records},           {"bytes", c.bytes},
          {"skipped", c.skipped},           {"waits", c.waits},
          {"undelivered", c.undelivered},   {"detached", c.detached != 0},
+         {"first_step_not_dumped", c.first_step_not_dumped}, {"step", s.session ? tprobe_current_step(s.session) : s.final_step},
          {"shared_bytes", c.shared_bytes}, {"shared_gave_up", c.shared_gave_up},
          {"stats_reused", c.stats_reused},
          {"stats_parts_helped", c.stats_parts_helped},

@@ -100,6 +100,8 @@ bool value(const std::string &entry, const std::string &slot, const std::string 
 // A non-tensor value as its leaf, built by core/dump_semantics.h from the typed facts python/tprobe
 // passes (torch_ops.cpp's value_* operators).
 bool value_leaf(const std::string &entry, const std::string &slot, const nlohmann::ordered_json &leaf);
+// The same, given as its JSON text (a leaf holding a real: value_real_append's NaN / Infinity tokens).
+bool value_leaf_text(const std::string &entry, const std::string &slot, const std::string &text);
 
 // A module's forward begins: `forward_entry` becomes the parent of the operators inside it (mix),
 // and the gradient edges of `inputs` (tensors requiring grad, at their forward slots "input.0",

@@ -74,16 +74,16 @@ bool op_value(std::string entry, std::string slot, std::string json) { return tc
 // Value encoding for python/tprobe/_values.py: Python passes a value's typed facts, one operator
 // call per value, and core/dump_semantics.h builds its msprobe leaf (msprobe-compat.md §1.7).
 // Cheaper per call than a leaf built in Python, serialised with json.dumps and parsed again here.
-nlohmann::ordered_json scalar_leaf(const c10::Scalar &v, const c10::optional<std::string> &type) {
+// As text: a real's NaN / Infinity are Python's json tokens, which no nlohmann tree can write.
+std::string scalar_leaf(const c10::Scalar &v, const c10::optional<std::string> &type) {
+  std::string text;
   // Python's bool reaches a Scalar as an int: the caller says "bool".
-  if (v.isBoolean()) return tprobe::value_bool(v.toBool());
-  if (type && *type == "bool") return tprobe::value_bool(v.toLong() != 0);
-  if (v.isIntegral(/*includeBool=*/false)) return tprobe::value_int(v.toLong(), type ? *type : "int");
-  if (v.isComplex()) {
-    const auto c = v.toComplexDouble();
-    return tprobe::value_complex(c.real(), c.imag());
-  }
-  return tprobe::value_real(v.toDouble(), type ? *type : "float");
+  if (v.isBoolean()) tprobe::value_bool_append(text, v.toBool());
+  else if (type && *type == "bool") tprobe::value_bool_append(text, v.toLong() != 0);
+  else if (v.isIntegral(/*includeBool=*/false)) tprobe::value_int_append(text, v.toLong(), type ? *type : "int");
+  else if (v.isComplex()) text = tprobe::value_complex(v.toComplexDouble().real(), v.toComplexDouble().imag()).dump();
+  else tprobe::value_real_append(text, v.toDouble(), type ? *type : "float");
+  return text;
 }
 
 tprobe::stat_value stat_of(const c10::optional<c10::Scalar> &v) {
@@ -94,7 +94,7 @@ tprobe::stat_value stat_of(const c10::optional<c10::Scalar> &v) {
 
 // type: "bool" for a bool, None for Python's int/float ("int", "float"), a numpy scalar's dtype name.
 bool op_value_scalar(std::string entry, std::string slot, const c10::Scalar &v, c10::optional<std::string> type) {
-  return tc::value_leaf(entry, slot, scalar_leaf(v, type));
+  return tc::value_leaf_text(entry, slot, scalar_leaf(v, type));
 }
 
 // {"type": type, "value": text}: str, torch.dtype, torch.device, ellipsis.
@@ -120,8 +120,9 @@ bool op_value_ints(std::string entry, std::string slot, std::string type, std::v
 bool op_value_ndarray(std::string entry, std::string slot, std::string dtype, std::vector<int64_t> shape,
                       c10::optional<c10::Scalar> max, c10::optional<c10::Scalar> min,
                       c10::optional<c10::Scalar> mean, c10::optional<c10::Scalar> norm) {
-  return tc::value_leaf(entry, slot,
-                        tprobe::value_ndarray(dtype, shape, stat_of(max), stat_of(min), stat_of(mean), stat_of(norm)));
+  std::string text;
+  tprobe::value_ndarray_append(text, dtype, shape, stat_of(max), stat_of(min), stat_of(mean), stat_of(norm));
+  return tc::value_leaf_text(entry, slot, text);
 }
 
 int64_t op_module_enter(std::string forward_entry, at::TensorList inputs, std::string slots) {

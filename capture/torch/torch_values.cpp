@@ -137,6 +137,8 @@ bool wrapped_number_append(std::string &out, const at::Tensor &t) {
 // ---- state: entries and tensors (mutex held) ----
 
 bool state::capture_value(const std::string &entry, const std::string &slot, const json &leaf) {
+  // Leaves without reals only: nlohmann's dump() writes NaN as null (reals go as text,
+  // value_real_append).
   return capture_value_text(entry, slot, leaf.dump());
 }
 

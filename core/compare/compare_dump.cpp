@@ -172,7 +172,10 @@ class flattener {
 
   static cell field_stat(const json &leaf, const char *key) {
     const auto it = leaf.find(key);
-    return it == leaf.end() ? cell::of_text("None") : statistic_cell(*it);
+    if (it == leaf.end()) return cell::of_text("None");
+    // An older tprobe dump's "nan"/"inf"/"-inf" strings read as the reals they stand for.
+    if (const auto real = value_leaf_real(*it); real && it->is_string()) return statistic_cell(json(*real));
+    return statistic_cell(*it);
   }
 
   // msprobe's gen_op_item.
@@ -197,7 +200,11 @@ class flattener {
     const auto dtype = leaf.find("dtype");
     const json null_value;
     const auto value_it = leaf.find("value");
-    const json &value = value_it == leaf.end() ? null_value : *value_it;
+    json legacy_real;  // a float leaf's value that an older tprobe wrote as "nan", "inf" or "-inf"
+    if (const auto t = leaf.find("type"); value_it != leaf.end() && value_it->is_string() && t != leaf.end() &&
+                                          t->is_string() && value_real_type(t->get_ref<const std::string &>()))
+      if (const auto real = value_leaf_real(*value_it)) legacy_real = *real;
+    const json &value = !legacy_real.is_null() ? legacy_real : value_it == leaf.end() ? null_value : *value_it;
     if (dtype == leaf.end() || !truthy(*dtype)) {
       // A P2POp's "tensor" leaf may have no string "type" (msprobe reads None): no type matches.
       const auto type_it = leaf.find("type");
@@ -248,7 +255,10 @@ class flattener {
 };
 
 // msprobe's check_dump_json_str: in input, kwargs and output, every dict value must be sane
-// (shape a list, requires_grad a bool) and no string may look like a spreadsheet formula.
+// (shape a list, requires_grad a bool). msprobe also refuses any string that starts like a
+// spreadsheet formula; tprobe escapes such a cell where it goes into a spreadsheet instead
+// (spreadsheet_text, compare_output.h): one argument such as masked_fill's "-inf" must not make a
+// whole dump uncomparable.
 void check_strings(const json &v, const dump_file &file, const std::string &entry, int depth) {
   if (depth > max_depth) return;
   if (v.is_array()) {
@@ -262,10 +272,6 @@ void check_strings(const json &v, const dump_file &file, const std::string &entr
       } else if (key == "requires_grad" && !value.is_boolean()) {
         throw usage_error(
             fmt::format("{} dump {}: entry \"{}\": requires_grad is not a bool", file.side, file.path, entry));
-      } else if (value.is_string() && formula_like(value.get_ref<const std::string &>())) {
-        throw usage_error(fmt::format("{} dump {}: entry \"{}\": value \"{}\" starts like a spreadsheet formula; "
-                                      "refusing to put it in a result table",
-                                      file.side, file.path, entry, value.get_ref<const std::string &>()));
       }
     }
   }
@@ -344,10 +350,6 @@ dump_file dump_from_json(const json &doc, const std::string &path, const std::st
 
   f.entries.reserve(data->size());
   for (const auto &[name, entry] : data->items()) {
-    if (formula_like(name))
-      throw usage_error(fmt::format("{} dump {}: entry name \"{}\" starts like a spreadsheet formula; refusing to "
-                                    "put it in a result table",
-                                    side, path, name));
     if (!entry.is_object())
       throw usage_error(fmt::format("{} dump {}: entry \"{}\" is not an object", side, path, name));
     check_entry_strings(entry, f, name);
@@ -404,12 +406,7 @@ stack_map stack_from_json(const json &doc, const std::string &path) {
     std::vector<std::string> lines;
     lines.reserve(v.size());
     for (const auto &l : v) {
-      const std::string line = l.is_string() ? l.get<std::string>() : py_str(l);
-      if (formula_like(line))
-        throw usage_error(fmt::format("stack file {}: stack of {} contains a line that starts like a spreadsheet "
-                                      "formula",
-                                      path, what));
-      lines.push_back(line);
+      lines.push_back(l.is_string() ? l.get<std::string>() : py_str(l));
     }
     return lines;
   };

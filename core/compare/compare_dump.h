@@ -13,9 +13,10 @@
 // special cases (torch.Size, slice, ellipsis, src/dst, ProcessGroup, "<class 'int'>", …).
 //
 // Errors (usage_error, naming the file): not JSON, no 'task' or 'data', an entry that is not an
-// object, a name or string value that starts like a spreadsheet formula (msprobe refuses those,
-// §3.3), a shape that is not a list or a requires_grad that is not a bool in an input/output, nesting
-// deeper than 400. system_error when a file cannot be read.
+// object, a shape that is not a list or a requires_grad that is not a bool in an input/output,
+// nesting deeper than 400. system_error when a file cannot be read. A name or string value that
+// starts like a spreadsheet formula is read as it is (msprobe refuses the whole dump, §3.3): the
+// writers escape the cell (spreadsheet_text, compare_output.h).
 // Thread-safe: no shared state.
 #pragma once
 
@@ -80,7 +81,7 @@ using stack_map = std::unordered_map<std::string, std::vector<std::string>>;
 [[nodiscard]] stack_map stack_load(const std::string &path);
 [[nodiscard]] stack_map stack_from_json(const nlohmann::ordered_json &doc, const std::string &path);
 
-// True if `s` would start a formula in a spreadsheet: msprobe's blacklist
+// True if `s` would start a formula in a spreadsheet: msprobe's blacklist (spreadsheet_text)
 // ^[＋－＝％＠+\-=%@]|;[＋－＝％＠+\-=%@]
 [[nodiscard]] bool formula_like(std::string_view s);
 

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <xlsxwriter.h>
 
+#include "compare_dump.h"
 #include "errors.h"
 #include "pyjson.h"
 #include "safe_path.h"
@@ -86,6 +87,11 @@ void compare_output_release(const compare_output_files &files) noexcept {
     if (!p->empty()) ::unlink(p->c_str());
 }
 
+std::string spreadsheet_text(std::string s) {
+  if (formula_like(s)) s.insert(s.begin(), '\'');
+  return s;
+}
+
 namespace {
 
 constexpr size_t excel_string_max = 32767;  // Excel's cell limit
@@ -155,7 +161,7 @@ void write_cell(lxw_worksheet *ws, lxw_row_t r, lxw_col_t c, const cell &v, lxw_
       if (highlighted && (v.text == "inf" || v.text == "-inf" || v.text == "nan"))
         text(v.text + "\t");
       else
-        text(v.text);
+        text(spreadsheet_text(v.text));
       return;
   }
 }
@@ -222,7 +228,7 @@ void compare_write_xlsx(const compare_table &t, const std::string &path, bool hi
 }
 
 std::string compare_csv_field(const cell &c) {
-  std::string s = cell_str(c);
+  std::string s = c.k == cell::kind::text ? spreadsheet_text(cell_str(c)) : cell_str(c);
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string quoted = "\"";
   for (const char ch : s) {

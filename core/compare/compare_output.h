@@ -64,7 +64,13 @@ void compare_write_json(const compare_table &t, const std::string &path, const s
                         const advisor_result *advisor);
 void compare_write_advisor(const advisor_result &a, const std::string &path);
 
-// One cell as the CSV shows it (Python's str(); "" for an empty cell).
+// One cell as the CSV shows it (Python's str(); "" for an empty cell), quoted as CSV needs and,
+// for a text that a spreadsheet would take for a formula, escaped (spreadsheet_text).
 [[nodiscard]] std::string compare_csv_field(const cell &c);
+// A text cell as the xlsx and the CSV hold it: one that starts like a formula (formula_like,
+// msprobe's blacklist: "=cmd", "-inf", "@x", "a;+b") gets a leading apostrophe, so that a
+// spreadsheet shows it as text and never runs it. msprobe refuses the whole compare for such a
+// string instead; tprobe escapes the cell and goes on (the JSON result keeps the text as it was).
+[[nodiscard]] std::string spreadsheet_text(std::string s);
 
 }  // namespace tprobe

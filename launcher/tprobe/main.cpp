@@ -168,6 +168,16 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (args[0] == "help") args = {args[1], "--help"};  // tprobe help VERB
+  // msprobe's habits: `msprobe -f pytorch compare …` with tprobe in its place. The framework comes
+  // first there (tprobe reads PyTorch dumps), and verbs are spelled with underscores.
+  if (args[0] == "-f" || args[0] == "--framework") {
+    if (args.size() < 2) die(tprobe::EXIT_USAGE, args[0] + " needs a framework: pytorch");
+    if (args[1] != "pytorch")
+      die(tprobe::EXIT_USAGE, args[0] + " " + args[1] + ": tprobe reads PyTorch dumps; only -f pytorch is taken");
+    args.erase(args.begin(), args.begin() + 2);
+    if (args.empty()) return list_commands(self);
+  }
+  std::replace(args[0].begin(), args[0].end(), '_', '-');  // nan_analyze → nan-analyze
   const std::string &verb = args[0];
   if (verb.front() == '-') die(tprobe::EXIT_USAGE, "unknown option \"" + verb + "\" (see tprobe --help)");
 

@@ -2,7 +2,8 @@
 
 walk() visits a nested value and calls `tensor(slot, t)` for each tensor and `value(slot, v)`
 for every other leaf, with slots as the capture names them: "input.0", "input.1.0", "kwargs.dim",
-"output.0". Lists and tuples nest by index, dicts (namedtuples too) by key. send() captures a
+"output.0". Lists and tuples nest by index, dicts (namedtuples too) by key, a key that the slot
+could misread quoted (key_slot: "output.'0'", "output.'head.0'"). send() captures a
 leaf: it passes the value's typed facts to torch.ops.tprobe.value_*, and the C++ capture builds
 msprobe's JSON leaf (core/dump_semantics.h), so the encoding exists once. No torch operator is
 called here: in mix mode any operator would itself be dumped.
@@ -35,6 +36,37 @@ def _ndarray(ops, entry, slot, a):
 
 
 _INT64 = (-(1 << 63), 1 << 63)
+
+
+def _key_text(k):
+    """A dict key as dump.json holds it: Python's json.dump turns 3 into "3", True into "true",
+    None into "null" (msprobe's dicts reach dump.json that way); other keys as str()."""
+    if isinstance(k, str):
+        return k
+    if k is True or k is False or k is None:
+        return {True: "true", False: "false", None: "null"}[k]
+    if isinstance(k, int):
+        return int.__repr__(k)
+    if isinstance(k, float):
+        if k != k:
+            return "NaN"
+        if k in (float("inf"), float("-inf")):
+            return "Infinity" if k > 0 else "-Infinity"
+        return float.__repr__(k)
+    return str(k)
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def key_slot(slot, k):
+    """slot + one dict key level, in the capture's slot grammar (core/dump_semantics.h,
+    slot_key_append): a key that would read as a list index or as more than one level (all
+    digits, empty, with a dot, or starting with an apostrophe) is quoted, ' doubled inside."""
+    text = _key_text(k)
+    if text and "." not in text and text[0] != "'" and not _DIGITS.issuperset(text):
+        return f"{slot}.{text}"
+    return slot + ".'" + text.replace("'", "''") + "'"
 
 
 def send(ops, entry, slot, v):
@@ -100,7 +132,7 @@ def walk(obj, slot, tensor, value, depth=0):
         if not obj:
             value(slot, {})
         for k, e in obj.items():
-            walk(e, f"{slot}.{k}", tensor, value, depth + 1)
+            walk(e, key_slot(slot, k), tensor, value, depth + 1)
     else:
         value(slot, obj)
 
@@ -120,7 +152,7 @@ def grad_tensors(obj, slot, out_tensors, out_slots, depth=0, every=False):
                 grad_tensors(e, f"{slot}.{i}", out_tensors, out_slots, depth + 1, every)
         elif isinstance(obj, dict):
             for k, e in obj.items():
-                grad_tensors(e, f"{slot}.{k}", out_tensors, out_slots, depth + 1, every)
+                grad_tensors(e, key_slot(slot, k), out_tensors, out_slots, depth + 1, every)
 
 
 def output_items(output):

@@ -82,6 +82,7 @@ class PrecisionDebugger:
         self._stacks = None
         self._session = False
         self._started = False
+        self._step_begun = False  # start() ran since the last step(): the current step has content
         self._closed = False
         self._early_steps = 0
         self._saves = {}
@@ -114,6 +115,7 @@ class PrecisionDebugger:
             self._capture_failed(e)
             return
         self._started = True
+        self._step_begun = True
         if self._modules is not None:
             self._modules.active = capturing
 
@@ -142,6 +144,7 @@ class PrecisionDebugger:
         if self._modules is not None:
             self._modules.reset_step()
         self._saves.clear()
+        self._step_begun = False
         try:
             self._ops.step()
         except RuntimeError as e:
@@ -209,8 +212,8 @@ class PrecisionDebugger:
     def close(self, explicit=True):
         """Ends the capture and, in direct mode, the pipeline: the dump is complete on return.
         Runs by itself at exit; the debugger cannot start again afterwards. Raises RuntimeError when
-        the dump is incomplete (the pipeline failed), unless the config's
-        tprobe.on_pipeline_failure is "warn" or the failure was reported already."""
+        the dump is incomplete (the pipeline failed) and the config's tprobe.on_pipeline_failure is
+        "raise" (the default, "warn", says so on stderr) and the failure was not reported already."""
         if not self._initialized or self._closed:
             return
         self._closed = True
@@ -222,6 +225,14 @@ class PrecisionDebugger:
         if self._session:
             try:
                 counts = json.loads(self._ops.close())
+                lost_from = counts.get("first_step_not_dumped", -1)
+                if counts.get("detached") and lost_from >= 0:
+                    # The detach warning named the cause when it happened; this counts what it cost.
+                    last = max(counts.get("step", lost_from) - (0 if self._step_begun else 1), lost_from)
+                    n = last - lost_from + 1
+                    steps = f"step {lost_from}" if n == 1 else f"steps {lost_from}-{last}"
+                    problems.append(f"{n} step{'s' if n != 1 else ''} not dumped ({steps}): the pipeline stopped "
+                                    "reading")
                 if counts.get("unsupported"):
                     print(f"tprobe: {counts['unsupported']} tensors were dumped without statistics "
                           "(a dtype or layout tprobe cannot read)", file=sys.stderr)
@@ -295,24 +306,39 @@ class PrecisionDebugger:
             self._capture_failed(error)
 
     def _raises(self):
-        return self._checked.get("on_pipeline_failure", "raise") == "raise"
+        return self._checked.get("on_pipeline_failure", "warn") == "raise"
 
     def _capture_failed(self, error):
         """stop() or step() found the capture off (the pipeline stopped reading, or the capture
-        failed): the training goes on without it. Raised once by default, since the user asked
-        for a synchronous dump; only warned with tprobe.on_pipeline_failure "warn"."""
+        failed): the training goes on without it. Warned once by default (tprobe.on_pipeline_failure
+        "warn": an unmodified training script must not end because its dump did); raised once
+        with "raise"."""
         if self._failure_reported:
             return
         self._failure_reported = True
         if self._raises():
             raise RuntimeError(f"{error} (the capture is off; training can go on: later calls do not raise again)") \
                 from None
-        print(f"tprobe: warning: {error}; the capture is off, training goes on", file=sys.stderr)
+        try:
+            detached = json.loads(self._ops.counters()).get("detached")
+        except RuntimeError:
+            detached = False
+        if not detached:  # a detached capture said it once itself, naming the cause and the step
+            print(f"tprobe: warning: {error}; the capture is off, training goes on", file=sys.stderr)
 
     def _check_config(self):
+        """Validates the config as the capture will read it: a bad field, a task tprobe does not
+        build (free_benchmark, run_ut, …) or one the `tprobe run` manifest cannot do
+        (TPROBE_PIPELINE_TASKS) raises here, one line naming the file and the task."""
         path, temporary = self._config_file()
         try:
             return json.loads(self._ops.config_check(path))
+        except RuntimeError as e:
+            if not temporary:
+                raise
+            # The copy with the constructor's overrides is not the file the user knows.
+            raise RuntimeError(str(e).replace(temporary, f"{self._source} (with the arguments of PrecisionDebugger)")) \
+                from None
         finally:
             if temporary:
                 os.unlink(temporary)
@@ -327,18 +353,9 @@ class PrecisionDebugger:
     def _config_file(self):
         """The config file to open: the user's, or a copy with the constructor's overrides."""
         if not self._overrides:
-        """Validates the config as the capture will read it: a bad field, a task tprobe does not
-        build (free_benchmark, run_ut, …) or one the `tprobe run` manifest cannot do
-        (TPROBE_PIPELINE_TASKS) raises here, one line naming the file and the task."""
             return self._source, None
         try:
             with open(self._source, encoding="utf-8") as f:
-        except RuntimeError as e:
-            if not temporary:
-                raise
-            # The copy with the constructor's overrides is not the file the user knows.
-            raise RuntimeError(str(e).replace(temporary, f"{self._source} (with the arguments of PrecisionDebugger)")) \
-                from None
                 doc = json.load(f)
         except (OSError, ValueError) as e:
             raise RuntimeError(f"tprobe: cannot read the config {self._source}: {e}") from None

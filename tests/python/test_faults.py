@@ -1,6 +1,6 @@
 """The training comes first (issue 11): in direct mode (PrecisionDebugger starts its own pipeline)
 a stage killed or stopped at a seeded random point never hangs the training script, which is told
-once (RuntimeError by default, a warning with tprobe.on_pipeline_failure "warn") and runs to its
+once (a warning by default, a RuntimeError with tprobe.on_pipeline_failure "raise") and runs to its
 end; every dump.json left on disk parses. Bad input fails before the first step with one line
 naming it: the config file, its dump_path, a save() name. `tprobe run … -- python3 train.py` needs
 no PYTHONPATH.
@@ -157,6 +157,53 @@ class DirectModeFaults(CaptureTest):
                     with open(os.path.join(root, name), encoding="utf-8") as f:
                         json.load(f)  # every file on disk parses
         return 1 if landed else 0
+
+
+class TrainingGoesOnByDefault(CaptureTest):
+    """Issue 60: an unmodified script (no tprobe section in its config) whose writer dies mid-run
+    trains to its end: nothing raises; one line names the cause and the first step not dumped,
+    and at exit one line counts the steps that were not dumped."""
+
+    def test_a_killed_writer_is_warned_once_and_counted(self):
+        directory = os.path.join(self.tmp, "default")
+        os.makedirs(directory)
+        with open(os.path.join(directory, "model.py"), "w") as f:
+            f.write(MODEL)
+        with open(os.path.join(directory, "config.json"), "w") as f:
+            json.dump(default_config(), f)
+        with open(os.path.join(directory, "train.py"), "w") as f:
+            f.write(FAULT_TRAIN.replace("STEPS", "40").replace('print("started", flush=True)', "")
+                    .replace("        time.sleep(0.02)\n", "        time.sleep(0.02)\n        print('step', step, flush=True)\n"))
+        env = dict(os.environ)
+        env.pop("TPROBE_ENDPOINT", None)
+        proc = subprocess.Popen([PYTHON, "train.py"], cwd=directory, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            while proc.stdout.readline().strip() != "step 5":  # the dump runs, five steps done
+                pass
+            victim = stage_pid(proc.pid, "tprobe-writer")
+            self.assertIsNotNone(victim)
+            os.kill(victim, signal.SIGKILL)
+            out, err = proc.communicate(timeout=90)
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn("done 40 steps", out, err)
+        self.assertIn("caught 0", out, err)  # warn is the default: nothing raised
+        stopped = [line for line in err.splitlines() if "the pipeline stopped reading" in line]
+        self.assertEqual(len(stopped), 1, err)
+        self.assertIn("tprobe-writer", stopped[0])  # the cause, named
+        first = int(stopped[0].split("no step from step ")[1].split(" ")[0])
+        self.assertGreaterEqual(first, 5, err)
+        self.assertNotIn("records were not delivered", err)
+        counted = [line for line in err.splitlines() if "not dumped (step" in line]
+        self.assertEqual(len(counted), 1, err)
+        n = 40 - first
+        self.assertIn(f"{n} steps not dumped (steps {first}-39)", counted[0], err)
+        for step in range(first):  # what came before is there
+            self.assertTrue(os.path.exists(os.path.join(directory, "dump", f"step{step}", "rank", "dump.json")))
 
 
 class PipelineGoneBeforeTheFirstStart(CaptureTest):

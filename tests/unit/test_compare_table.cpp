@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <tuple>
 
 #include <fmt/format.h>
 
+#include "compare/compare_output.h"
 #include "errors.h"
 #include "pyjson.h"
 
@@ -155,9 +157,6 @@ TEST(CompareDump, BadDumpsNameTheFile) {
   EXPECT_EQ(message(R"({"data": {}})"), "NPU dump /d/NPU/dump.json: 'task' is missing or empty");
   EXPECT_EQ(message(R"({"task": "tensor"})"), "NPU dump /d/NPU/dump.json: 'data' is missing");
   EXPECT_EQ(message(R"({"task": "tensor", "data": []})"), "NPU dump /d/NPU/dump.json: 'data' is not an object");
-  EXPECT_EQ(message(R"({"task": "tensor", "data": {"=cmd": {}}})"),
-            "NPU dump /d/NPU/dump.json: entry name \"=cmd\" starts like a spreadsheet formula; refusing to put it in a "
-            "result table");
   EXPECT_EQ(message(R"({"task": "tensor", "data": {"a": {"output": [{"type": "t", "shape": 3}]}}})"),
             "NPU dump /d/NPU/dump.json: entry \"a\": shape is not a list");
   EXPECT_THROW(dump_load("/nonexistent/dump.json", "NPU"), system_error);
@@ -173,6 +172,48 @@ TEST(CompareDump, ModeDetection) {
   EXPECT_THROW((void)dump_mode(s, m), usage_error);
   const dump_file st = parse(R"({"task": "structure", "data": {}})");
   EXPECT_THROW((void)dump_mode(st, st), usage_error);
+}
+
+// msprobe refuses a whole dump for one string that starts like a formula; masked_fill's -inf
+// argument made every masked attention's dump uncomparable that way (issue 60). tprobe reads it and
+// escapes the spreadsheet cell instead.
+TEST(CompareDump, FormulaLikeStringsAreReadAndEscapedInTheSpreadsheet) {
+  const dump_file f = parse(R"({"task": "statistics", "data": {"=cmd": {"input_args": [{"type": "str", "value": "-x"},
+      {"type": "str", "value": "@sum"}]}, "Torch.masked_fill.0.forward": {"input_args": [{"type": "float", "value": "-inf"}]}}})");
+  ASSERT_EQ(f.rows.size(), 3u);
+  EXPECT_EQ(f.rows[0].name, "=cmd.input.0");
+  EXPECT_EQ(f.rows[0].stats[0], cell::of_text("-x"));
+  EXPECT_EQ(spreadsheet_text("-x"), "'-x");
+  EXPECT_EQ(spreadsheet_text("=cmd.input.0"), "'=cmd.input.0");
+  EXPECT_EQ(spreadsheet_text("a;@b"), "'a;@b");
+  EXPECT_EQ(spreadsheet_text("Functional.relu.0.forward"), "Functional.relu.0.forward");
+  EXPECT_EQ(compare_csv_field(cell::of_text("=1+1")), "'=1+1");
+  EXPECT_EQ(compare_csv_field(cell::of_real(-1.5)), "-1.5");  // numbers are never escaped
+}
+
+// Non-finite reals: Python's NaN / Infinity tokens (what tprobe and msprobe write now) and the
+// strings "nan", "inf", "-inf" (what tprobe wrote before) read as the same float rows.
+TEST(CompareDump, NonFiniteScalarsReadInBothForms) {
+  const auto rows_of = [](const char *a, const char *b, const char *c) {
+    return parse(fmt::format(R"({{"task": "statistics", "data": {{"X.0.forward": {{"input_args": [
+        {{"type": "float", "value": {}}}, {{"type": "float32", "value": {}}},
+        {{"type": "numpy.ndarray", "dtype": "float64", "shape": [2], "Max": {}, "Min": 1.0, "Mean": 1.0, "Norm": 1.0}},
+        {{"type": "str", "value": "inf"}}]}}}}}})",
+                             a, b, c)).rows;
+  };
+  const auto tokens = rows_of("-Infinity", "NaN", "Infinity"), strings = rows_of(R"("-inf")", R"("nan")", R"("inf")");
+  ASSERT_EQ(tokens.size(), 4u);
+  ASSERT_EQ(strings.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(tokens[i].dtype, strings[i].dtype) << i;
+    EXPECT_EQ(tokens[i].md5, strings[i].md5) << i;
+    for (size_t k = 0; k < 4; ++k) EXPECT_EQ(cell_str(tokens[i].stats[k]), cell_str(strings[i].stats[k])) << i << k;
+  }
+  EXPECT_EQ(tokens[0].dtype, "<class 'float'>");
+  EXPECT_EQ(tokens[0].stats[0], cell::of_real(-std::numeric_limits<double>::infinity()));
+  EXPECT_EQ(tokens[2].stats[0], cell::of_real(std::numeric_limits<double>::infinity()));
+  EXPECT_EQ(strings[3].dtype, "<class 'str'>");  // a str leaf stays text
+  EXPECT_EQ(strings[3].stats[0], cell::of_text("inf"));
 }
 
 TEST(CompareDump, FormulaBlacklist) {

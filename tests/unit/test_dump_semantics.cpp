@@ -153,6 +153,23 @@ TEST(DumpSemantics, SlotLocations) {
   EXPECT_EQ(loc.path, path({std::string("99999999999999999999")}));
 }
 
+// Dict keys in slots (issue 60): {"a": t, 3: u} and {"head.0": y, "0": z} keep their keys.
+TEST(DumpSemantics, QuotedKeysInSlots) {
+  std::string slot = "output.0";
+  for (const char *key : {"a", "3", "head.0", "", "it's", "'q", "\xc3\xa9"}) slot_key_append(slot, key);
+  EXPECT_EQ(slot, "output.0.a.'3'.'head.0'.''.it's.'''q'.\xc3\xa9");
+  EXPECT_TRUE(slot_has_quoted_key(slot));
+  EXPECT_FALSE(slot_has_quoted_key("output.0.a"));
+  EXPECT_EQ(slot_display(slot), "output.0.a.3.head.0..it's.'q.\xc3\xa9");
+  EXPECT_EQ(slot_display("output.0.a"), "output.0.a");
+  const auto loc = slot_locate(entry_parse("Module.m.M.forward.0"), slot);
+  EXPECT_EQ(loc.section, "output");
+  EXPECT_EQ(loc.path, path({int64_t{0}, std::string("a"), std::string("3"), std::string("head.0"), std::string(""),
+                            std::string("it's"), std::string("'q"), std::string("\xc3\xa9")}));
+  // Lenient with what no producer writes: an unterminated quote takes the rest.
+  EXPECT_EQ(slot_locate(entry_parse("x.0.debug"), "debug.'a.b").path, path({std::string("a.b")}));
+}
+
 TEST(DumpSemantics, CompareRows) {
   using row = std::pair<std::string, std::string>;
   EXPECT_EQ(slot_compare_row("F.x.0.forward", "kwargs.dim"), row("F.x.0.forward.input.dim", "input"));
@@ -342,8 +359,10 @@ TEST(DumpSemantics, ValueLeafTextsParseBackExactly) {
   for (const double d : {std::nan(""), std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
     std::string text;
     value_real_append(text, d);
-    EXPECT_EQ(nlohmann::ordered_json::parse(text), value_real(d)) << text;
-    EXPECT_TRUE(nlohmann::ordered_json::parse(text)["value"].is_string()) << text;
+    const auto leaf = pyjson_parse(text, "leaf");  // Python's json reads the tokens as floats
+    ASSERT_TRUE(leaf["value"].is_number_float()) << text;
+    const double back = leaf["value"].get<double>();
+    EXPECT_TRUE(std::isnan(d) ? std::isnan(back) : back == d) << text;
   }
   for (const int64_t i : {int64_t{0}, int64_t{-7}, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}) {
     std::string text;
@@ -368,9 +387,29 @@ TEST(DumpSemantics, ValueLeaves) {
   EXPECT_EQ(value_int(-7).dump(), R"({"type":"int","value":-7})");
   EXPECT_EQ(value_int(3, "int64").dump(), R"({"type":"int64","value":3})");
   EXPECT_EQ(value_real(0.5).dump(), R"({"type":"float","value":0.5})");
-  EXPECT_EQ(value_real(std::nan("")).dump(), R"({"type":"float","value":"nan"})");
-  EXPECT_EQ(value_real(-std::numeric_limits<double>::infinity(), "float32").dump(),
-            R"({"type":"float32","value":"-inf"})");
+  // Non-finite reals as Python's json writes them (msprobe-compat.md §1.4), never as strings: a
+  // string "-inf" made compare refuse every masked attention's dump (issue 60).
+  const auto real_text = [](double v, std::string_view type = "float") {
+    std::string text;
+    value_real_append(text, v, type);
+    return text;
+  };
+  EXPECT_EQ(real_text(std::nan("")), R"({"type":"float","value":NaN})");
+  EXPECT_EQ(real_text(-std::numeric_limits<double>::infinity(), "float32"), R"({"type":"float32","value":-Infinity})");
+  EXPECT_EQ(real_text(std::numeric_limits<double>::infinity()), R"({"type":"float","value":Infinity})");
+  EXPECT_TRUE(std::isnan(value_real(std::nan(""))["value"].get<double>()));
+  EXPECT_EQ(value_real(-std::numeric_limits<double>::infinity())["value"].get<double>(),
+            -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(pyjson_dump(value_real(std::numeric_limits<double>::infinity()), -1),
+            R"({"type": "float", "value": Infinity})");
+  // Readers take both forms.
+  EXPECT_TRUE(std::isnan(*value_leaf_real(nlohmann::ordered_json("nan"))));
+  EXPECT_EQ(*value_leaf_real(nlohmann::ordered_json("-inf")), -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(*value_leaf_real(nlohmann::ordered_json(2.5)), 2.5);
+  EXPECT_FALSE(value_leaf_real(nlohmann::ordered_json("-inf"), false));
+  EXPECT_FALSE(value_leaf_real(nlohmann::ordered_json("x")));
+  EXPECT_TRUE(value_real_type("float32"));
+  EXPECT_FALSE(value_real_type("str"));
   EXPECT_EQ(value_text("str", "mean").dump(), R"({"type":"str","value":"mean"})");
   EXPECT_EQ(value_text("torch.dtype", "torch.float32").dump(), R"({"type":"torch.dtype","value":"torch.float32"})");
   EXPECT_EQ(value_text("ellipsis", "...").dump(), R"({"type":"ellipsis","value":"..."})");
@@ -383,10 +422,10 @@ TEST(DumpSemantics, ValueLeaves) {
                           stat_value::none())
                 .dump(),
             R"({"type":"numpy.ndarray","dtype":"bool","shape":[2],"Max":true,"Min":false,"Mean":null,"Norm":null})");
-  EXPECT_EQ(value_ndarray("float64", {}, stat_value::of_real(std::nan("")), stat_value::of_real(1),
-                          stat_value::of_real(1), stat_value::of_real(1))
-                .dump(),
-            R"({"type":"numpy.ndarray","dtype":"float64","shape":[],"Max":"nan","Min":1.0,"Mean":1.0,"Norm":1.0})");
+  EXPECT_EQ(pyjson_dump(value_ndarray("float64", {}, stat_value::of_real(std::nan("")), stat_value::of_real(1),
+                                      stat_value::of_real(1), stat_value::of_real(1)),
+                        -1),
+            R"({"type": "numpy.ndarray", "dtype": "float64", "shape": [], "Max": NaN, "Min": 1.0, "Mean": 1.0, "Norm": 1.0})");
 }
 
 TEST(DumpSemantics, StackLines) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -1281,7 +1282,9 @@ TEST(record_meta_text, plain_texts_pack_as_nlohmanns_parse_packs_them) {
       "\xef\xbb\xbf{}", " \t\r\n[1,\n 2]\n", "",
       "{", "}", "[1,]", "[,1]", "01", "-01", "1.", ".5", "+1", "-", "1e", "1e+", "tru", "nul", "nulls", "[1 2]",
       "{\"a\" 1}", "{\"a\":1,}", "{1:2}", "\"abc", "1 2", "{}x", "\"a\x01\"", "[" + std::string(100, '['),
-      std::string(70, '[') + std::string(70, ']'), "// c\n1", "NaN", "Infinity"};
+      std::string(70, '[') + std::string(70, ']'), "// c\n1", "NaN", "Infinity",
+      "-Infinity", R"({"type": "float", "value": -Infinity})", "[NaN,Infinity,-Infinity]",
+      R"({"s": "\u00e9", "v": NaN})", "-Inf", "nan", "-NaN", "Infinityx", "[NaN"};
   // Random values, and each cut or with a byte changed.
   std::mt19937 rng(7);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
@@ -1333,6 +1336,22 @@ TEST(record_meta_text, plain_texts_pack_as_nlohmanns_parse_packs_them) {
   }
   EXPECT_GT(valid, 3000u);  // both kinds were tried
   EXPECT_LT(valid, texts.size() - 1000);
+}
+
+// Non-finite reals travel as Python's json writes them (NaN, Infinity, -Infinity tokens, the
+// value leaves' form): packed as float64 by both paths, decoded as the IEEE values.
+TEST(record_meta_text, python_non_finite_tokens_pack_as_doubles) {
+  for (const bool general : {false, true}) {
+    record_header h;
+    h.kind = record_kind::value;
+    h.meta = record_meta_text(general ? R"({"s": "\u00e9", "value": [NaN, Infinity, -Infinity]})"
+                                      : R"({"s": "e", "value": [NaN, Infinity, -Infinity]})");
+    const auto v = record_header_decode(header_bytes(h)).meta["value"];
+    ASSERT_EQ(v.size(), 3u);
+    EXPECT_TRUE(std::isnan(v[0].get<double>()));
+    EXPECT_EQ(v[1].get<double>(), std::numeric_limits<double>::infinity());
+    EXPECT_EQ(v[2].get<double>(), -std::numeric_limits<double>::infinity());
+  }
 }
 
 // ---- a value record's meta kept as its msgpack bytes (record_decode_options) ----

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <set>
@@ -199,9 +200,12 @@ TEST(stage_harness, writer_run_computes_statistics_no_stage_computed) {
   EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Norm"], 10.0);
 }
 
-TEST(stage_harness, writer_run_refuses_a_path_it_cannot_place_and_keeps_what_came_before) {
-  // A list index below 0 or past a million (the nulls before it would take the writer's memory),
-  // and a slot under a debug save's whole value: one line naming the record, the dump kept.
+TEST(stage_harness, writer_run_refuses_a_record_it_cannot_place_and_dumps_the_rest) {
+  // A list index below 0 or past a million (the nulls before it would take the writer's memory), a
+  // slot under a debug save's whole value, and a path that would turn a filled list into a dict:
+  // each one refused record, named on stderr and in dump_error_info.log and counted; what came
+  // before and after it is dumped (issue 60: `save({3000000: t})` ended the writer and the run's
+  // later steps were not dumped).
   const auto placed = [](std::vector<record_path_element> path) {
     auto tensor = float_tensor("Functional.relu.1.forward", "output.0", {1});
     tensor.header.path = std::move(path);
@@ -212,30 +216,35 @@ TEST(stage_harness, writer_run_refuses_a_path_it_cannot_place_and_keeps_what_cam
   cases.emplace_back(list_of(placed({int64_t{0}, std::string("k"), int64_t{1} << 40})), "list index 1099511627776");
   cases.emplace_back(list_of(float_tensor("x.0.debug", "debug", {1}), float_tensor("x.0.debug", "other.0", {2})),
                      "tensor record x.0.debug (rank -1, step 0) other.0: the entry holds a whole value");
+  cases.emplace_back(list_of(float_tensor("Functional.relu.1.forward", "output.0", {1}), placed({std::string("k")})),
+                     "its path goes through a list by key");
   for (auto &[records, message] : cases) {
     test::temp_dir dir;
     test::stage_harness h(false);
-    // From a record file, which the stage reads itself: a stage that throws while a harness
-    // feeds it stops the process's later runs (stage_harness.h).
     const std::string file = dir.path() + "/records.tpr";
     record_file_writer writer(file);
     writer.write(session_record(dir.path() + "/dump"));
     writer.write(float_tensor("Functional.relu.0.forward", "output.0", {5}));
     for (const auto &r : records) writer.write(r);
+    writer.write(float_tensor("Functional.relu.2.forward", "output.0", {7}));
     writer.close();
-    EXPECT_THAT(
-        [&] {
-          h.run_file(
-              [&](stage_io &io) {
-                writer_stage_options o;
-                o.dump_path = dir.path() + "/dump";
-                writer_run(io, o);
-              },
-              file);
+    writer_stage_result result;
+    h.run_file(
+        [&](stage_io &io) {
+          writer_stage_options o;
+          o.dump_path = dir.path() + "/dump";
+          result = writer_run(io, o);
         },
-        ::testing::ThrowsMessage<framing_error>(HasSubstr(message)));
+        file);
+    EXPECT_EQ(result.records_refused, 1u) << message;
+    EXPECT_THAT(result.first_refusal, HasSubstr(message));
     const auto doc = pyjson_load_file(dir.path() + "/dump/step0/rank/dump.json");
     EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Max"], 5.0);
+    EXPECT_EQ(doc["data"]["Functional.relu.2.forward"]["output"][0]["Max"], 7.0) << message;
+    std::ifstream log(dir.path() + "/dump/step0/rank/dump_error_info.log");
+    std::string line;
+    ASSERT_TRUE(std::getline(log, line)) << message;
+    EXPECT_THAT(line, HasSubstr(message));
   }
 }
 

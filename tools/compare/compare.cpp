@@ -420,10 +420,13 @@ void compare_pair(run_context &ctx, const std::string &npu_json, const std::stri
 
   stack_map stacks;
   if (ctx.options.stack_mode) {
-    const std::string stack_path = (fs::path(npu_json).parent_path() / "stack.json").string();
+    const bool given = !ctx.options.stack_path.empty();
+    const std::string stack_path =
+        given ? ctx.options.stack_path : (fs::path(npu_json).parent_path() / "stack.json").string();
     struct stat st {};
     if (::stat(stack_path.c_str(), &st) != 0)
-      throw usage_error(fmt::format("--stack-mode: no stack.json beside the NPU dump: {}", stack_path));
+      throw usage_error(given ? fmt::format("stack file {}: not found", stack_path)
+                              : fmt::format("--stack-mode: no stack.json beside the NPU dump: {}", stack_path));
     stacks = stack_load(stack_path);
   }
   compare_table_options topt;
@@ -527,6 +530,10 @@ compare_report compare_run(const compare_options &options) {
     throw usage_error(fmt::format("NPU {} and bench {}: a step folder pairs only with a step folder (ranks by position); "
                                   "give a rank folder or a dump.json on both sides to compare one rank",
                                   options.npu_path, options.bench_path));
+  if (npu_dir && !options.stack_path.empty())
+    throw usage_error(fmt::format("stack file {}: a stack path applies to one dump.json pair, not to step folders "
+                                  "(each rank's stack.json is read beside its dump.json)",
+                                  options.stack_path));
   std::unordered_map<std::string, std::string> mapping;
   if (!options.mapping_path.empty()) mapping = compare_load_mapping(options.mapping_path);
 

@@ -48,6 +48,8 @@ struct compare_options {
   compare_match match = compare_match::automatic;  // how rows are paired (compare_match.h)
   bool fuzzy_match = false;
   bool stack_mode = false;   // NPU_Stack_Info from the NPU side's stack.json (must exist)
+  std::string stack_path;    // with stack_mode, this stack.json instead (msprobe's compare.json
+                             // stack_path; a dump.json pair only)
   bool highlight = false;
   std::string mapping_path;  // "" = none; flat YAML "npu name: bench name" lines, or a JSON object
   bool advisor = true;       // write advisor*.txt

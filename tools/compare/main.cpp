@@ -1,7 +1,35 @@
 // tprobe-compare: see compare.h.
 #include <fmt/format.h>
 
+#include "common/msprobe_cli.h"
 #include "compare.h"
+
+namespace {
+
+// msprobe's spellings of compare's flags (msprobe-compat.md §3.1; msprobe_cli.h). msprobe's "-f"
+// is its fuzzy match, as tprobe's; "-f pytorch" (the framework, msprobe's first argument) is taken
+// where it stands before or after the verb.
+constexpr tprobe::msprobe_flag msprobe_flags[] = {
+    {"-hl", "--highlight"},
+    {"-fm", "--fuzzy-match"},
+    {"--fuzzy_match", "--fuzzy-match"},
+    {"--stack_mode", "--stack-mode"},
+    {"--compare_only", "--compare-only"},
+    {"--output_path", "--output", true},
+    {"-dm", "--mapping", true},
+    {"--data_mapping", "--mapping", true},
+    {"--framework", "", true, "", "pytorch"},
+    {"-da", "", false, "the first-diff-node analysis"},
+    {"--diff_analyze", "", false, "the first-diff-node analysis"},
+    {"-cm", "", false, "MindSpore's cell mapping"},
+    {"--cell_mapping", "", false, "MindSpore's cell mapping"},
+    {"-am", "", false, "MindSpore's API mapping"},
+    {"--api_mapping", "", false, "MindSpore's API mapping"},
+    {"-lm", "", false, "MindSpore's layer mapping"},
+    {"--layer_mapping", "", false, "MindSpore's layer mapping"},
+};
+
+}  // namespace
 
 int main(int argc, char **argv) {
   using namespace tprobe;
@@ -9,14 +37,33 @@ int main(int argc, char **argv) {
     const auto &d = compare_stage_description();
     CLI::App app{d.summary, "tprobe-compare"};
     compare_options o;
+    std::string input_json;
     stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
-    app.add_option("NPU", o.npu_path, "NPU side: a dump.json, or a step folder of rank folders")->required();
-    app.add_option("BENCH", o.bench_path, "bench side, the same kind as NPU")->required();
+    app.add_option("NPU", o.npu_path, "NPU side: a dump.json, or a step folder of rank folders");
+    app.add_option("BENCH", o.bench_path, "bench side, the same kind as NPU");
+    app.add_option("-i,--input_path", input_json,
+                   "msprobe's compare.json ({\"npu_path\", \"bench_path\", \"stack_path\"}) in place of NPU BENCH");
     stage_add_declared_options(app, d, values);
     app.get_option("--output")->required();  // a table default cannot say "no default": the parser does
     stage_add_describe_option(app, d);
-    stage_parse(app, argc, argv);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    for (size_t i = 0; i + 1 < args.size(); ++i)  // "-f pytorch" is the framework, any other -f the fuzzy match
+      if (args[i] == "-f" && (args[i + 1] == "pytorch" || args[i + 1] == "mindspore")) args[i] = "--framework";
+    args = msprobe_args_translate(std::move(args), msprobe_flags, known_options_of(app), "tprobe compare");
+    std::vector<char *> translated{argv[0]};
+    for (auto &a : args) translated.push_back(a.data());
+    stage_parse(app, static_cast<int>(translated.size()), translated.data());
     stage_check_declared_options(d, values);
+    if (!input_json.empty()) {
+      if (!o.npu_path.empty())
+        throw usage_error("give NPU and BENCH, or -i compare.json, not both");
+      const auto in = msprobe_compare_input_load(input_json);
+      o.npu_path = in.npu_path;
+      o.bench_path = in.bench_path;
+      o.stack_path = in.stack_path;
+    } else if (o.bench_path.empty()) {
+      throw usage_error("NPU and BENCH are required (or msprobe's -i compare.json)");
+    }
     o.output_dir = values.text("output");
     o.fuzzy_match = values.flag("fuzzy-match");
     o.stack_mode = values.flag("stack-mode");

@@ -1,7 +1,9 @@
 #include "writer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -10,10 +12,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <regex>
 #include <set>
 #include <thread>
 #include <unordered_map>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -128,6 +133,114 @@ class background_jobs {
   std::thread thread_;
 };
 
+// The dump path's lock file, DUMP/.tprobe-writer.lock: a writer holds a POSIX record lock on one
+// byte of it per rank it writes there (byte R + 1 for rank R, byte 0 for the folder "rank"), for
+// its whole life. So a second writer into the same rank folders (a second run into the same
+// dump_path at once) is refused with one line naming the first, while the ranks of one job, each
+// with a pipeline of its own (direct mode, several hosts), share the dump path. One descriptor per
+// dump path however many ranks; fcntl locks rather than flock() because flock over NFS, where dump
+// paths often are, is emulated with them anyway. The last writer to end removes the file; one that
+// was killed leaves it behind, unlocked, and the next writer takes it over.
+class dump_path_lock {
+ public:
+  static constexpr const char *file_name = ".tprobe-writer.lock";
+
+  // `root`: an absolute, normalised dump path that exists (safe_mkdirs). Throws system_error when
+  // the file cannot be used.
+  explicit dump_path_lock(const std::string &root) : root_(root), path_(root + "/" + file_name) { open_file(); }
+  ~dump_path_lock() {
+    if (fd_ < 0) return;
+    ::close(fd_);  // every rank's lock goes with it
+    // The file goes when no other writer holds a byte of it: probed with a lock on the whole file,
+    // which a writer that opened the file meanwhile waits out (take) before it starts again.
+    const int fd = ::open(path_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    struct flock all = whole_file(F_WRLCK);
+    if (::fcntl(fd, F_SETLK, &all) == 0) (void)::unlink(path_.c_str());
+    ::close(fd);
+  }
+  dump_path_lock(const dump_path_lock &) = delete;
+  dump_path_lock &operator=(const dump_path_lock &) = delete;
+
+  // Locks `rank`'s byte (once per rank). Throws system_error naming the writer that holds it.
+  void take(int32_t rank) {
+    if (fd_ < 0 || !ranks_.insert(rank).second) return;
+    for (int attempt = 0;; ++attempt) {
+      struct flock byte = rank_byte(rank, F_WRLCK);
+      if (::fcntl(fd_, F_SETLK, &byte) != 0) {
+        const int e = errno;
+        if (e != EAGAIN && e != EACCES) return unsupported(e);
+        struct flock holder = rank_byte(rank, F_WRLCK);
+        if (::fcntl(fd_, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK && !(holder.l_start == 0 && holder.l_len == 0)) {
+          ranks_.erase(rank);
+          const std::string folder = rank < 0 ? "rank" : fmt::format("rank{}", rank);
+          throw system_error(fmt::format(
+              "unable to lock dump path {} for its {} folders: {} is writing them ({}); wait for that run to end or "
+              "choose another dump_path",
+              root_, folder, holder.l_pid > 0 ? fmt::format("tprobe-writer pid {}", holder.l_pid) : "another writer",
+              path_));
+        }
+        // A writer removing the file at its end (its lock covers the whole file): wait the moment it
+        // takes, then start again on the file as it is then.
+        byte = rank_byte(rank, F_WRLCK);
+        while (::fcntl(fd_, F_SETLKW, &byte) != 0 && errno == EINTR) {
+        }
+      }
+      if (still_named()) return;
+      if (attempt == 100) throw system_error("unable to lock dump path " + root_ + ": its lock file keeps being replaced");
+      ::close(fd_);  // the file this descriptor locked was removed: the rank's lock goes with it
+      fd_ = -1;
+      open_file();
+      if (fd_ < 0) return;
+      // Every rank taken so far, again on the new file (none can conflict: all were ours).
+      for (int32_t r : ranks_) {
+        struct flock again = rank_byte(r, F_WRLCK);
+        if (r != rank && ::fcntl(fd_, F_SETLK, &again) != 0) return unsupported(errno);
+      }
+    }
+  }
+
+ private:
+  static struct flock whole_file(short type) {
+    struct flock l {};
+    l.l_type = type;
+    l.l_whence = SEEK_SET;
+    return l;  // l_start 0, l_len 0: the whole file, however long
+  }
+  static struct flock rank_byte(int32_t rank, short type) {
+    struct flock l = whole_file(type);
+    l.l_start = static_cast<off_t>(std::max(rank, -1)) + 1;
+    l.l_len = 1;
+    return l;
+  }
+
+  void open_file() {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640);
+    if (fd_ < 0) throw system_error_from_errno("open", path_, errno);
+  }
+
+  // Whether the path still names the file this descriptor locked (a writer that ended may have
+  // removed it just before the lock was granted).
+  bool still_named() const {
+    struct stat held {}, named {};
+    return ::fstat(fd_, &held) == 0 && ::lstat(path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+           held.st_dev == named.st_dev;
+  }
+
+  // A file system without record locks: writing goes on, unguarded, and says so once.
+  void unsupported(int e) {
+    if (e != ENOLCK && e != EOPNOTSUPP && e != EINVAL && e != EBADF) throw system_error_from_errno("lock", path_, e);
+    fmt::print(stderr, "tprobe-writer: warning: unable to lock dump path {}: {}; a second run writing into it at the "
+                       "same time would not be refused\n", root_, std::strerror(e));
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+  std::string root_, path_;
+  int fd_ = -1;
+  std::set<int32_t> ranks_;
+};
+
 // One dump folder: step{S}/rank{R}.
 struct dump_doc {
   std::string dir;       // absolute
@@ -155,6 +268,8 @@ struct dump_doc {
   // one reads dir's contents or next_* before waiting on it (dump_writer::await_folder).
   std::shared_future<void> folder_ready;  // reset once awaited and done
   bool prepares_in_background = false;    // its job makes next_*: counted as made until awaited
+  std::vector<std::string> errors;  // refused records (dump_writer::refuse): dump_error_info.log
+  size_t errors_written = 0;
 };
 
 class dump_writer {
@@ -175,10 +290,19 @@ class dump_writer {
       case record_kind::session: sessions_[h.run] = session_from_meta(h.meta); return;
       case record_kind::entry: entry_metadata(r); return;
       case record_kind::tensor:
-        fill_missing_stats(r);
-        place(r);
+      case record_kind::value:
+        // A record this folder cannot hold (a path past any list, a slot that clashes with what
+        // is there, a file name outside msprobe's set, …) is one refused record, named and
+        // counted (refuse); the rest of the stream is still dumped.
+        try {
+          if (h.kind == record_kind::tensor) fill_missing_stats(r);
+          place(r);
+        } catch (const usage_error &e) {
+          refuse(r, e.what());
+        } catch (const framing_error &e) {
+          refuse(r, e.what());
+        }
         return;
-      case record_kind::value: place(r); return;
       case record_kind::flush:
         if (auto *d = find_doc(h)) write_doc(*d);
         return;
@@ -229,6 +353,20 @@ class dump_writer {
 
   const writer_stage_result &result() const { return result_; }
 
+  // Refused records: each is a line of its folder's dump_error_info.log (msprobe's file for what
+  // the tool could not dump), the first few also on stderr as they come, all counted.
+  void refuse(const record &r, const std::string &why) {
+    ++result_.records_refused;
+    if (result_.first_refusal.empty()) result_.first_refusal = why;
+    if (result_.records_refused <= refusals_printed)
+      fmt::print(stderr, "tprobe-writer: error: not dumped: {}{}\n", why,
+                 result_.records_refused == refusals_printed ? " (further refusals: dump_error_info.log only)" : "");
+    if (dump_doc *d = find_doc(r.header)) {
+      d->errors.push_back(why);
+      d->dirty = true;
+    }
+  }
+
  private:
   struct doc_key {
     int64_t step;
@@ -243,6 +381,44 @@ class dump_writer {
     return sessions_[h.run];  // a producer without a session record: defaults
   }
 
+  // Checks `root` (msprobe's path rule), makes it and locks `rank`'s folders in it, once each.
+  void lock(const std::string &root, int32_t rank) {
+    const std::string path = path_check_create(root, "dump path");
+    auto it = locks_.find(path);
+    if (it == locks_.end()) {
+      safe_mkdirs(path);
+      it = locks_.emplace(path, std::make_unique<dump_path_lock>(path)).first;
+    }
+    it->second->take(rank);
+    written_ranks_[path].insert(rank < 0 ? "rank" : fmt::format("rank{}", rank));
+  }
+
+ public:
+  // The folders of the ranks this writer wrote, in its dump paths, that it did not write: what an
+  // earlier run left there ("DUMP/step7/rank0"), sorted by step. Other ranks' folders are not
+  // looked at: they may be another rank's of the same job, written by a pipeline of its own.
+  std::vector<std::string> earlier_run_folders() const {
+    static const std::regex step_name("step(0|[1-9][0-9]*)");
+    std::vector<std::string> out;
+    for (const auto &[root, ranks] : written_ranks_) {
+      std::vector<std::pair<long long, std::string>> steps;
+      std::error_code error;
+      for (std::filesystem::directory_iterator it(root, error), end; !error && it != end; it.increment(error)) {
+        const std::string name = it->path().filename().string();
+        if (std::regex_match(name, step_name) && it->is_directory(error) && !it->is_symlink(error))
+          steps.emplace_back(std::stoll(name.substr(4)), name);
+      }
+      std::sort(steps.begin(), steps.end());
+      for (const auto &[step, step_folder] : steps)
+        for (const auto &rank : ranks) {  // "rank" < "rank0" < "rank1" < "rank10": good enough
+          const std::string dir = root + "/" + step_folder + "/" + rank;
+          if (!reopened_.count(dir) && std::filesystem::is_directory(dir, error)) out.push_back(dir);
+        }
+    }
+    return out;
+  }
+
+ private:
   dump_doc *find_doc(const record_header &h) {
     auto it = docs_.find({h.step, h.rank, h.run});
     return it == docs_.end() ? nullptr : &it->second;
@@ -266,7 +442,7 @@ class dump_writer {
     if (root.empty())
       throw usage_error(fmt::format("{}: no dump path: give --dump-path or a session record with dump_path",
                                     r_describe(h)));
-    path_check_create(root, "dump path");
+    lock(root, h.rank);
     d.relative = h.rank < 0 ? fmt::format("step{}/rank", h.step) : fmt::format("step{}/rank{}", h.step, h.rank);
     d.dir = (std::filesystem::absolute(root) / d.relative).lexically_normal().string();
     // A folder finished earlier (step_end) that receives more: continue from what is on disk
@@ -529,6 +705,22 @@ class dump_writer {
     if (!where.whole_entry && e.type == dump_node::kind::text)
       throw framing_error(fmt::format("{} {}: the entry holds a whole value (a debug save); a slot cannot go in it",
                                       r_describe(h), h.slot));
+    // A path through a filled list by key, or through a filled dict by index, would turn the one
+    // into the other (dump_node converts), losing what it held.
+    const dump_node *probe = where.whole_entry ? &e : e.find(section);
+    for (size_t i = 0; probe && i < path.size(); ++i) {
+      const auto *index = std::get_if<int64_t>(&path[i]);
+      const auto clash = index ? dump_node::kind::object : dump_node::kind::array;
+      if (probe->type == clash && !probe->items.empty())
+        throw usage_error(fmt::format("{} {}: its path goes through a {} by {}, which would lose what it holds",
+                                      r_describe(h), h.slot, index ? "dict" : "list", index ? "index" : "key"));
+      if (index)
+        probe = probe->type == dump_node::kind::array && static_cast<size_t>(*index) < probe->items.size()
+                    ? &probe->items[static_cast<size_t>(*index)]
+                    : nullptr;
+      else
+        probe = const_cast<dump_node *>(probe)->find(std::get<std::string>(path[i]));
+    }
 
     // The leaf's depth in dump.json: the document {"data": {entry: {section: ...}}} puts a
     // section's value at level 3 (the entry itself at 2), and each path element one deeper.
@@ -634,9 +826,17 @@ class dump_writer {
       replace_file(d.next_construct, d.dir + "/construct.json", pyjson_dump(d.construct, 1));
       d.construct_dirty = false;
     }
+    if (d.errors.size() != d.errors_written) {
+      text.clear();
+      for (const auto &e : d.errors) text.append(e).append("\n");
+      atomic_write_file(d.dir + "/dump_error_info.log", text);
+      d.errors_written = d.errors.size();
+    }
     d.dirty = false;
     ++result_.json_rewrites;
   }
+
+  static constexpr uint64_t refusals_printed = 10;
 
   writer_stage_options options_;
   writer_stage_result result_;
@@ -648,6 +848,9 @@ class dump_writer {
   std::map<doc_key, dump_doc>::value_type *last_doc_ = nullptr;  // the folder doc() gave last
   std::unique_ptr<dump_doc> finished_;
   std::set<std::string> reopened_;
+  // Every dump path written into (absolute, normalised) → its lock, held until the writer ends.
+  std::map<std::string, std::unique_ptr<dump_path_lock>> locks_;
+  std::map<std::string, std::set<std::string>> written_ranks_;  // dump path → its rank folders written
   clock_type::time_point next_flush_;
   // Last: destroyed (its thread joined) before the folders its jobs write into.
   background_jobs jobs_;
@@ -682,7 +885,9 @@ writer_stage_result writer_run(stage_io &io, const writer_stage_options &options
     throw;
   }
   writer.finish();
-  return writer.result();
+  writer_stage_result result = writer.result();
+  result.earlier_run_folders = writer.earlier_run_folders();
+  return result;
 }
 
 }  // namespace tprobe

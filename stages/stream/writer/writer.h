@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "stage_io.h"
 #include "stage_main.h"
@@ -50,6 +51,15 @@ struct writer_stage_result {
   uint64_t json_rewrites = 0;  // atomic rewrites of dump.json files
   uint64_t dumps = 0;          // (step, rank) folders written
   uint64_t stats_computed = 0;  // tensors that arrived with data and without statistics (no tprobe-stats upstream)
+  // Records that could not be placed (a list index past 2^20, a slot clashing with what its entry
+  // holds, a tensor file name outside msprobe's set, …): each a line of its folder's
+  // dump_error_info.log, the rest of the stream dumped all the same. main exits 100 when any.
+  uint64_t records_refused = 0;
+  std::string first_refusal;
+  // Step folders of the dump path(s) that this run did not write, left there by an earlier run
+  // ("DUMP/step7", or "DUMP/step0/rank1" beside a rank this run wrote): main names them, since a
+  // compare of the dump would take them for this run's.
+  std::vector<std::string> earlier_run_folders;
 };
 
 const stage_description &writer_stage_description();
