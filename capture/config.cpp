@@ -699,6 +699,44 @@ bool capture_filter::rank_enabled(int rank) const {
 }
 
 bool capture_filter::step_enabled(int64_t step) const {
+// --- which tasks run --------------------------------------------------------------------------
+
+const std::vector<std::string> &config_task_names() { return task_names; }
+
+const std::vector<std::string> &config_built_tasks() {
+  static const std::vector<std::string> built{"statistics", "tensor", "overflow_check", "grad_probe", "structure"};
+  return built;
+}
+
+void config_check_task_runs(const capture_config &cfg, const config_pipeline &pipeline) {
+  const std::string source = cfg.source_name.empty() ? "config" : cfg.source_name;
+  if (!contains(config_built_tasks(), cfg.task))
+    throw usage_error(fmt::format("{}: task {} is not built in tprobe yet (built: {})", source, quote(cfg.task),
+                                  fmt::join(config_built_tasks(), ", ")));
+  if (!pipeline.tasks.empty() && !contains(pipeline.tasks, cfg.task))
+    throw usage_error(fmt::format("{}: task {} is not one that {} can do (its tasks: {})", source, quote(cfg.task),
+                                  pipeline.manifest.empty() ? "the pipeline" : pipeline.manifest,
+                                  fmt::join(pipeline.tasks, ", ")));
+}
+
+config_pipeline config_pipeline_from_env() {
+  config_pipeline pipeline;
+  if (const char *manifest = std::getenv("TPROBE_PIPELINE")) pipeline.manifest = manifest;
+  if (const char *tasks = std::getenv("TPROBE_PIPELINE_TASKS")) {
+    std::string_view rest = tasks;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string task(rest.substr(0, comma));
+      if (!task.empty()) {
+        check_one_of(task, task_names, "TPROBE_PIPELINE_TASKS");
+        pipeline.tasks.push_back(task);
+      }
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
+  return pipeline;
+}
+
   return steps_.empty() || std::binary_search(steps_.begin(), steps_.end(), step);
 }
 

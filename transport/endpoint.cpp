@@ -949,6 +949,10 @@ bool endpoint_send_final(zmq::context_t &ctx, const std::string &endpoint, int t
 struct tap_subscriber::impl {
   zmq::socket_t sub;
   std::string endpoint;
+  // Reports ZMQ_EVENT_DISCONNECTED: the tap's stage went away (ended, or died). Not connected
+  // for inproc or connect_timeout_ms < 0, whose connection is not watched.
+  zmq::socket_t monitor;
+  bool gone = false;
 };
 
 namespace {
@@ -958,12 +962,16 @@ namespace {
 // absence by the deadline is the answer.
 // With CURVE the TCP connection alone proves little (a wrong server key connects, then the
 // handshake fails in silence): then the connection counts once the handshake succeeded.
+// `keep`, when given, receives the monitor, which goes on reporting ZMQ_EVENT_DISCONNECTED from
+// the moment of the connection (watching from then on leaves no gap for a disconnection to
+// slip through).
 void wait_connected(zmq::context_t &ctx, zmq::socket_t &socket, const std::string &endpoint,
-                    const std::function<void()> &connect, int timeout_ms, const curve_plan &curve) {
+                    const std::function<void()> &connect, int timeout_ms, const curve_plan &curve,
+                    zmq::socket_t *keep = nullptr) {
   const int awaited = curve.on ? ZMQ_EVENT_HANDSHAKE_SUCCEEDED : ZMQ_EVENT_CONNECTED;
   static std::atomic<uint64_t> monitors{0};
   const std::string monitor_address = fmt::format("inproc://tprobe-connect-monitor-{}-{}", ::getpid(), ++monitors);
-  if (zmq_socket_monitor(socket.handle(), monitor_address.c_str(), awaited) != 0)
+  if (zmq_socket_monitor(socket.handle(), monitor_address.c_str(), awaited | (keep ? ZMQ_EVENT_DISCONNECTED : 0)) != 0)
     throw system_error(fmt::format("unable to monitor the connection to {}: {}", endpoint, zmq_strerror(zmq_errno())));
   zmq::socket_t monitor(ctx, zmq::socket_type::pair);
   monitor.set(zmq::sockopt::linger, 0);
@@ -989,6 +997,10 @@ void wait_connected(zmq::context_t &ctx, zmq::socket_t &socket, const std::strin
     uint16_t id = 0;
     if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
     connected = id == awaited;
+  }
+  if (connected && keep) {
+    *keep = std::move(monitor);
+    return;
   }
   zmq_socket_monitor(socket.handle(), nullptr, 0);
   if (!connected && !transport_interrupted())
@@ -1017,10 +1029,14 @@ tap_subscriber::tap_subscriber(zmq::context_t &ctx, const std::string &endpoint,
   };
   // inproc has no background connection (and no monitor events): it connects or fails at once.
   if (connect_timeout_ms < 0 || endpoint.rfind("inproc://", 0) == 0) connect();
-  else wait_connected(ctx, impl_->sub, endpoint, connect, connect_timeout_ms, curve);
+  else wait_connected(ctx, impl_->sub, endpoint, connect, connect_timeout_ms, curve, &impl_->monitor);
 }
 
-tap_subscriber::~tap_subscriber() = default;
+tap_subscriber::~tap_subscriber() {
+  if (impl_ && impl_->monitor) zmq_socket_monitor(impl_->sub.handle(), nullptr, 0);
+}
+
+bool tap_subscriber::publisher_gone() const { return impl_->gone; }
 
 std::optional<record> tap_subscriber::receive(int timeout_ms) {
   ensure_signal_pipe();
@@ -1032,12 +1048,27 @@ std::optional<record> tap_subscriber::receive(int timeout_ms) {
       wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
       if (wait < 0) return std::nullopt;
     }
-    zmq::pollitem_t items[] = {{impl_->sub.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0}};
+    // Once the stage is gone nothing more can come: what it sent before is read first (the
+    // I/O thread queues it ahead of the disconnection), then a wait without a deadline ends.
+    if (impl_->gone && timeout_ms < 0 && !(impl_->sub.get(zmq::sockopt::events) & ZMQ_POLLIN)) return std::nullopt;
+    const bool watching = impl_->monitor && !impl_->gone;
+    zmq::pollitem_t items[] = {{impl_->sub.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, g_signal_pipe[0], ZMQ_POLLIN, 0},
+                               {watching ? impl_->monitor.handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 2, std::chrono::milliseconds(wait));
+      zmq::poll(items, watching ? 3 : 2, std::chrono::milliseconds(wait));
     } catch (const zmq::error_t &e) {
       if (e.num() == EINTR) continue;
       rethrow_zmq(e, "poll", impl_->endpoint);
+    }
+    if (watching && (items[2].revents & ZMQ_POLLIN)) {
+      zmq::message_t event, address;
+      (void)impl_->monitor.recv(event);
+      if (event.more()) (void)impl_->monitor.recv(address);
+      uint16_t id = 0;
+      if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
+      if (id == ZMQ_EVENT_DISCONNECTED) impl_->gone = true;
+      continue;
     }
     if (items[1].revents & ZMQ_POLLIN) continue;
     if (!(items[0].revents & ZMQ_POLLIN)) {

@@ -249,7 +249,12 @@ class tap_subscriber {
   tap_subscriber(zmq::context_t &ctx, const std::string &endpoint, int connect_timeout_ms = 5000);
   ~tap_subscriber();
   // Next record, or nullopt after `timeout_ms` without one (-1 = wait) or on stop_requested().
+  // A wait without a deadline (-1) also ends, with nullopt, once the tap's stage went away (its
+  // connection closed: the stage ended, or died) and everything it published before is read.
   std::optional<record> receive(int timeout_ms);
+  // The tap's stage closed the connection (watched once connected; not for inproc, nor with a
+  // negative connect_timeout_ms).
+  bool publisher_gone() const;
 
  private:
   struct impl;

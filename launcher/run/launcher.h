@@ -21,6 +21,8 @@
 //       TPROBE_LAUNCHER_PID  this launcher: a capture blocked on the pipeline gives up when it is gone
 //       TPROBE_CONFIG     absolute path of --config (only when given)
 //       TPROBE_TASK, TPROBE_LEVEL, TPROBE_DUMP_PATH   from the manifest's "capture" (when given)
+//       TPROBE_PIPELINE, TPROBE_PIPELINE_TASKS   the manifest and its "tasks" (comma-joined, "" =
+//                         any): the capture refuses a config whose task is not among them
 //     Without a command the launcher prints these as NAME=VALUE lines on stdout and waits: a
 //     producer started elsewhere can connect; Ctrl-C ends the run.
 //  5. When the command exits, each capture-reading stage gets a `final` (no new producer will
@@ -29,6 +31,10 @@
 // Failures and signals:
 //  - A stage that exits non-zero, is killed or is stopped (SIGSTOP), at any time, is fatal:
 //      tprobe: fatal: stage "stats" (tprobe-stats) exited with status 100
+//    and so is one that a signal from elsewhere ended before its end-of-stream (it exits 128+N
+//    once its files are written, stage_main.h), or that reads "capture" and exits 0 before its
+//    `final`: a stream cut short is never counted among the finished stages:
+//      tprobe: fatal: stage "writer" (tprobe-writer) ended on signal 15 (Terminated) before its end-of-stream
 //    the other stages' process groups get SIGTERM (stages finish their files on SIGTERM; a stopped
 //    stage gets SIGCONT too), and RUN_DIR/failed holds that line, so that a capture still waiting
 //    on the pipeline gives up at once (endpoint.h). The command is left alone: the training comes first, and its
@@ -38,10 +44,14 @@
 //    fatal ("did not report ready within 60 s"); a stage's connection to its consumers has the
 //    hello deadline of endpoint.h, so a consumer that is ready but never answers fails its
 //    producer's start-up with a message naming the consumer's endpoint.
-//  - --config is read and validated as the capture will (with the manifest's "capture"
-//    overrides), and its dump_path checked, before anything starts: a bad one is exit 100.
+//  - --config (else an inherited TPROBE_CONFIG) is read and validated as the capture will (with
+//    the manifest's "capture" overrides), its task checked against the manifest's "tasks" and the
+//    tasks tprobe builds (capture/config.h), and its dump_path checked, before anything starts: a
+//    bad one is exit 100.
 //  - First Ctrl-C: not fatal to the launcher. The command gets the terminal's SIGINT itself and
-//    usually exits, which ends the run as in 5; without a command it ends the run as in 5 at once.
+//    usually exits, which ends the run as in 5; a SIGINT sent to the launcher alone by a process
+//    (kill -INT PID; signalfd tells it from the terminal's) is forwarded to the command. Without a
+//    command the first SIGINT ends the run as in 5 at once.
 //    Second Ctrl-C (or SIGTERM/SIGHUP to the launcher): SIGTERM to every stage and the command.
 //    Third Ctrl-C: SIGKILL to everything still running (the escape hatch for a hung stage).
 //  - Whatever is still running 30 s after its SIGTERM gets SIGKILL, so that a stuck process cannot

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "config.h"
 #include "errors.h"
 
 extern char **environ;
@@ -265,7 +266,7 @@ manifest manifest_parse(const json &doc, const std::string &path) {
   manifest m;
   m.path = path;
   if (!doc.is_object()) throw usage_error(path + ": a manifest is a JSON object, got " + json_type_of(doc));
-  check_known_keys(doc, {"description", "capture", "runs", "stages"}, path);
+  check_known_keys(doc, {"description", "capture", "tasks", "runs", "stages"}, path);
 
   if (auto d = doc.find("description"); d != doc.end()) {
     if (!d->is_string()) throw usage_error(path + ": \"description\" must be a string, got " + json_type_of(*d));
@@ -286,6 +287,40 @@ manifest manifest_parse(const json &doc, const std::string &path) {
     text("task", m.capture.task);
     text("level", m.capture.level);
     text("dump_path", m.capture.dump_path);
+  }
+
+  // The capture tasks this pipeline can do: a config asking for another is refused before the
+  // command starts (launcher) and by the capture itself (TPROBE_PIPELINE_TASKS).
+  auto check_task = [&](const std::string &task, const std::string &where) {
+    const auto &names = config_task_names();
+    if (std::find(names.begin(), names.end(), task) == names.end())
+      throw usage_error(where + ": unknown task " + in_quotes(task) + " (msprobe's tasks: " + join(names, ", ") + ")");
+    const auto &built = config_built_tasks();
+    if (std::find(built.begin(), built.end(), task) == built.end())
+      throw usage_error(where + ": task " + in_quotes(task) + " is not built in tprobe yet (built: " +
+                        join(built, ", ") + ")");
+  };
+  if (auto t = doc.find("tasks"); t != doc.end()) {
+    const std::string where = path + ": tasks";
+    if (!t->is_array() || t->empty())
+      throw usage_error(where + ": must be a non-empty array of task names, got " + json_type_of(*t));
+    for (const auto &v : *t) {
+      if (!v.is_string()) throw usage_error(where + ": a task name must be a string, got " + v.dump());
+      const std::string task = v.get<std::string>();
+      check_task(task, where);
+      if (std::find(m.tasks.begin(), m.tasks.end(), task) != m.tasks.end())
+        throw usage_error(where + ": task " + in_quotes(task) + " is listed twice");
+      m.tasks.push_back(task);
+    }
+  }
+  if (m.capture.task) {
+    check_task(*m.capture.task, path + ": capture");
+    if (m.tasks.empty()) {
+      m.tasks.push_back(*m.capture.task);  // the override makes every capture run this one
+    } else if (std::find(m.tasks.begin(), m.tasks.end(), *m.capture.task) == m.tasks.end()) {
+      throw usage_error(path + ": capture: task " + in_quotes(*m.capture.task) + " is not among its \"tasks\" (" +
+                        join(m.tasks, ", ") + ")");
+    }
   }
 
   if (auto runs = doc.find("runs"); runs != doc.end()) {

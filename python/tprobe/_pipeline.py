@@ -38,6 +38,14 @@ def _die_with_parent():
         pass
 
 
+def manifest_for(task):
+    """The shipped manifest (in pipelines/) that does `task`: each lists the tasks it can do
+    ("tasks", docs/stages/run.md), and tprobe run refuses a config asking for another. A task
+    tprobe does not build never gets here: the debugger refuses it at construction."""
+    return {"tensor": "tensor.json", "overflow_check": "overflow_check.json",
+            "grad_probe": "grad_probe.json"}.get(task, "statistics.json")
+
+
 class DirectPipeline:
     """A `tprobe run` started by this process. `endpoint` is where the capture connects."""
 
@@ -48,9 +56,7 @@ class DirectPipeline:
             raise RuntimeError(
                 f"tprobe: direct mode needs the tprobe binaries, but {launcher} does not exist; build them "
                 "(cmake --build build), set TPROBE_BIN_DIR, or run the script under `tprobe run`")
-        name = {"tensor": "tensor.json", "overflow_check": "overflow_check.json",
-                "grad_probe": "grad_probe.json"}.get(task, "statistics.json")
-        manifest = os.path.join(_native.pipelines_dir(), name)
+        manifest = os.path.join(_native.pipelines_dir(), manifest_for(task))
         if not os.path.isfile(manifest):
             raise RuntimeError(f"tprobe: direct mode needs the pipeline manifest {manifest}; set TPROBE_PIPELINES")
         self.command = [launcher, "run", manifest]

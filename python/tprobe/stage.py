@@ -279,6 +279,8 @@ class Stage:
                        "upstream_dropped": 0, "lost": 0}
         self._lost_message = ""  # the first producer whose records never all arrived
         self.stopping = False
+        self._stop_signal = 0   # the SIGINT/SIGTERM that set stopping
+        self._input_ended = False  # every producer's end-of-stream came
         self.exit_code = EXIT_OK  # a handler sets EXIT_NEGATIVE (1) for a negative answer (a check failed)
         self._control = None
         self._barrier_token = 0
@@ -369,7 +371,8 @@ class Stage:
         `finish(stage)`, if the handler has such an attribute, is called at the end of the stream
         and may return records too. Returns the exit code: stage.exit_code (0 unless the handler
         set 1, a negative answer), 100 for usage or protocol errors, 111 for system errors and for
-        an exception raised by the handler."""
+        an exception raised by the handler, 128+N when signal N (SIGINT, SIGTERM) cut the stream
+        short, before its end-of-stream."""
         try:
             args = self._parse(sys.argv[1:] if argv is None else argv)
             return self._serve(args, handler)
@@ -389,6 +392,7 @@ class Stage:
 
     def _on_signal(self, signum, frame):
         self.stopping = True
+        self._stop_signal = self._stop_signal or signum
 
     def _serve(self, args, handler):
         signal.signal(signal.SIGINT, self._on_signal)
@@ -431,6 +435,10 @@ class Stage:
                   f"{', interrupted' if self.stopping else ''}", file=sys.stderr, flush=True)
             if self.counts["lost"]:  # once what came is handled and passed on
                 raise SystemFailure(self._lost_message)
+            if self.stopping and not self._input_ended and self.exit_code == EXIT_OK:
+                # A signal cut the stream short: what was written is complete but not all (128+N,
+                # as the C++ stages, docs/stage-protocol.md).
+                return 128 + self._stop_signal
             return self.exit_code
         finally:
             for sock in (self._control or {}).values():
@@ -450,6 +458,7 @@ class Stage:
         registration_closed = False
         while True:
             if registration_closed and all(p["done"] for p in producers.values()):
+                self._input_ended = True
                 return
             if self.stopping:
                 return

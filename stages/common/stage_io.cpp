@@ -24,7 +24,20 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-void on_signal(int) { transport_interrupt(); }
+// The last stop signal (SIGINT, SIGTERM), and the one that cut a stream short (stage_io.h).
+volatile std::sig_atomic_t g_stop_signal = 0;
+int g_stream_cut_by = 0;
+
+void on_signal(int sig) {
+  g_stop_signal = sig;
+  transport_interrupt();
+}
+
+// A signal asked the stage to stop before its input's end-of-stream (a source: before it ended
+// on its own): its output lacks what came after, whatever it wrote is complete.
+void note_stream_cut() {
+  if (!g_stream_cut_by) g_stream_cut_by = g_stop_signal ? static_cast<int>(g_stop_signal) : SIGTERM;
+}
 
 struct producer_state {
   std::string name;
@@ -280,6 +293,7 @@ struct stage_io::impl {
       record *r = receive_file();
       if (!r) {
         ended = true;
+        publish_tap_end();
         if (outputs.empty()) lost_check();
       }
       return r;
@@ -287,11 +301,14 @@ struct stage_io::impl {
     for (;;) {
       if (stream_complete()) {
         ended = true;
+        publish_tap_end();
         if (outputs.empty()) lost_check();  // a stage with outputs says so in finish()
         return nullptr;
       }
       if (stop_requested()) {
         ended = interrupted = true;
+        note_stream_cut();
+        publish_tap_end();
         return nullptr;
       }
       if (batched_next < batched_used) {
@@ -585,17 +602,37 @@ struct stage_io::impl {
   }
 
   void finish() {
+    // Stopped by a signal before the input ended (a stage that stopped reading, a source cut short).
+    if (stop_requested() && !(ended && !interrupted)) note_stream_cut();
     settle_barrier();
     record eos(record_header_of(record_kind::eos));
     // What was lost on the way here is dropped for everyone downstream.
     eos.header.meta = {{"records", counts.sent}, {"dropped", counts.upstream_dropped + counts.lost}};
     for (auto &o : outputs) o->finish(eos);
     outputs.clear();
-    if (tap) {
+    if (tap && !tap_ended) {
+      tap_ended = true;
       auto frame = record_header_encode(eos.header);
       (void)tap.send(frame, zmq::send_flags::dontwait);
     }
     lost_check();
+  }
+
+  // A sink's tap shows what it consumes (publish_consumed), so its end too, when its input ends:
+  // a sink has no finish() to call, and `tprobe tap` on it must not wait forever. Best effort, as
+  // everything on a tap; the subscriber also ends when the stage's connection closes.
+  bool tap_ended = false;
+  void publish_tap_end() {
+    if (!tap || !outputs.empty() || tap_ended) return;
+    tap_ended = true;
+    record eos(record_header_of(record_kind::eos));
+    eos.header.meta = {{"records", counts.received}};
+    auto frame = record_header_encode(eos.header);
+    try {
+      (void)tap.send(frame, zmq::send_flags::dontwait);
+    } catch (const zmq::error_t &) {
+      ++counts.tap_dropped;  // never fails the stage: the tap is for watching
+    }
   }
 };
 
@@ -677,6 +714,8 @@ void stage_install_signal_handlers() {
 }
 
 bool stop_requested() { return transport_interrupted(); }
+
+int stage_stream_cut_by() { return g_stream_cut_by; }
 
 void request_stop() { transport_interrupt(); }
 

@@ -120,6 +120,13 @@ class stage_io {
 void stage_install_signal_handlers();
 bool stop_requested();
 void request_stop();  // as if a signal arrived (tests)
+// The signal (SIGINT, SIGTERM) that cut this process's stream short, 0 when none did: it arrived
+// before the input's end-of-stream (a source: before it ended on its own), and the stage ended on
+// it. What the stage wrote is complete, but lacks what would have come after, so the stage is not
+// done: stage_main_guard() turns its exit 0 into 128 + that signal, as a shell reports a process
+// ended by it, and `tprobe run` tells the cut stage from a finished one. A signal that comes after
+// the end-of-stream (while the files are written) cuts nothing.
+int stage_stream_cut_by();
 
 // steady_clock's time as of the kernel's last tick (CLOCK_MONOTONIC_COARSE: the same clock, up
 // to a tick, 1-4 ms, behind), read from memory with no timer access. For the once-a-record

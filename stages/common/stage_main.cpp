@@ -228,7 +228,11 @@ void stage_tune_allocator() {
 int stage_main_guard(const std::string &program, const std::function<int()> &body) {
   stage_tune_allocator();
   try {
-    return body();
+    const int code = body();
+    // A stream cut by a signal is not a finished one (stage_io.h); a negative answer found before
+    // the cut stays an answer.
+    if (code == EXIT_OK && stage_stream_cut_by()) return 128 + stage_stream_cut_by();
+    return code;
   } catch (const CLI::Success &) {
     return EXIT_OK;
   } catch (const CLI::ParseError &e) {

@@ -22,7 +22,9 @@
 //
 // Exit codes and messages: see core/errors.h. stage_main_guard() prints
 //   tprobe-stats: fatal: <what>
-// and returns 100 for usage_error/framing_error, 111 for system_error and zmq errors.
+// and returns 100 for usage_error/framing_error, 111 for system_error and zmq errors; a stage whose
+// stream a SIGINT or SIGTERM cut short before its end-of-stream exits 128 + the signal (130, 143)
+// once its files are written (stage_io.h, stage_stream_cut_by).
 #pragma once
 
 #include <functional>
@@ -122,7 +124,8 @@ void stage_signal_ready(int fd);
 void stage_tune_allocator();
 
 // Runs `body`, mapping exceptions to the exit codes of core/errors.h with one fatal line on stderr
-// prefixed by `program`. CLI11 parse errors are usage errors (100); --help exits 0.
+// prefixed by `program`. CLI11 parse errors are usage errors (100); --help exits 0. A body that
+// returns 0 after a signal cut its stream (stage_stream_cut_by) exits 128 + that signal.
 int stage_main_guard(const std::string &program, const std::function<int()> &body);
 
 }  // namespace tprobe

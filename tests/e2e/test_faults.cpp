@@ -223,3 +223,38 @@ TEST(faults, a_full_disk_is_a_clear_error_and_a_valid_partial_dump) {
   EXPECT_NE(log.find("rank -1: 40 steps"), std::string::npos) << log;  // the training went on
   check_dump(disk + "/dump", "full disk");
 }
+
+// A stage ended by SIGTERM or SIGINT from outside the launcher (a user, a scheduler) before its
+// end-of-stream finishes its files on the signal, so its status alone once said "ok": the run
+// reported "2 stages finished" and exit 0 over a dump that lacks the rest of the training. Now
+// the stage exits 128+N (stage_main.h) and the launcher fails the run naming it, while the
+// training goes on to its end as for any failed stage.
+TEST(faults, a_stage_ended_by_a_signal_before_its_end_of_stream_fails_the_run) {
+  for (const std::string stage : {"writer", "stats"}) {
+    for (const int signal : {SIGTERM, SIGINT}) {
+      const std::string context = std::string(signal == SIGTERM ? "SIGTERM" : "SIGINT") + " to " + stage;
+      SCOPED_TRACE(context);
+      test::temp_dir dir;
+      const std::string config = write_config(dir, "statistics", dir / "dump");
+      const std::string manifest = stage == "stats" ? "testing/stats-writer.json" : "statistics.json";
+      // Long enough that the signal lands while it trains (the launcher's ready line comes first).
+      test::child_process launcher(run_argv(manifest, config, 300), dir.path());
+      const pid_t victim = child_named(launcher.pid(), "tprobe-" + stage);
+      ASSERT_GT(victim, 0) << "no tprobe-" << stage << " under the launcher";
+      for (int i = 0; i < 2000 && launcher.err().find("tprobe: ready;") == std::string::npos; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ::kill(victim, signal);
+      const auto status = launcher.wait_for(60);
+      if (!status) launcher.kill(SIGKILL);
+      ASSERT_TRUE(status) << "the run did not end within 60 s:\n" << launcher.err();
+      const std::string log = launcher.err();
+      EXPECT_EQ(*status, 111) << log;
+      const std::string line = "tprobe: fatal: stage \"" + stage + "\" (tprobe-" + stage + ") ended on signal " +
+                               std::to_string(signal) + " (" + strsignal(signal) + ") before its end-of-stream";
+      EXPECT_NE(log.find(line), std::string::npos) << log;
+      EXPECT_EQ(log.find("stages finished"), std::string::npos) << log;
+      EXPECT_NE(log.find("rank -1: 300 steps"), std::string::npos) << log;  // the training went on
+      check_dump(dir / "dump", context);
+    }
+  }
+}

@@ -1,6 +1,7 @@
 // End to end with the real binaries over ipc in a temp dir: the example producer through both
 // shipped manifests, values checked against a float64 reference computed here, tensor files
 // checked byte for byte; a stage killed mid-stream; a malformed record.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -398,6 +399,88 @@ TEST(pipeline, run_validates_the_config_before_anything_starts) {
 
 TEST(pipeline, run_prints_the_run_dir_and_taps_when_ready) {
   test::temp_dir dir;
+// Config and manifest agree (issue 60 item 5): a task the manifest cannot do, or one tprobe does
+// not build, is refused in one line naming the config, the task and (for a mismatch) the manifest
+// and its tasks, exit 100, before the command starts: never a statistics dump in its place.
+TEST(pipeline, run_refuses_a_task_the_manifest_cannot_do_before_the_command_starts) {
+  test::temp_dir dir;
+  const std::string statistics = test::source_dir() + "/pipelines/statistics.json";
+  test::write_file(dir / "config.json", "{}");
+  const std::string config = std::filesystem::canonical(dir / "config.json");  // as the launcher names it
+  struct refusal {
+    std::string task, section, manifest, message;
+  };
+  const std::vector<refusal> cases{
+      {"overflow_check", R"("overflow_check": {"overflow_nums": 1})", statistics,
+       config + ": task \"overflow_check\" is not one that " + statistics +
+           " can do (its tasks: statistics, tensor, structure)"},
+      {"grad_probe", R"("grad_probe": {"grad_level": "L1"})", statistics,
+       config + ": task \"grad_probe\" is not one that " + statistics + " can do"},
+      {"statistics", R"("statistics": {})", test::source_dir() + "/pipelines/overflow_check.json",
+       config + ": task \"statistics\" is not one that " + test::source_dir() +
+           "/pipelines/overflow_check.json can do (its tasks: overflow_check)"},
+      {"free_benchmark", R"("free_benchmark": {"fuzz_level": "L1"})", statistics,
+       config + ": task \"free_benchmark\" is not built in tprobe yet (built: statistics, tensor, overflow_check, "
+                "grad_probe, structure)"},
+      {"run_ut", R"("run_ut": {"white_list": []})", statistics, config + ": task \"run_ut\" is not built in tprobe yet"},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE(c.task + " under " + c.manifest);
+    test::write_file(config, R"({"task": ")" + c.task + R"(", "dump_path": ")" + dir.path() + R"(/dump", "level": "L1", )" +
+                                 c.section + "}");
+    const std::string ran = dir / "command-ran";
+    for (const bool from_env : {false, true}) {
+      std::vector<std::string> argv{test::bin("tprobe"), "run", c.manifest};
+      if (!from_env) argv.insert(argv.end(), {"--config", config});
+      argv.insert(argv.end(), {"--", "/bin/sh", "-c", "touch " + ran});
+      const auto r = test::run_process(argv, from_env ? std::vector<std::string>{"TPROBE_CONFIG=" + config}
+                                                      : std::vector<std::string>{});
+      EXPECT_EQ(r.status, 100) << r.err;
+      EXPECT_THAT(r.err, HasSubstr("tprobe: fatal: " + std::string(from_env ? "TPROBE_CONFIG: " : "") + c.message));
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // one line
+      EXPECT_FALSE(std::filesystem::exists(ran)) << "the command ran";
+      EXPECT_FALSE(std::filesystem::exists(dir / "dump")) << "something was dumped";
+    }
+  }
+  // The manifest's own capture.task decides where it overrides the config (tensor.json: tensor).
+  test::write_file(config, R"({"task": "overflow_check", "dump_path": ")" + dir.path() + R"(/dump"})");
+  const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/tensor.json", "--config",
+                                    config, "--", "/bin/sh", "-c", "echo $TPROBE_PIPELINE_TASKS"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "tensor\n");
+}
+
+// The capture checks its task against the pipeline too, for a config the launcher does not see
+// (a training script's own PrecisionDebugger(config_path=…), or a producer given another file).
+TEST(pipeline, the_capture_refuses_a_task_its_pipeline_cannot_do) {
+  test::temp_dir dir;
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "overflow_check", "dump_path": ")" + dir.path() + R"(/dump"})");
+  const std::string statistics = test::source_dir() + "/pipelines/statistics.json";
+  const auto r = test::run_process({test::bin("tprobe"), "run", statistics, "--", test::bin("tprobe-example-producer"),
+                                    "--config", config, "--steps", "2"});
+  EXPECT_NE(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(config + ": task \"overflow_check\" is not one that " + statistics + " can do"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "dump")) << r.err;
+}
+
+// `kill -INT` to the launcher alone (a scheduler, a script; not a terminal's Ctrl-C, which reaches
+// the command itself) is forwarded to the command, as docs/stages/run.md says; its exit then ends
+// the run the clean way.
+TEST(pipeline, sigint_to_the_launcher_alone_is_forwarded_to_the_command) {
+  test::temp_dir dir;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::run_process(
+      {test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json", "--config",
+       write_config(dir, "statistics"), "--", "/bin/sh", "-c",
+       "trap 'echo got SIGINT; kill $S; exit 0' INT; sleep 20 & S=$!; kill -INT $TPROBE_LAUNCHER_PID; wait $S; "
+       "echo no SIGINT; exit 7"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("got SIGINT"));
+  EXPECT_THAT(r.err, HasSubstr("tprobe: interrupted: SIGINT forwarded to the command"));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 15);
+}
+
   // The command runs after the ready line and finds the writer's tap bound (every stage has one).
   const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json",
                                     "--config", write_config(dir, "statistics"), "--", "/bin/sh", "-c",

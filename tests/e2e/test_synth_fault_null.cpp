@@ -177,8 +177,8 @@ TEST(test_stages, a_malformed_record_stops_the_next_stage_naming_its_producer) {
 }
 
 // A stalled stage passes K records, then neither reads nor sends, and stays alive until a signal;
-// SIGTERM ends its stream with eos. The consumer here is this test (a stage_io), so it knows when
-// K records went through.
+// SIGTERM ends its stream with eos, and its exit, 143 (128 + SIGTERM), says the stream was cut
+// short. The consumer here is this test (a stage_io), so it knows when K records went through.
 TEST(test_stages, a_stalled_stage_holds_the_stream_until_a_signal) {
   test::temp_dir dir;
   const std::string fault_in = "ipc://" + dir.path() + "/fault.in", sink_in = "ipc://" + dir.path() + "/sink.in";
@@ -211,7 +211,7 @@ TEST(test_stages, a_stalled_stage_holds_the_stream_until_a_signal) {
   fault.kill(SIGTERM);
   while (sink.receive()) ++received;  // ends at fault's eos
   EXPECT_EQ(received, 20u);
-  EXPECT_EQ(fault.wait(), 0) << fault.err();
+  EXPECT_EQ(fault.wait(), 128 + SIGTERM) << fault.err();
   EXPECT_THAT(fault.err(), HasSubstr("tprobe-fault: 20 records in, 20 out"));
   EXPECT_THAT(fault.err(), HasSubstr("stalled until a signal"));
   synth->kill(SIGKILL);

@@ -1,6 +1,13 @@
 // `tprobe tap RUN_DIR`: the taps of a running pipeline are found from its run directory (what
 // `tprobe run` prints when ready), every stage's, the writer's included; --stage picks one while
-// the run goes on, --list names them, and an ambiguous or unknown choice is a usage error.
+// the run goes on, --list names them, and an ambiguous or unknown choice is a usage error; a sink's
+// tap (the writer's) ends with the stream.
+#include <csignal>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -72,4 +79,39 @@ TEST(tap_run_dir, a_directory_without_taps_is_a_usage_error) {
   const auto list = test::run_process({test::bin("tprobe"), "tap", "ipc:///tmp/x.tap", "--list"});
   EXPECT_EQ(list.status, 100);
   EXPECT_THAT(list.err, HasSubstr("--list needs a run directory"));
+}
+
+// The README's own example: `tprobe tap` on the writer's tap (a sink: its tap shows what it
+// consumes). The writer has no output to send an end-of-stream on, so its tap never said the
+// stream ended, and the tap waited forever after the run. Now it ends with the stream.
+TEST(tap_run_dir, a_sinks_tap_ends_at_the_end_of_the_stream) {
+  test::temp_dir dir;
+  // The command waits for the test's "go" (the tap is connected by then), then trains.
+  test::child_process launcher(
+      {test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json", "--config", write_config(dir),
+       "--", "/bin/sh", "-c",
+       "i=0; while [ ! -e \"$OUT/go\" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; "
+       "$PRODUCER --steps 50 --step-ms 5"},
+      dir.path(), {"PRODUCER=" + test::bin("tprobe-example-producer"), "OUT=" + dir.path()});
+  std::string err;
+  for (int i = 0; i < 4000 && (err = launcher.err()).find("tprobe: ready; run dir ") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const size_t at = err.find("tprobe: ready; run dir ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string run_dir = err.substr(at + 23, err.find(';', at + 23) - at - 23);
+  // `tprobe tap` returns from its connect only once connected (no sleep needed before "go").
+  test::child_process tap({"/bin/sh", "-c", "exec \"$TAP\" tap \"$RUN_DIR\" > \"$OUT/tap.txt\""}, dir.path(),
+                          {"TAP=" + test::bin("tprobe"), "RUN_DIR=" + run_dir, "OUT=" + dir.path()});
+  for (int i = 0; i < 4000 && !std::filesystem::exists(dir / "tap.txt"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  test::write_file(dir / "go", "");
+  const auto status = launcher.wait_for(60);
+  ASSERT_TRUE(status) << launcher.err();
+  EXPECT_EQ(*status, 0) << launcher.err();
+  // The writer's end-of-stream reached the tap: it ends now, not never.
+  const auto tap_status = tap.wait_for(10);
+  if (!tap_status) tap.kill(SIGKILL);
+  ASSERT_TRUE(tap_status) << "tprobe tap still waits after the run ended";
+  EXPECT_EQ(*tap_status, 0) << tap.err();
+  EXPECT_THAT(test::read_file(dir / "tap.txt"), HasSubstr(" max="));  // it did watch the stream
 }

@@ -245,3 +245,68 @@ PrecisionDebugger(config_path="./config.json").monitor(model)
 if __name__ == "__main__":
     import unittest
     unittest.main()
+
+
+def write_grad_dump(root, ranks=(0,), steps=(0, 1), params=("fc.weight",), header_only=False):
+    """A grad_probe dump by hand, as the capture writes it: rank{R}/grad_summary_{S}.csv (UTF-8 BOM)
+    and rank{R}/step{S}/{param}.npy (bool directions)."""
+    for r in ranks:
+        base = os.path.join(root, f"rank{r}")
+        for s in steps:
+            os.makedirs(os.path.join(base, f"step{s}"))
+            with open(os.path.join(base, f"grad_summary_{s}.csv"), "w", encoding="utf-8-sig", newline="") as f:
+                f.write("param_name,max,min,norm,shape\r\n")
+                if not header_only:
+                    for p in params:
+                        f.write(f"{p},1.0,-1.0,2.0,[2]\r\n")
+            for p in params:
+                np.save(os.path.join(base, f"step{s}", f"{p}.npy"), np.array([True, False]))
+
+
+class GradsimOfflineInputs(tt.CaptureTest):
+    """tprobe gradsim over inputs that cannot give an answer: no "no suspect step" about no data,
+    and a folder one side lacks is named on that side (exit 100)."""
+
+    def gradsim(self, dir1, dir2):
+        return subprocess.run([os.path.join(tt.BIN_DIR, "tprobe"), "gradsim", dir1, dir2, "-o",
+                               os.path.join(self.tmp, "out")], capture_output=True, text=True, timeout=120)
+
+    def test_a_header_only_csv_is_an_error(self):
+        a, b = os.path.join(self.tmp, "a"), os.path.join(self.tmp, "b")
+        write_grad_dump(a, header_only=True)
+        write_grad_dump(b, header_only=True)
+        r = self.gradsim(a, b)
+        self.assertEqual(r.returncode, 100, r.stdout + r.stderr)
+        self.assertIn(f"tprobe-gradsim: fatal: {a}/rank0/grad_summary_0.csv: no parameter rows", r.stderr)
+        self.assertNotIn("no suspect step", r.stdout)
+
+    def test_a_missing_rank_or_step_folder_names_the_side_that_lacks_it(self):
+        a, b = os.path.join(self.tmp, "a"), os.path.join(self.tmp, "b")
+        write_grad_dump(a, ranks=(0, 1))
+        write_grad_dump(b, ranks=(0,))
+        for first, second, lacking, having in ((a, b, b, a), (b, a, b, a)):
+            r = self.gradsim(first, second)
+            self.assertEqual(r.returncode, 100, r.stdout + r.stderr)
+            self.assertIn(f"tprobe-gradsim: fatal: {lacking} has no rank1, which {having} has", r.stderr)
+        c, d = os.path.join(self.tmp, "c"), os.path.join(self.tmp, "d")
+        write_grad_dump(c, steps=(0, 1, 2))
+        write_grad_dump(d, steps=(0, 1))
+        r = self.gradsim(c, d)
+        self.assertEqual(r.returncode, 100, r.stdout + r.stderr)
+        self.assertIn(f"tprobe-gradsim: fatal: {d}/rank0 has no step2, which {c}/rank0 has", r.stderr)
+        # A direction file on one side only: that side is named.
+        g, h = os.path.join(self.tmp, "g"), os.path.join(self.tmp, "h")
+        write_grad_dump(g)
+        write_grad_dump(h)
+        os.remove(os.path.join(g, "rank0", "step1", "fc.weight.npy"))
+        r = self.gradsim(g, h)
+        self.assertEqual(r.returncode, 100, r.stdout + r.stderr)
+        self.assertIn(f"{g}/rank0/step1 has no direction file fc.weight.npy, which {h}/rank0/step1 has",
+                      r.stderr)
+        # Matching dumps still compare (the same directions: similarity 1, no suspect step).
+        e, f = os.path.join(self.tmp, "e"), os.path.join(self.tmp, "f")
+        write_grad_dump(e)
+        write_grad_dump(f)
+        r = self.gradsim(e, f)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("no suspect step", r.stdout)

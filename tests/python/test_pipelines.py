@@ -122,6 +122,51 @@ for step in range(STEPS):
         self.assertIn("level", run.result.stderr)
         self.assertIn("config.json", run.result.stderr)
 
+    def test_a_task_not_built_is_refused_not_dumped_as_statistics(self):
+        # msprobe configs name tasks tprobe does not build yet; the debugger used to start the
+        # statistics pipeline for them and write a statistics dump. Now it refuses at construction,
+        # one line naming the file and the task, before anything is dumped.
+        built = "statistics, tensor, overflow_check, grad_probe, structure"
+        for task, section in (("free_benchmark", {"fuzz_level": "L1"}), ("run_ut", {"white_list": []})):
+            with self.subTest(task=task):
+                config = {"task": task, "dump_path": "./dump", "level": "L1", task: section}
+                run = self.run_script(tt.TRAIN, config=config, expect_ok=False, name=f"unbuilt-{task}")
+                self.assertNotEqual(run.result.returncode, 0)
+                self.assertIn(f'./config.json: task "{task}" is not built in tprobe yet (built: {built})',
+                              run.result.stderr)
+                self.assertFalse(os.path.exists(run.dump), os.listdir(run.dir))
+        # A task given as PrecisionDebugger's argument: the message names the user's file, not the
+        # temporary copy that carries the argument.
+        script = tt.TRAIN.replace('PrecisionDebugger(config_path="./config.json")',
+                                  'PrecisionDebugger(config_path="./config.json", task="free_benchmark")')
+        run = self.run_script(script, expect_ok=False, name="unbuilt-argument")
+        self.assertIn('./config.json (with the arguments of PrecisionDebugger): task "free_benchmark" is not built',
+                      run.result.stderr)
+        self.assertNotIn("tprobe-config-", run.result.stderr)
+        self.assertFalse(os.path.exists(run.dump))
+
+    def test_a_task_the_manifest_cannot_do_is_refused(self):
+        # The script's own config (the launcher has no --config to check) asks for overflow_check
+        # under pipelines/statistics.json: the capture refuses it, naming the manifest and its tasks.
+        config = {"task": "overflow_check", "dump_path": "./dump", "level": "L1",
+                  "overflow_check": {"overflow_nums": 1}}
+        run = self.run_script(tt.TRAIN, config=config, manifest="statistics.json", expect_ok=False)
+        self.assertNotEqual(run.result.returncode, 0)
+        manifest = os.path.join(tt.PIPELINES, "statistics.json")
+        self.assertIn(f'./config.json: task "overflow_check" is not one that {manifest} can do (its tasks: '
+                      "statistics, tensor, structure)", run.result.stderr)
+        self.assertFalse(os.path.exists(run.dump))
+
+    def test_direct_mode_picks_a_manifest_that_does_the_task(self):
+        # Direct mode starts its own pipeline with a manifest chosen by task: each built task's
+        # manifest must list it among its "tasks" (or force it with capture.task).
+        from tprobe import _pipeline
+        for task in ("statistics", "tensor", "overflow_check", "grad_probe", "structure"):
+            with open(os.path.join(tt.PIPELINES, _pipeline.manifest_for(task))) as f:
+                manifest = json.load(f)
+            tasks = manifest.get("tasks") or [manifest.get("capture", {}).get("task")]
+            self.assertIn(task, tasks, _pipeline.manifest_for(task))
+
     def test_import_without_the_library(self):
         env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), TPROBE_TORCH_LIBRARY="/nonexistent/lib.so")
         ok = subprocess.run([sys.executable, "-c", "import tprobe"], env=env, capture_output=True, text=True)

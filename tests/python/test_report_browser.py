@@ -155,6 +155,35 @@ class TerminalSummary(ReportFixture):
         p = run("report", os.path.join(tmp, "cmp"), "-o", os.path.join(tmp, "r.html"), expect=0)
         self.assertTrue(p.stdout.splitlines()[-1].startswith("tprobe-report: verdict: PASS"), p.stdout)
 
+    def test_an_unreadable_result_is_not_a_pass(self):
+        # A clean compare beside a result file that cannot be read (cut short, not JSON; an
+        # unreadable similarities.csv): the verdict was PASS over data nobody looked at. Each is
+        # named, and the verdict is FAIL (exit 1), on the terminal and on the page.
+        tmp = tempfile.mkdtemp(dir=self.tmp)
+        a = build_dump(os.path.join(tmp, "a"), diverge=False)
+        b = build_dump(os.path.join(tmp, "b"), diverge=False)
+        cmp = os.path.join(tmp, "cmp")
+        run("compare", a, b, "-o", cmp, expect=0)
+        broken = os.path.join(tmp, "broken")
+        os.makedirs(os.path.join(broken, "rank0"))
+        cut = os.path.join(broken, "compare_result_rank0_20250101000000.json")
+        with open(cut, "w") as f:
+            f.write('{"format": "tprobe-compare", "columns": [')
+        csv = os.path.join(broken, "rank0", "similarities.csv")
+        with open(csv, "w") as f:
+            f.write("step,0,1\nfc.weight,1.0,not-a-number\n")
+        page = os.path.join(tmp, "r.html")
+        p = run("report", cmp, broken, "-o", page, expect=1)
+        lines = p.stdout.splitlines()
+        self.assertTrue(any(l.startswith("tprobe-report: compare ") and ": PASS: " in l for l in lines), p.stdout)
+        for path in (cut, csv):
+            self.assertTrue(any(l.startswith("tprobe-report: ERROR: result not read: " + path) for l in lines),
+                            p.stdout)
+        self.assertEqual(lines[-1], f"tprobe-report: verdict: FAIL; report {page}")
+        data = page_data(page)
+        self.assertTrue(data["negative"])
+        self.assertEqual(len(data["run"]["unread"]), 2, data["run"])
+
     def test_module_tree_found_from_relative_compare_paths(self):
         # compare run elsewhere with relative paths: its JSON names the dumps absolutely, so the
         # report, run from another folder, still finds construct.json

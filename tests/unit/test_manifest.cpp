@@ -186,9 +186,55 @@ TEST(ManifestParse, WrongShapesAreUsageErrors) {
             PATH + ": capture: \"task\" must be a non-empty string, got 1");
 }
 
+// "tasks": the capture tasks a pipeline can do (manifest.h); the launcher and the capture refuse a
+// config asking for another, so the list itself must name tasks that exist and are built.
+TEST(ManifestParse, TasksNameBuiltTasksAndIncludeTheCaptureTask) {
+  auto with_tasks = [](const std::string &tasks, const std::string &capture = "") {
+    return R"({)" + (capture.empty() ? "" : R"("capture": )" + capture + ", ") + R"("tasks": )" + tasks +
+           R"(, "stages": [)" + STATS + "]}";
+  };
+  auto tasks_of = [](const std::string &text) { return tprobe::manifest_parse(json::parse(text), PATH).tasks; };
+  EXPECT_EQ(tasks_of(with_tasks(R"(["statistics", "structure"])")), (std::vector<std::string>{"statistics", "structure"}));
+  EXPECT_EQ(tasks_of(with_stages(STATS)), std::vector<std::string>{});  // any built task
+  EXPECT_EQ(tasks_of(R"({"capture": {"task": "tensor"}, "stages": [)" + STATS + "]}"), std::vector<std::string>{"tensor"});
+  EXPECT_EQ(parse_error(with_tasks("[]")), PATH + ": tasks: must be a non-empty array of task names, got an array");
+  EXPECT_EQ(parse_error(with_tasks(R"("statistics")")),
+            PATH + ": tasks: must be a non-empty array of task names, got a string");
+  EXPECT_EQ(parse_error(with_tasks("[1]")), PATH + ": tasks: a task name must be a string, got 1");
+  EXPECT_EQ(parse_error(with_tasks(R"(["statistic"])")),
+            PATH + ": tasks: unknown task \"statistic\" (msprobe's tasks: tensor, statistics, overflow_check, "
+                   "free_benchmark, run_ut, grad_probe, structure, exception_dump)");
+  EXPECT_EQ(parse_error(with_tasks(R"(["free_benchmark"])")),
+            PATH + ": tasks: task \"free_benchmark\" is not built in tprobe yet (built: statistics, tensor, "
+                   "overflow_check, grad_probe, structure)");
+  EXPECT_EQ(parse_error(with_tasks(R"(["tensor", "tensor"])")), PATH + ": tasks: task \"tensor\" is listed twice");
+  EXPECT_EQ(parse_error(with_tasks(R"(["statistics"])", R"({"task": "tensor"})")),
+            PATH + ": capture: task \"tensor\" is not among its \"tasks\" (statistics)");
+  EXPECT_EQ(parse_error(R"({"capture": {"task": "run_ut"}, "stages": [)" + STATS + "]}"),
+            PATH + ": capture: task \"run_ut\" is not built in tprobe yet (built: statistics, tensor, overflow_check, "
+                   "grad_probe, structure)");
+}
+
+// The shipped manifests say which tasks they can do: the ones their stages serve.
+TEST(ShippedPipelines, SayWhichTasksTheyDo) {
+  const char *source = std::getenv("TPROBE_SOURCE_DIR");
+  if (!source || !*source) GTEST_SKIP() << "TPROBE_SOURCE_DIR is not set (CMake sets it)";
+  const std::string dir = std::string(source) + "/pipelines/";
+  const std::map<std::string, std::vector<std::string>> expected{
+      {"statistics.json", {"statistics", "tensor", "structure"}},
+      {"tensor.json", {"tensor"}},
+      {"overflow_check.json", {"overflow_check"}},
+      {"grad_probe.json", {"grad_probe"}},
+      {"gradsim-live.json", {"grad_probe"}},
+      {"compare-live.json", {"tensor"}},
+      {"nan-live.json", {"statistics", "tensor"}},
+  };
+  for (const auto &[name, tasks] : expected) EXPECT_EQ(tprobe::manifest_load(dir + name).tasks, tasks) << name;
+}
+
 TEST(ManifestParse, UnknownKeysAtEveryLevel) {
   EXPECT_EQ(parse_error(R"({"stage": [], "stages": [)" + STATS + "]}"),
-            PATH + ": unknown key \"stage\" (known: description, capture, runs, stages)");
+            PATH + ": unknown key \"stage\" (known: description, capture, tasks, runs, stages)");
   EXPECT_EQ(parse_error(R"({"capture": {"task": "tensor", "mode": "x"}, "stages": [)" + STATS + "]}"),
             PATH + ": capture: unknown key \"mode\" (known: task, level, dump_path)");
   EXPECT_EQ(parse_error(with_stages(R"({"name": "stats", "stage": "stats", "input": ["capture"]})")),
@@ -326,7 +372,7 @@ TEST(ManifestLoad, MissingFileAndBadJsonNameTheFile) {
 
   std::string unknown = write_file(dir / "unknown.json", R"({"stagez": []})", false).string();
   EXPECT_EQ(error_of([&] { tprobe::manifest_load(unknown); }),
-            unknown + ": unknown key \"stagez\" (known: description, capture, runs, stages)");
+            unknown + ": unknown key \"stagez\" (known: description, capture, tasks, runs, stages)");
 }
 
 // ---- options against the stage's description ----

@@ -4,8 +4,9 @@
 //
 // Offline, tprobe-gradsim (`tprobe gradsim DIR1 DIR2 -o OUTDIR`): two grad_probe dump_paths (their
 // rank{N}/ folders, paired by number) are compared as msprobe's GradComparator.compare_distributed
-// compares them: per rank, the step{S}/ folders present in both, the parameters of the first
-// grad_summary csv present in both (in its row order; msprobe takes the first .csv that
+// compares them: per rank, the step{S}/ folders (each on both sides: one that a side lacks is a
+// usage error naming that side, where msprobe skips it), the parameters of the first
+// grad_summary csv present in both (in its row order, at least one row; msprobe takes the first .csv that
 // os.listdir happens to return, tprobe the lowest step's), and for each step and parameter the
 // agreement of the two {param}.npy direction arrays (same shape, dtype bool, else an error).
 // It prints one line on stdout:
@@ -18,8 +19,9 @@
 // msprobe's csv, and its line charts (x steps, y similarities, title "{key}_similarities") drawn
 // as SVG by tprobe where msprobe draws PNGs with matplotlib.
 //
-// Errors: usage_error (missing or unpaired folders, a direction file missing on one side, shapes
-// or dtypes that differ), system_error (files).
+// Errors: usage_error naming the side at fault (missing or unpaired rank/step folders, a direction
+// file missing on one side, a grad_summary csv without parameter rows, shapes or dtypes that
+// differ), system_error (files).
 #pragma once
 
 #include <string>

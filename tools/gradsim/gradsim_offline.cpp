@@ -41,17 +41,33 @@ std::optional<int64_t> numbered(const std::string &name, const std::string &pref
   return std::stoll(digits);
 }
 
-// Folders "{prefix}{N}" of dir1 that dir2 has as well, by number.
-std::vector<int64_t> matched_dirs(const std::string &dir1, const std::string &dir2, const std::string &prefix) {
+// The numbers of the folders "{prefix}{N}" in dir.
+std::set<int64_t> numbered_dirs(const std::string &dir, const std::string &prefix) {
   std::set<int64_t> found;
   std::error_code ec;
-  for (const auto &e : fs::directory_iterator(dir1, ec)) {
-    const std::string name = e.path().filename().string();
-    auto n = numbered(name, prefix);
-    if (n && fs::is_directory(fs::path(dir2) / name, ec)) found.insert(*n);
+  for (const auto &e : fs::directory_iterator(dir, ec)) {
+    auto n = numbered(e.path().filename().string(), prefix);
+    std::error_code is_dir;
+    if (n && e.is_directory(is_dir)) found.insert(*n);
   }
-  if (ec) throw system_error(fmt::format("unable to read {}: {}", dir1, ec.message()));
-  return {found.begin(), found.end()};
+  if (ec) throw system_error(fmt::format("unable to read {}: {}", dir, ec.message()));
+  return found;
+}
+
+// Folders "{prefix}{N}" of both sides, by number. msprobe pairs those present in both and passes
+// over the others in silence; here a folder one side lacks is a usage error naming that side, since
+// a verdict would otherwise be about part of the data. Empty when neither side has any.
+std::vector<int64_t> matched_dirs(const std::string &dir1, const std::string &dir2, const std::string &prefix) {
+  const auto one = numbered_dirs(dir1, prefix), two = numbered_dirs(dir2, prefix);
+  for (int64_t n : one)
+    if (!two.count(n))
+      throw usage_error(fmt::format("{} has no {}{}, which {} has: dump both runs with the same configuration", dir2,
+                                    prefix, n, dir1));
+  for (int64_t n : two)
+    if (!one.count(n))
+      throw usage_error(fmt::format("{} has no {}{}, which {} has: dump both runs with the same configuration", dir1,
+                                    prefix, n, dir2));
+  return {one.begin(), one.end()};
 }
 
 std::string read_text(const std::string &path) {
@@ -96,6 +112,8 @@ std::vector<std::string> param_order(const std::string &path1, const std::string
       params.push_back(cells[*column]);
     }
   }
+  // A header alone would compare nothing and answer "no suspect step" about no data.
+  if (params.empty()) throw usage_error(fmt::format("{}: no parameter rows (a header alone, or an empty file)", path));
   return params;
 }
 
@@ -115,7 +133,7 @@ gradsim_rank compare_rank(const std::string &path1, const std::string &path2, in
   out.rank = rank;
   const auto steps = matched_dirs(path1, path2, "step");
   if (steps.empty())
-    throw usage_error(fmt::format("no step folders in both {} and {} (level L0 writes no direction files)", path1,
+    throw usage_error(fmt::format("no step folders in {} nor in {} (level L0 writes no direction files)", path1,
                                   path2));
   const auto params = param_order(path1, path2);
   for (int64_t step : steps) {
@@ -123,9 +141,11 @@ gradsim_rank compare_rank(const std::string &path1, const std::string &path2, in
     for (const auto &param : params) {
       const std::string f1 = s1 + "/" + param + ".npy", f2 = s2 + "/" + param + ".npy";
       std::error_code ec;
-      if (!fs::exists(f1, ec) || !fs::exists(f2, ec))
-        throw usage_error(fmt::format("no direction file {}.npy in both {} and {}: dump both runs with the same "
-                                      "configuration", param, s1, s2));
+      for (const auto &[lacking, other] : {std::pair{&s1, &s2}, std::pair{&s2, &s1}})
+        if (!fs::exists(*lacking + "/" + param + ".npy", ec))
+          throw usage_error(fmt::format("{} has no direction file {}.npy{}: dump both runs with the same configuration",
+                                        *lacking, param,
+                                        fs::exists(*other + "/" + param + ".npy", ec) ? ", which " + *other + " has" : ""));
       const auto [same, total] = compare_files(f1, f2);
       out.table.add(step, param, same, total);
     }
@@ -144,7 +164,7 @@ std::vector<gradsim_rank> gradsim_offline_run(const gradsim_offline_options &o) 
   }
   const auto ranks = matched_dirs(o.dir1, o.dir2, "rank");
   if (ranks.empty())
-    throw usage_error(fmt::format("no rank folders (rank0, rank1, …) in both {} and {}", o.dir1, o.dir2));
+    throw usage_error(fmt::format("no rank folders (rank0, rank1, …) in {} nor in {}", o.dir1, o.dir2));
   std::vector<gradsim_rank> out;
   for (int64_t r : ranks) {
     gradsim_rank g = compare_rank(fmt::format("{}/rank{}", o.dir1, r), fmt::format("{}/rank{}", o.dir2, r),

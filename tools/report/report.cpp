@@ -49,6 +49,7 @@ const stage_description &report_stage_description() {
 }
 
 bool report_model::negative() const {
+  if (!unread.empty()) return true;
   for (const auto &c : compares)
     if (c.failing > 0 || c.errors > 0) return true;
   for (const auto &n : nans)
@@ -481,12 +482,12 @@ report_model scan_results(const report_options &o, bool require) {
       }
       m.inputs.push_back(f.string());
     } catch (const usage_error &e) {
-      m.warnings.push_back(fmt::format("skipped: {}", e.what()));
+      m.unread.push_back(e.what());
     }
   }
   for (auto &c : m.compares) attach_construct(c, &m.warnings);
   if (require && m.compares.empty() && m.nans.empty() && m.gradsims.empty()) {
-    std::string why = m.warnings.empty() ? "" : " (" + m.warnings.front() + ")";
+    std::string why = m.unread.empty() ? "" : " (not read: " + m.unread.front() + ")";
     throw usage_error(fmt::format("no result found in {} (compare_result*.json/.csv, anomaly_analyze_*.json, "
                                   "rank*/similarities.csv){}", fmt::join(o.results, ", "), why));
   }
@@ -754,7 +755,7 @@ std::string report_render_html(const report_model &m) {
     gradsims.push_back({{"file", g.file}, {"rank", g.rank}, {"steps", g.steps}, {"params", std::move(params)},
                         {"first_suspect", g.first_suspect_step ? ojson(*g.first_suspect_step) : ojson(nullptr)}});
   }
-  ojson run = {{"inputs", m.inputs}, {"warnings", m.warnings}, {"stream", nullptr}};
+  ojson run = {{"inputs", m.inputs}, {"warnings", m.warnings}, {"unread", m.unread}, {"stream", nullptr}};
   if (m.stream) {
     run["stream"] = {{"sessions", m.stream->sessions},
                      {"records", m.stream->records},
@@ -819,6 +820,7 @@ std::vector<std::string> report_summary_lines(const report_model &m, const std::
     lines.push_back(fmt::format("tprobe-report: stream: {} records from {} producers, {} dropped upstream, {} gone "
                                 "without end-of-stream", m.stream->records, m.stream->producers,
                                 m.stream->upstream_dropped, m.stream->truncated_producers));
+  for (const auto &why : m.unread) lines.push_back(fmt::format("tprobe-report: ERROR: result not read: {}", why));
   lines.push_back(fmt::format("tprobe-report: verdict: {}{}", m.negative() ? "FAIL" : "PASS",
                               file.empty() ? "" : "; report " + file));
   return lines;

@@ -44,8 +44,8 @@
 // the first step, or lower by more than 0.03 than at the step before.
 //
 // Exit (main): 0 when no result is negative; 1 when one is (a failing or unreadable compare row, a
-// NaN/Inf producer, a suspect gradsim step); 100 for bad options or nothing to report; 111 for
-// files that cannot be read or written.
+// NaN/Inf producer, a suspect gradsim step, a result file that could not be read); 100 for bad
+// options or nothing to report; 111 for files that cannot be read or written.
 #pragma once
 
 #include <cstdint>
@@ -124,7 +124,10 @@ struct report_model {
   std::vector<report_nan> nans;
   std::vector<report_gradsim> gradsims;
   std::vector<std::string> inputs;    // what was read
-  std::vector<std::string> warnings;  // files skipped and why
+  std::vector<std::string> warnings;  // what the page leaves out and why (a module tree)
+  // Result files (by name: compare_result*, anomaly_analyze_*, similarities.csv) that could not be
+  // read (malformed), each "FILE: why": never a pass about what was not read, so negative().
+  std::vector<std::string> unread;
   std::optional<report_stream_info> stream;
   [[nodiscard]] bool negative() const;
 };
@@ -139,8 +142,8 @@ struct report_result {
 const stage_description &report_stage_description();
 
 // Reads every result under options.results. Throws usage_error when a path does not exist or no
-// result was found, system_error when a file cannot be read. A malformed result file is skipped
-// with a warning (the others are still shown).
+// result was found, system_error when a file cannot be read. A malformed result file is named in
+// `unread` (the others are still shown), which makes the verdict FAIL: never a pass over it.
 [[nodiscard]] report_model report_scan(const report_options &options);
 
 // Readers of one file each (throw usage_error for a malformed file, system_error for I/O).

@@ -598,6 +598,7 @@ function renderRun(main) {
   const ul = el('ul');
   for (const f of D.run.inputs) ul.append(el('li', { class: 'mono', text: f }));
   row('inputs', ul);
+  if (D.run.unread.length) { const w = el('ul'); for (const x of D.run.unread) w.append(el('li', { class: 'warn', text: x })); row('results not read', w); }
   if (D.run.warnings.length) { const w = el('ul'); for (const x of D.run.warnings) w.append(el('li', { class: 'warn', text: x })); row('warnings', w); }
   sec.append(t);
 }
@@ -627,6 +628,7 @@ D.gradsims.forEach((g, k) => {
   line('gradsim' + (g.rank ? ' ' + g.rank : '') + ': ' + (g.first_suspect == null ? 'no suspect step' : 'first suspect step ' + g.steps[g.first_suspect]), g.first_suspect == null ? 'pass' : 'fail', '#grad-' + k);
   nav.append(el('a', { href: '#grad-' + k, text: 'gradsim' + (g.rank ? ' ' + g.rank : '') }));
 });
+D.run.unread.forEach(why => line('not read: ' + why, 'error', '#run'));
 if (!D.compares.length && !D.nans.length && !D.gradsims.length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
 nav.append(el('a', { href: '#run', text: 'run info' }));
 overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf.' }));

@@ -41,6 +41,9 @@ int main(int argc, char **argv) {
     tap_subscriber tap(ctx, options.endpoint, options.connect_timeout_ms);
     const auto result = tap_run(tap, options, stdout);
     if (result.missed) fmt::print(stderr, "tprobe-tap: {} records missed (the tap is lossy)\n", result.missed);
+    if (!result.ended && tap.publisher_gone())
+      fmt::print(stderr, "tprobe-tap: {} closed without an end-of-stream on its tap (the stage ended and the tap "
+                         "lost it, or the stage died)\n", options.endpoint);
     return EXIT_OK;
   });
 }

@@ -121,7 +121,10 @@ tap_stage_result tap_run(tap_subscriber &tap, const tap_stage_options &options, 
   std::map<std::pair<std::string, int32_t>, uint64_t> last_seq;  // per producer (run, rank)
   while (auto r = tap.receive(-1)) {
     const auto &h = r->header;
-    if (h.kind == record_kind::eos) break;
+    if (h.kind == record_kind::eos) {
+      result.ended = true;
+      break;
+    }
     if (h.seq != 0) {
       auto [it, inserted] = last_seq.try_emplace({h.run, h.rank}, h.seq);
       if (!inserted) {

@@ -6,7 +6,9 @@
 // each producer's sequence numbers).
 //
 // An endpoint that nobody serves is an error (exit 111) after --connect-timeout ms, not a silent
-// wait: ZeroMQ itself would retry forever.
+// wait: ZeroMQ itself would retry forever. The tap ends at the stage's end-of-stream (every stage
+// publishes one on its tap, a sink such as the writer when its input ends), or when the stage's
+// connection closes without one (a line on stderr says so), so it never outlives its run.
 //
 // ENDPOINT may also be a run directory (RUN_DIR, which `tprobe run` prints): the taps are the
 // sockets RUN_DIR/<stage>.tap; --stage picks one (needed when the run has several), --list prints
@@ -41,6 +43,7 @@ struct tap_stage_options {
 struct tap_stage_result {
   uint64_t records = 0;  // records printed
   uint64_t missed = 0;   // records the tap lost (sequence gaps)
+  bool ended = false;    // the stage's end-of-stream came
 };
 
 const stage_description &tap_stage_description();
@@ -59,7 +62,8 @@ std::string tap_resolve_target(const std::string &target, const std::string &sta
 std::string tap_format_line(const record &r);
 nlohmann::ordered_json tap_format_json(const record &r);
 
-// Prints records from `tap` to `out` until eos, `count` records or a signal.
+// Prints records from `tap` to `out` until eos, `count` records, a signal, or the stage going away
+// (its connection closed: it ended, and its eos was lost on the lossy tap, or it died).
 tap_stage_result tap_run(tap_subscriber &tap, const tap_stage_options &options, std::FILE *out);
 
 }  // namespace tprobe
