@@ -672,33 +672,6 @@ config_overrides config_overrides_from_env() {
   return overrides;
 }
 
-// --- capture_filter ----------------------------------------------------------------------------
-
-capture_filter::capture_filter(const capture_config &cfg)
-    : ranks_(cfg.rank),
-      steps_(cfg.step),
-      scope_(cfg.scope),
-      list_(cfg.list),
-      // msprobe ignores tensor_list at level debug.
-      tensor_list_(cfg.task == "statistics" && cfg.level != "debug" ? cfg.tensor_list : std::vector<std::string>{}),
-      // overflow_check: msprobe writes every tensor of an overflowing call; tprobe-overflow holds them
-      // until the verdict and drops the rest.
-      save_all_tensors_(cfg.task == "tensor" || cfg.task == "overflow_check"),
-      crc32_(cfg.summary_mode == "md5"),
-      data_mode_(cfg.data_mode),
-      mix_(cfg.level == "mix"),
-      structured_(cfg.level == "mix" || cfg.level == "L0") {
-  if (cfg.task == "structure") data_mode_.without_values();  // no tensor is read, no value sent
-  std::sort(ranks_.begin(), ranks_.end());
-  std::sort(steps_.begin(), steps_.end());
-}
-
-bool capture_filter::rank_enabled(int rank) const {
-  if (ranks_.empty()) return true;
-  return std::binary_search(ranks_.begin(), ranks_.end(), static_cast<int64_t>(rank < 0 ? 0 : rank));
-}
-
-bool capture_filter::step_enabled(int64_t step) const {
 // --- which tasks run --------------------------------------------------------------------------
 
 const std::vector<std::string> &config_task_names() { return task_names; }
@@ -737,6 +710,33 @@ config_pipeline config_pipeline_from_env() {
   return pipeline;
 }
 
+// --- capture_filter ----------------------------------------------------------------------------
+
+capture_filter::capture_filter(const capture_config &cfg)
+    : ranks_(cfg.rank),
+      steps_(cfg.step),
+      scope_(cfg.scope),
+      list_(cfg.list),
+      // msprobe ignores tensor_list at level debug.
+      tensor_list_(cfg.task == "statistics" && cfg.level != "debug" ? cfg.tensor_list : std::vector<std::string>{}),
+      // overflow_check: msprobe writes every tensor of an overflowing call; tprobe-overflow holds them
+      // until the verdict and drops the rest.
+      save_all_tensors_(cfg.task == "tensor" || cfg.task == "overflow_check"),
+      crc32_(cfg.summary_mode == "md5"),
+      data_mode_(cfg.data_mode),
+      mix_(cfg.level == "mix"),
+      structured_(cfg.level == "mix" || cfg.level == "L0") {
+  if (cfg.task == "structure") data_mode_.without_values();  // no tensor is read, no value sent
+  std::sort(ranks_.begin(), ranks_.end());
+  std::sort(steps_.begin(), steps_.end());
+}
+
+bool capture_filter::rank_enabled(int rank) const {
+  if (ranks_.empty()) return true;
+  return std::binary_search(ranks_.begin(), ranks_.end(), static_cast<int64_t>(rank < 0 ? 0 : rank));
+}
+
+bool capture_filter::step_enabled(int64_t step) const {
   return steps_.empty() || std::binary_search(steps_.begin(), steps_.end(), step);
 }
 

@@ -397,8 +397,6 @@ TEST(pipeline, run_validates_the_config_before_anything_starts) {
   }
 }
 
-TEST(pipeline, run_prints_the_run_dir_and_taps_when_ready) {
-  test::temp_dir dir;
 // Config and manifest agree (issue 60 item 5): a task the manifest cannot do, or one tprobe does
 // not build, is refused in one line naming the config, the task and (for a mismatch) the manifest
 // and its tasks, exit 100, before the command starts: never a statistics dump in its place.
@@ -481,6 +479,8 @@ TEST(pipeline, sigint_to_the_launcher_alone_is_forwarded_to_the_command) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 15);
 }
 
+TEST(pipeline, run_prints_the_run_dir_and_taps_when_ready) {
+  test::temp_dir dir;
   // The command runs after the ready line and finds the writer's tap bound (every stage has one).
   const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json",
                                     "--config", write_config(dir, "statistics"), "--", "/bin/sh", "-c",
