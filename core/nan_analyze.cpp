@@ -390,7 +390,44 @@ std::map<std::string, std::vector<std::string>> nan_stacks_from_json(const nlohm
   return out;
 }
 
-std::vector<nan_rank> nan_load_step(const std::string &step_dir, std::vector<std::string> &warnings) {
+namespace {
+
+// One rank folder: dump.json, and stack.json and construct.json when present.
+nan_rank load_rank(int32_t rank, const fs::path &dir, std::vector<std::string> &warnings) {
+  std::error_code error;
+  nan_rank r;
+  r.rank = rank;
+  r.source = dir.string();
+  const std::string dump_path = (dir / "dump.json").string();
+  const json dump = pyjson_load_file(dump_path);
+  if (!dump.is_object() || !dump.contains("data") || !dump["data"].is_object())
+    throw usage_error(dump_path + ": no \"data\" object (not an msprobe dump.json)");
+  std::map<std::string, std::vector<std::string>> stacks;
+  const std::string stack_path = (dir / "stack.json").string(), construct_path = (dir / "construct.json").string();
+  if (fs::exists(stack_path, error))
+    stacks = nan_stacks_from_json(pyjson_load_file(stack_path));
+  else
+    warnings.push_back(stack_path + " is missing: stack_info stays empty");
+  if (fs::exists(construct_path, error)) {
+    const json construct = pyjson_load_file(construct_path);
+    if (construct.is_object())
+      for (const auto &[k, v] : construct.items())
+        if (v.is_string()) r.parent_of[k] = v.get<std::string>();
+  } else {
+    warnings.push_back(construct_path + " is missing: construct_info holds the entry alone");
+  }
+  for (const auto &[name, data] : dump["data"].items()) {
+    nan_entry e{name, data, {}};
+    if (auto s = stacks.find(name); s != stacks.end()) e.stack = std::move(s->second);
+    r.entries.push_back(std::move(e));
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<nan_rank> nan_load_step(const std::string &step_dir, std::vector<std::string> &warnings,
+                                    std::vector<nan_rank_error> *errors) {
   std::error_code error;
   std::vector<std::pair<int32_t, fs::path>> dirs;
   fs::directory_iterator it(step_dir, error);
@@ -408,33 +445,21 @@ std::vector<nan_rank> nan_load_step(const std::string &step_dir, std::vector<std
   std::sort(dirs.begin(), dirs.end());
   std::vector<nan_rank> ranks;
   for (const auto &[rank, dir] : dirs) {
-    nan_rank r;
-    r.rank = rank;
-    r.source = dir.string();
-    const std::string dump_path = (dir / "dump.json").string();
-    const json dump = pyjson_load_file(dump_path);
-    if (!dump.is_object() || !dump.contains("data") || !dump["data"].is_object())
-      throw usage_error(dump_path + ": no \"data\" object (not an msprobe dump.json)");
-    std::map<std::string, std::vector<std::string>> stacks;
-    const std::string stack_path = (dir / "stack.json").string(), construct_path = (dir / "construct.json").string();
-    if (fs::exists(stack_path, error))
-      stacks = nan_stacks_from_json(pyjson_load_file(stack_path));
-    else
-      warnings.push_back(stack_path + " is missing: stack_info stays empty");
-    if (fs::exists(construct_path, error)) {
-      const json construct = pyjson_load_file(construct_path);
-      if (construct.is_object())
-        for (const auto &[k, v] : construct.items())
-          if (v.is_string()) r.parent_of[k] = v.get<std::string>();
-    } else {
-      warnings.push_back(construct_path + " is missing: construct_info holds the entry alone");
+    if (!errors) {
+      ranks.push_back(load_rank(rank, dir, warnings));
+      continue;
     }
-    for (const auto &[name, data] : dump["data"].items()) {
-      nan_entry e{name, data, {}};
-      if (auto s = stacks.find(name); s != stacks.end()) e.stack = std::move(s->second);
-      r.entries.push_back(std::move(e));
+    // One rank's unreadable files leave that rank out, never the whole step (as compare does a
+    // step folder's ranks): the caller names it and counts it as an error.
+    std::vector<std::string> rank_warnings;
+    try {
+      ranks.push_back(load_rank(rank, dir, rank_warnings));
+      warnings.insert(warnings.end(), rank_warnings.begin(), rank_warnings.end());
+    } catch (const system_error &e) {
+      errors->push_back({rank, dir.string(), e.what(), true});
+    } catch (const usage_error &e) {
+      errors->push_back({rank, dir.string(), e.what(), false});
     }
-    ranks.push_back(std::move(r));
   }
   return ranks;
 }

@@ -118,11 +118,22 @@ struct nan_rank {
   std::string source;                            // "step0/rank1" or "rank 1 of the stream": for notes
 };
 
+// A rank folder that could not be read: its files are not in the analysis.
+struct nan_rank_error {
+  int32_t rank = 0;
+  std::string source;   // the rank folder
+  std::string message;  // the error's one line, naming the file
+  bool system = false;  // a file that could not be read (system_error), not one that is invalid
+};
+
 // Reads STEPDIR's rank folders ("rank" → 0, "rankN" → N, other names ignored), each needing
 // dump.json; stack.json and construct.json are read when present (their absence is a note in
-// `warnings`). Throws usage_error when there is no rank folder, system_error/usage_error (naming
-// the file) when one cannot be read or parsed.
-std::vector<nan_rank> nan_load_step(const std::string &step_dir, std::vector<std::string> &warnings);
+// `warnings`). Throws usage_error when there is no rank folder, system_error when STEPDIR cannot
+// be listed. A rank folder whose files cannot be read or parsed: with `errors`, the rank is left
+// out and its error appended there (the other ranks are still read); without, its
+// system_error/usage_error (naming the file) is thrown.
+std::vector<nan_rank> nan_load_step(const std::string &step_dir, std::vector<std::string> &warnings,
+                                    std::vector<nan_rank_error> *errors = nullptr);
 
 // stack.json in either of msprobe's formats: {"0": [[names…], [lines…]], …} or {name: [lines…]}.
 std::map<std::string, std::vector<std::string>> nan_stacks_from_json(const nlohmann::ordered_json &stack);

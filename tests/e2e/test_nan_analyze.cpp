@@ -112,13 +112,50 @@ TEST(NanAnalyzeCli, UsageAndUnreadableRankFolders) {
   const auto none = test::run_process({test::bin("tprobe"), "nan-analyze", dir / "empty", "-o", dir / "out"});
   EXPECT_EQ(none.status, 100);
   EXPECT_NE(none.err.find("no rank folders"), std::string::npos) << none.err;
+  // A rank folder without dump.json: that rank is an error line, the other one is still analysed
+  // (rank 0 alone: its all_reduce.1 is the producer, with no peer in the dump), and the exit
+  // status is the error's, never the answer's.
   write_step(dir / "step0");
   std::filesystem::remove(dir / "step0/rank1/dump.json");
   const auto broken = test::run_process({test::bin("tprobe"), "nan-analyze", dir / "step0", "-o", dir / "out"});
-  EXPECT_EQ(broken.status, 111);
-  EXPECT_NE(broken.err.find(fmt::format("tprobe-nan-analyze: fatal: unable to open {}", dir / "step0/rank1/dump.json")),
+  EXPECT_EQ(broken.status, 111) << broken.err;
+  EXPECT_NE(broken.err.find(fmt::format("tprobe-nan-analyze: error: rank 1 not analysed: unable to open {}",
+                                        dir / "step0/rank1/dump.json")),
             std::string::npos)
       << broken.err;
+  EXPECT_NE(broken.err.find("tprobe-nan-analyze: 1 of 2 rank folders could not be analysed"), std::string::npos)
+      << broken.err;
+  EXPECT_EQ(broken.out.rfind("tprobe-nan-analyze: first producer: rank 0 Distributed.all_reduce.1.forward", 0), 0u)
+      << broken.out;
+}
+
+// One rank's dump.json that is not JSON (a dump cut short) is skipped with an error line, as
+// compare skips a step folder's invalid rank: the good rank is analysed and gives its answer, and
+// the exit status says that an error happened (100: invalid input).
+TEST(NanAnalyzeCli, OneRanksInvalidDumpIsAnErrorLineAndTheOthersAreAnalysed) {
+  test::temp_dir dir;
+  write_step(dir / "step0");
+  write_step(dir / "clean", false);
+  test::write_file(dir / "step0/rank0/dump.json", "{\"task\": \"statistics\", \"data\": {\"x\": ");
+  const auto r = test::run_process({test::bin("tprobe"), "nan-analyze", dir / "step0", "-o", dir / "out"});
+  EXPECT_EQ(r.status, 100) << r.err;
+  EXPECT_EQ(r.out, "tprobe-nan-analyze: first producer: rank 1 Torch.exp.0.forward (inputs finite, output.0 inf; layer 1)\n")
+      << r.err;
+  EXPECT_NE(r.err.find(fmt::format("tprobe-nan-analyze: error: rank 0 not analysed: {}", dir / "step0/rank0/dump.json")),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("fatal"), std::string::npos) << r.err;
+  EXPECT_FALSE(test::find_file(dir / "out", "anomaly_analyze_", ".json").empty());
+
+  // No producer among the ranks read is no pass either: the line says a rank was not read.
+  test::write_file(dir / "clean/rank1/dump.json", "not json");
+  const auto clean = test::run_process({test::bin("tprobe"), "nan-analyze", dir / "clean", "-o", dir / "out2"});
+  EXPECT_EQ(clean.status, 100) << clean.err;
+  EXPECT_NE(clean.out.find("no NaN/Inf producer"), std::string::npos) << clean.out;
+  EXPECT_NE(clean.out.find("1 rank folder not read"), std::string::npos) << clean.out;
+  EXPECT_NE(clean.err.find(fmt::format("error: rank 1 not analysed: {}", dir / "clean/rank1/dump.json")),
+            std::string::npos)
+      << clean.err;
 }
 
 // The same job as a record stream of two ranks (what tprobe-stats passes on), with the

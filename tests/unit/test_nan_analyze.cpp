@@ -333,6 +333,21 @@ TEST(NanAnalyze, LoadStep) {
   }
   test::write_file(dir / "rank2/dump.json", "{\"data\": {\"x\": ");
   EXPECT_THROW((void)nan_load_step(dir.path(), warnings), usage_error);
+
+  // With an error list, the bad rank is named there and left out; the others are read.
+  std::vector<nan_rank_error> errors;
+  const auto read = nan_load_step(dir.path(), warnings, &errors);
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[1].rank, 1);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].rank, 2);
+  EXPECT_FALSE(errors[0].system);
+  EXPECT_NE(errors[0].message.find("rank2/dump.json"), std::string::npos) << errors[0].message;
+  std::filesystem::remove(dir / "rank2/dump.json");
+  errors.clear();
+  EXPECT_EQ(nan_load_step(dir.path(), warnings, &errors).size(), 2u);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(errors[0].system);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ nan_offline_report nan_offline_run(const nan_offline_options &o) {
     const capture_config cfg = config_load(o.config_path);
     rules = nan_rules_from_json(cfg.nan_analyze, fmt::format("{}: field \"tprobe.nan_analyze\"", o.config_path));
   }
-  const std::vector<nan_rank> ranks = nan_load_step(o.step_dir, report.warnings);
+  const std::vector<nan_rank> ranks = nan_load_step(o.step_dir, report.warnings, &report.errors);
   report.ranks = ranks.size();
   for (const auto &r : ranks) report.entries += r.entries.size();
   report.verdict = nan_analyze(ranks, rules);
