@@ -292,6 +292,67 @@ class PairingTest(tt.CaptureTest):
                 self.assertGreaterEqual(right, total - 4)
                 self.assertGreaterEqual(back["unmatched_rows"], 2)
 
+    def test_gru_step_pairs_with_msprobe_8_3_3s_dump(self):
+        """A dump msprobe itself wrote, against a fresh tprobe dump of the same run (issue 60 item 8).
+
+        fixtures/msprobe_gru_L1/dump.json: msprobe 8.3.3 (Ascend-mstt 99c2e0f99, installed by
+        shared/tools/msprobe-setup.sh on torch 1.13) dumping one step of
+        `bench/train_gru.py --steps 1 --hidden 16 --seq 8 --layers 1` (seed 1234) with config task
+        statistics, level L1, data_mode all; kept: its first eight entries, the linear head, the two
+        flattens, the loss (F.cross_entropy with keywords from nn.CrossEntropyLoss), the autograd
+        engine's ones_like and their backward entries (the optimizer's entries dropped)."""
+        fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "msprobe_gru_L1", "dump.json")
+        gru = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "bench", "train_gru.py")
+        script = f"""
+import sys
+sys.path.insert(0, {os.path.dirname(gru)!r})
+import train_gru
+train_gru.main(["--steps", "1", "--hidden", "16", "--seq", "8", "--layers", "1", "--quiet",
+                "--config", "./config.json", "--dump-path", "./dump"])
+"""
+        run = self.run_script(script, config=tt.default_config(level="L1"), name="gru-msprobe")
+        tp = os.path.join(run.dump, "step0", "rank", "dump.json")
+
+        def pairs(result):
+            columns = result["columns"]
+            ni, bi = columns.index("NPU Name"), columns.index("Bench Name")
+            return {row[ni]: row[bi] for row in result["rows"]}
+
+        ms_to_tp = pairs(self.compare(fixture, tp))
+        paired = sum(b != "N/A" for b in ms_to_tp.values())
+        # 26 of 27 rows: msprobe's Functional.linear.0.backward.output.0 ([16, 8, 8], the gradient of
+        # the output where the input's belongs) has no tprobe equal.
+        self.assertGreaterEqual(paired / len(ms_to_tp), 0.95, ms_to_tp)
+        ce, loss = "Functional.cross_entropy.0.forward.input.", "Functional.cross_entropy_loss.0.forward.input."
+        # Keywords (msprobe) with positional arguments (tprobe) of the same schema name.
+        for keyword, position in (("weight", 2), ("reduction", 3), ("ignore_index", 4), ("label_smoothing", 5)):
+            self.assertEqual(ms_to_tp[ce + keyword], loss + str(position), keyword)
+        self.assertEqual(ms_to_tp["Torch.ones_like.0.forward.input.memory_format"],
+                         "Torch.ones_like.0.forward.input.memory_format")
+        # The linear's bias gradient: msprobe's second backward output, tprobe's third.
+        self.assertEqual(ms_to_tp["Functional.linear.0.backward.output.1"], "Functional.linear.0.backward.output.2")
+
+        tp_to_ms = pairs(self.compare(tp, fixture))
+        self.assertEqual(tp_to_ms[loss + "3"], ce + "reduction")
+        self.assertEqual(tp_to_ms[loss + "4"], ce + "ignore_index")
+        self.assertEqual(tp_to_ms["Functional.linear.0.backward.output.2"], "Functional.linear.0.backward.output.1")
+        # Every tprobe row of the entries msprobe recorded pairs, but for what msprobe never saw:
+        # defaults nobody passed (ones_like's dtype, layout, device, pin_memory; y.flatten()'s
+        # start_dim and end_dim), cross_entropy_loss's None gradient for its target, and the linear's
+        # input and weight gradients (msprobe's hook on a 3-d linear sees the output's).
+        recorded = {name.split(".forward")[0].split(".backward")[0] for name in ms_to_tp}
+        aliases = {"Functional.cross_entropy.0": "Functional.cross_entropy_loss.0", "Tensor.flatten.0": "Torch.flatten.0",
+                   "Tensor.flatten.1": "Torch.flatten.1"}
+        recorded = {aliases.get(n, n) for n in recorded}
+        mine = {n: b for n, b in tp_to_ms.items() if n.split(".forward")[0].split(".backward")[0] in recorded}
+        unpaired = sorted(n for n, b in mine.items() if b == "N/A")
+        self.assertEqual(unpaired, sorted([
+            "Functional.cross_entropy_loss.0.backward.output.1", "Functional.linear.0.backward.output.0",
+            "Functional.linear.0.backward.output.1", "Torch.flatten.1.forward.input.1", "Torch.flatten.1.forward.input.2",
+            "Torch.ones_like.0.forward.input.device", "Torch.ones_like.0.forward.input.dtype",
+            "Torch.ones_like.0.forward.input.layout", "Torch.ones_like.0.forward.input.pin_memory"]))
+
 
 if __name__ == "__main__":
     unittest.main()
