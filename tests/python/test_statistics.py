@@ -83,8 +83,9 @@ class StatisticsTest(tt.CaptureTest):
         data = run.data()
         self.check(data, reference())
         ce = data["Functional.cross_entropy_loss.0.forward"]
-        # Non-tensor arguments in msprobe's encoding: weight=None, reduction, ignore_index, label_smoothing.
-        self.assertEqual(ce["input_args"][2:], [None, {"type": "int", "value": 1}, {"type": "int", "value": -100},
+        # Non-tensor arguments in msprobe's encoding: weight=None, reduction (ATen's int 1 as the str
+        # F.cross_entropy took), ignore_index, label_smoothing.
+        self.assertEqual(ce["input_args"][2:], [None, {"type": "str", "value": "mean"}, {"type": "int", "value": -100},
                                                 {"type": "float", "value": 0.0}])
         self.assertEqual(data["Torch.add.0.forward"]["input_kwargs"], {"alpha": {"type": "int", "value": 1}})
         self.assertIs(data["Functional.linear.0.forward"]["is_recompute"], False)
