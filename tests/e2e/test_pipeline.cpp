@@ -15,6 +15,7 @@
 
 #include <signal.h>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <zmq.hpp>
@@ -23,6 +24,7 @@
 #include "example_model.h"
 #include "npy.h"
 #include "pyjson.h"
+#include "record.h"
 #include "tensor_stats.h"
 #include "test_support.h"
 
@@ -527,4 +529,134 @@ TEST(pipeline, stats_passing_whole_batches_writes_the_dump_decoding_writes) {
     dumps[pass] = all;
   }
   EXPECT_EQ(dumps["on"], dumps["off"]);
+}
+
+// ---- the writer's dump path: one writer at a time, an earlier run's folders named, tap drops ----
+
+namespace {
+
+// tprobe-synth → tprobe-writer over ipc: `steps` steps of `records` small tensors as rank `rank`
+// into `dump` (the session record's dump_path). Returns the writer's stderr.
+std::string synth_into(const test::temp_dir &dir, const std::string &dump, int steps, int rank, int records = 8) {
+  const std::string in = "ipc://" + dir.path() + "/w" + std::to_string(steps) + "_" + std::to_string(rank) + ".in";
+  test::child_process writer({test::bin("tprobe-writer"), "--input", in}, dir.path(), {}, true);
+  writer.wait_ready();
+  test::child_process synth({test::bin("tprobe-synth"), "--output", in, "--records", std::to_string(records), "--steps",
+                             std::to_string(steps), "--rank", std::to_string(rank), "--dump-path", dump},
+                            dir.path());
+  EXPECT_EQ(synth.wait(), 0) << synth.err();
+  EXPECT_EQ(writer.wait(), 0) << writer.err();
+  return writer.err();
+}
+
+}  // namespace
+
+// A dump path's rank folders have one writer at a time: a second run writing the same ranks into
+// it at once is refused with one line naming the first; the ranks of one job, each with a
+// pipeline of its own, share it.
+TEST(pipeline, a_second_writer_into_the_same_rank_folders_is_refused_naming_the_first) {
+  test::temp_dir dir;
+  const std::string dump = dir / "dump", in = "ipc://" + dir.path() + "/first.in";
+  test::child_process first({test::bin("tprobe-writer"), "--input", in}, dir.path(), {}, true);
+  first.wait_ready();
+  zmq::context_t ctx;
+  record_sender sender(ctx, in, "test");
+  record session(record_kind::session);
+  session.header.run = "first";
+  session.header.meta = {{"task", "statistics"}, {"level", "L1"}, {"framework", "pytorch"}, {"dump_path", dump}};
+  sender.send(session);
+  record tensor(record_kind::tensor);
+  tensor.header.run = "first";
+  tensor.header.rank = 0;
+  tensor.header.entry = "Functional.relu.0.forward";
+  tensor.header.slot = "output.0";
+  tensor.header.type = dtype::float32;
+  tensor.header.shape = {1};
+  tensor.set_payload(std::vector<std::byte>(4));
+  sender.send(tensor);
+  record handled(record_kind::step_end);  // answered once the records before it were handled
+  handled.header.run = "first";
+  handled.header.step = 9;
+  ASSERT_TRUE(sender.sync(std::move(handled)));
+
+  // Rank 0 again, from a second run: refused at its first record for that rank.
+  const auto second = [&](int rank) {
+    const std::string second_in = "ipc://" + dir.path() + "/second" + std::to_string(rank) + ".in";
+    auto writer = std::make_unique<test::child_process>(
+        std::vector<std::string>{test::bin("tprobe-writer"), "--input", second_in}, dir.path(), std::vector<std::string>{},
+        true);
+    writer->wait_ready();
+    test::child_process synth({test::bin("tprobe-synth"), "--output", second_in, "--records", "4", "--rank",
+                               std::to_string(rank), "--dump-path", dump},
+                              dir.path());
+    const auto status = writer->wait_for(60);
+    (void)synth.wait();  // when its consumer went away the producer gives up: not ours to check
+    return std::make_pair(status, writer->err());
+  };
+  const auto [status, err] = second(0);
+  ASSERT_TRUE(status) << "a second writer into rank 0's folders runs on";
+  EXPECT_EQ(*status, 111) << err;
+  EXPECT_THAT(err, HasSubstr(fmt::format("tprobe-writer: fatal: unable to lock dump path {} for its rank0 folders: "
+                                         "tprobe-writer pid {} is writing them ({}/.tprobe-writer.lock)",
+                                         dump, first.pid(), dump)));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_FALSE(std::filesystem::exists(dump + "/step0/rank0/dump.json")) << "the refused writer wrote rank 0";
+
+  // Rank 1 beside it: another rank of the same job, welcome.
+  const auto [other_status, other_err] = second(1);
+  ASSERT_TRUE(other_status);
+  EXPECT_EQ(*other_status, 0) << other_err;
+  EXPECT_TRUE(std::filesystem::exists(dump + "/step0/rank1/dump.json"));
+
+  // The lock lasts as long as the first writer: gone with it (the file too), rank 0 free again.
+  sender.finish(3, 0);
+  EXPECT_EQ(first.wait(), 0) << first.err();
+  EXPECT_FALSE(std::filesystem::exists(dump + "/.tprobe-writer.lock"));
+  const auto [again_status, again_err] = second(0);
+  ASSERT_TRUE(again_status);
+  EXPECT_EQ(*again_status, 0) << again_err;
+}
+
+// A rerun into the same dump path with fewer steps leaves the earlier run's later steps in place:
+// the writer names them in one warning line, so that they are not taken for this run's. Another
+// rank's folders are not its business (another pipeline of the same job may write them).
+TEST(pipeline, a_rerun_names_the_step_folders_an_earlier_run_left) {
+  test::temp_dir dir;
+  const std::string dump = dir / "dump";
+  const std::string first = synth_into(dir, dump, 4, 0);
+  EXPECT_THAT(first, Not(HasSubstr("earlier run"))) << first;
+  const std::string again = synth_into(dir, dump, 4, 0);
+  EXPECT_THAT(again, Not(HasSubstr("earlier run"))) << "the same run again overwrote every folder:\n" << again;
+  const std::string other_rank = synth_into(dir, dump, 1, 1);
+  EXPECT_THAT(other_rank, Not(HasSubstr("earlier run"))) << other_rank;
+  const std::string rerun = synth_into(dir, dump, 2, 0);
+  EXPECT_THAT(rerun, HasSubstr(fmt::format("tprobe-writer: warning: 2 folders of this run's ranks in the dump path are an "
+                                           "earlier run's, not this run's: {0}/step2/rank0, {0}/step3/rank0 (move them away",
+                                           dump)))
+      << rerun;
+  EXPECT_TRUE(std::filesystem::exists(dump + "/step3/rank0/dump.json"));  // named, not removed
+}
+
+// The tap is lossy on purpose; what it could not take is counted in the writer's summary line, as
+// in every other stage's.
+TEST(pipeline, the_writers_summary_counts_its_tap_drops) {
+  test::temp_dir dir;
+  const std::string in = "ipc://" + dir.path() + "/writer.in", tap = "ipc://" + dir.path() + "/writer.tap";
+  test::child_process writer({test::bin("tprobe-writer"), "--input", in, "--tap", tap}, dir.path(), {}, true);
+  writer.wait_ready();
+  zmq::context_t ctx;
+  tap_subscriber subscriber(ctx, tap);
+  constexpr int records = 20000;
+  test::child_process synth({test::bin("tprobe-synth"), "--output", in, "--records", std::to_string(records), "--steps",
+                             "2", "--sizes", "4", "--no-entry-records", "--dump-path", dir / "dump"},
+                            dir.path());
+  // One record proves the subscription reached the writer; then this subscriber reads no more, so
+  // its queues fill (a few thousand headers) and the writer must drop the rest of the stream.
+  ASSERT_TRUE(subscriber.receive(60000)) << "nothing on the writer's tap";
+  EXPECT_EQ(synth.wait(), 0) << synth.err();
+  ASSERT_EQ(writer.wait(), 0) << writer.err();
+  const uint64_t dropped = test::number_after(writer.err(), ", tap dropped ");
+  EXPECT_GT(dropped, 0u) << writer.err();
+  EXPECT_LT(dropped, static_cast<uint64_t>(records) + 3) << writer.err();  // + session, 2 step_end
+  EXPECT_EQ(test::number_after(writer.err(), "tprobe-writer: "), static_cast<uint64_t>(records) + 3) << writer.err();
 }

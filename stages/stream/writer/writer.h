@@ -22,6 +22,11 @@
 // reason the temporaries of a folder's next rewrite (".dump.json.tmp.PID.N" and the like) are
 // created when the folder is made and after each timed rewrite, not when the step ends; a writer
 // killed mid-step may leave them there, empty, beside files that still parse.
+// Rank folders have one writer at a time: the folders of each rank it writes in a dump path are
+// locked (a record lock on one byte per rank of DUMP/.tprobe-writer.lock) from its first record
+// for that rank until writer_run returns; another writer holding them is a system_error naming
+// it. Folders of those ranks that this writer did not write (an earlier, longer run's) are left
+// in place and listed in writer_stage_result::earlier_run_folders.
 // Directories are created 0750 and files 0640; paths outside msprobe's character set are refused
 // and no symbolic link inside the dump tree is followed.
 //
