@@ -84,6 +84,7 @@ struct state {
   uint64_t operators = 0, unsupported = 0, device_summaries = 0, errors = 0;
   tprobe_session_counts final_counts{};  // the session's, kept when it closes
   int64_t final_step = -1;               // its step then (tprobe_current_step)
+  int64_t steps_after_failure = 0;       // step() calls the session no longer saw (failure set)
   std::string failure;  // the first failure: capture is off from then on
   std::string leaf_text;  // capture_leaf's scratch: a value's JSON text, its capacity kept
   std::atomic<bool> forked{false};  // in a child of fork(): the session belongs to the parent

@@ -262,6 +262,9 @@ int64_t step() {
   state &s = the_state();
   std::lock_guard lock(s.mutex);
   require_open(s);
+  // A failed capture no longer reaches the session, but its steps still count: the user is told
+  // how many were not dumped.
+  if (!s.failure.empty()) ++s.steps_after_failure;
   s.collect_collectives();
   s.collect_device(true);
   s.check_failure();
@@ -389,7 +392,7 @@ std::string counters() {
   json j{{"records", c.records},           {"bytes", c.bytes},
          {"skipped", c.skipped},           {"waits", c.waits},
          {"undelivered", c.undelivered},   {"detached", c.detached != 0},
-         {"first_step_not_dumped", c.first_step_not_dumped}, {"step", s.session ? tprobe_current_step(s.session) : s.final_step},
+         {"first_step_not_dumped", c.first_step_not_dumped}, {"step", (s.session ? tprobe_current_step(s.session) : s.final_step) + s.steps_after_failure},
          {"shared_bytes", c.shared_bytes}, {"shared_gave_up", c.shared_gave_up},
          {"stats_reused", c.stats_reused},
          {"stats_parts_helped", c.stats_parts_helped},

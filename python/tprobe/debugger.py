@@ -231,8 +231,8 @@ class PrecisionDebugger:
                     last = max(counts.get("step", lost_from) - (0 if self._step_begun else 1), lost_from)
                     n = last - lost_from + 1
                     steps = f"step {lost_from}" if n == 1 else f"steps {lost_from}-{last}"
-                    problems.append(f"{n} step{'s' if n != 1 else ''} not dumped ({steps}): the pipeline stopped "
-                                    "reading")
+                    problems.append(f"warning: the dump is incomplete: {n} step{'s' if n != 1 else ''} not dumped "
+                                    f"({steps}), the capture having detached from its pipeline")
                 if counts.get("unsupported"):
                     print(f"tprobe: {counts['unsupported']} tensors were dumped without statistics "
                           "(a dtype or layout tprobe cannot read)", file=sys.stderr)

@@ -50,7 +50,7 @@ std::vector<known_option> known_options_of(const CLI::App &app) {
     known_option k;
     for (const auto &s : o->get_snames()) k.spellings.push_back("-" + s);
     for (const auto &l : o->get_lnames()) k.spellings.push_back("--" + l);
-    k.takes_value = o->get_type_size_max() > 0;
+    k.takes_value = o->get_items_expected_max() > 0;  // a flag expects none
     known.push_back(std::move(k));
   }
   return known;

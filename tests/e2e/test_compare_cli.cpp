@@ -290,6 +290,57 @@ TEST(CompareCli, MappingFileAndFuzzyMatch) {
   EXPECT_EQ(r.err, "tprobe-compare: fatal: mapping " + (t / "bad.yaml") + " line 1: expected 'npu name: bench name'\n");
 }
 
+// msprobe's command line with tprobe in msprobe's place (issue 60): `-hl` printed help and exited
+// 0 without comparing, so a CI gate passed. Every msprobe flag does what msprobe's does, or is
+// refused in one line; an unknown flag names tprobe's forms.
+TEST(CompareCli, MsprobesCommandLineHabits) {
+  test::temp_dir t;
+  write_tensor_dump(t / "npu", {1, 2, 3, 4}, {1, 2, 3, 4});
+  write_tensor_dump(t / "bench", {1, 2, 3, 4}, {4, 3, 2, 1});
+  test::write_file(t / "npu/stack.json",
+                   R"J({"0": [["Functional.linear.0.forward"], ["File train.py, line 9, in step, \n y = linear(x)"]]})J");
+  test::write_file(t / "compare.json",
+                   fmt::format(R"({{"npu_path": "{}", "bench_path": "{}", "stack_path": "{}", "is_print_compare_log": true}})",
+                               t / "npu/dump.json", t / "bench/dump.json", t / "npu/stack.json"));
+  // msprobe -f pytorch compare -i compare.json -o out -s -hl
+  auto r = test::run_process(
+      {test::bin("tprobe"), "-f", "pytorch", "compare", "-i", t / "compare.json", "-o", t / "hl", "-s", "-hl"});
+  ASSERT_EQ(r.status, 1) << r.err;  // compared, and the reversed output fails
+  auto doc = pyjson_parse(test::read_file(find_file(t / "hl", "compare_result_", ".json")), "json");
+  EXPECT_EQ(doc["highlight"].size(), 2u);
+  EXPECT_EQ(doc["columns"][25], "NPU_Stack_Info");
+  // The long spellings, -f pytorch after the verb, -fm, -c.
+  r = compare({"--input_path", t / "compare.json", "--output_path", t / "long", "--stack_mode", "--highlight",
+               "-f", "pytorch", "-fm", "-c"});
+  ASSERT_EQ(r.status, 1) << r.err;
+  EXPECT_TRUE(find_file(t / "long", "advisor_", ".txt").empty());
+  // -dm: msprobe's data mapping.
+  test::write_file(t / "map.yaml", "Functional.linear.0.forward.output.0: Functional.linear.0.forward.input.0\n");
+  r = compare({t / "npu/dump.json", t / "bench/dump.json", "-o", t / "dm", "-dm", t / "map.yaml"});
+  ASSERT_EQ(r.status, 0) << r.err;  // output [1,2,3,4] paired with bench input [1,2,3,4]
+  // Refused, one line each, exit 100.
+  for (const auto &[args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"-i", t / "compare.json", "-o", t / "x", "-da"}, "msprobe's -da is not built in tprobe"},
+           {{"-i", t / "compare.json", "-o", t / "x", "-lm", "l.yaml"}, "msprobe's -lm is not built in tprobe"},
+           {{"-i", t / "compare.json", "-o", t / "x", "-f", "mindspore"}, "only --framework pytorch is taken"},
+           {{"-i", t / "compare.json", "-o", t / "x", "--bogus"},
+            "unknown option \"--bogus\"; its options are"},
+           {{"-i", t / "compare.json", t / "npu/dump.json", "-o", t / "x"}, "not both"},
+           {{"-i", t / "missing.json", "-o", t / "x"}, "missing.json"}}) {
+    r = compare(args);
+    EXPECT_EQ(r.status, message == "missing.json" ? 111 : 100) << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+  test::write_file(t / "bad.json", R"({"npu_path": "a", "bench": "b"})");
+  r = compare({"-i", t / "bad.json", "-o", t / "x"});
+  EXPECT_EQ(r.status, 100);
+  EXPECT_NE(r.err.find("unknown key \"bench\""), std::string::npos) << r.err;
+  r = test::run_process({test::bin("tprobe"), "-f", "mindspore", "compare"});
+  EXPECT_EQ(r.status, 100);
+  EXPECT_NE(r.err.find("only -f pytorch is taken"), std::string::npos) << r.err;
+}
+
 TEST(CompareCli, StackModeNeedsStackJson) {
   test::temp_dir t;
   write_tensor_dump(t / "npu", {1, 2, 3, 4}, {1, 2, 3, 4});

@@ -173,14 +173,17 @@ class TrainingGoesOnByDefault(CaptureTest):
             json.dump(default_config(), f)
         with open(os.path.join(directory, "train.py"), "w") as f:
             f.write(FAULT_TRAIN.replace("STEPS", "40").replace('print("started", flush=True)', "")
-                    .replace("        time.sleep(0.02)\n", "        time.sleep(0.02)\n        print('step', step, flush=True)\n"))
+                    .replace("    time.sleep(0.02)\n", "    time.sleep(0.02)\n    print('step', step, flush=True)\n"))
         env = dict(os.environ)
         env.pop("TPROBE_ENDPOINT", None)
         proc = subprocess.Popen([PYTHON, "train.py"], cwd=directory, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:
-            while proc.stdout.readline().strip() != "step 5":  # the dump runs, five steps done
-                pass
+            for line in proc.stdout:  # the dump runs, five steps done
+                if line.strip() == "step 5":
+                    break
+            else:
+                self.fail("the script ended before its step 5")
             victim = stage_pid(proc.pid, "tprobe-writer")
             self.assertIsNotNone(victim)
             os.kill(victim, signal.SIGKILL)
@@ -198,7 +201,7 @@ class TrainingGoesOnByDefault(CaptureTest):
         first = int(stopped[0].split("no step from step ")[1].split(" ")[0])
         self.assertGreaterEqual(first, 5, err)
         self.assertNotIn("records were not delivered", err)
-        counted = [line for line in err.splitlines() if "not dumped (step" in line]
+        counted = [line for line in err.splitlines() if "the dump is incomplete" in line]
         self.assertEqual(len(counted), 1, err)
         n = 40 - first
         self.assertIn(f"{n} steps not dumped (steps {first}-39)", counted[0], err)
