@@ -74,6 +74,23 @@ TEST(NanAnalyzeCli, NamesRankOnesExpAndWritesTheResult) {
   EXPECT_EQ(doc["rank_1"][0]["construct_info"], json({"Torch.exp.0.forward"}));
 }
 
+// msprobe's command line with tprobe in msprobe's place (issue 60 item 6).
+TEST(NanAnalyzeCli, MsprobesCommandLine) {
+  test::temp_dir dir;
+  write_step(dir / "step0");
+  auto r = test::run_process({test::bin("tprobe"), "-f", "pytorch", "nan_analyze", "-i", dir / "step0",
+                              "--output_path", dir / "out"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.out.find("first producer: rank 1 Torch.exp.0.forward"), std::string::npos) << r.out << r.err;
+  EXPECT_FALSE(test::find_file(dir / "out", "anomaly_analyze_", ".json").empty());
+  r = test::run_process({test::bin("tprobe"), "nan-analyze", "-i", dir / "step0", dir / "step0", "-o", dir / "o2"});
+  EXPECT_EQ(r.status, 100);
+  EXPECT_NE(r.err.find("not both"), std::string::npos) << r.err;
+  r = test::run_process({test::bin("tprobe"), "nan-analyze", "-i", dir / "step0", "-x"});
+  EXPECT_EQ(r.status, 100);
+  EXPECT_NE(r.err.find("unknown option \"-x\"; its options are"), std::string::npos) << r.err;
+}
+
 TEST(NanAnalyzeCli, CleanStepIsZeroWithoutAFile) {
   test::temp_dir dir;
   write_step(dir / "step0", false);

@@ -1,9 +1,22 @@
 // tprobe-nan-analyze: see nan_offline.h.
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "common/msprobe_cli.h"
 #include "nan_offline.h"
+
+namespace {
+
+// msprobe's spellings (msprobe_cli.h): `msprobe -f pytorch nan_analyze -i STEPDIR -o OUT`.
+constexpr tprobe::msprobe_flag msprobe_flags[] = {
+    {"--output_path", "--output", true},
+    {"--framework", "", true, "", "pytorch"},
+};
+
+}  // namespace
 
 int main(int argc, char **argv) {
   using namespace tprobe;
@@ -12,11 +25,22 @@ int main(int argc, char **argv) {
     CLI::App app{d.summary, "tprobe-nan-analyze"};
     nan_offline_options o;
     stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
-    app.add_option("STEPDIR", o.step_dir, "a step folder holding rank folders (rank, rank0, rank1, …)")->required();
+    std::string input_path;
+    app.add_option("STEPDIR", o.step_dir, "a step folder holding rank folders (rank, rank0, rank1, …)");
+    app.add_option("-i,--input_path", input_path, "the step folder, as msprobe's nan_analyze takes it");
     stage_add_declared_options(app, d, values);
     stage_add_describe_option(app, d);
-    stage_parse(app, argc, argv);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    for (size_t i = 0; i + 1 < args.size(); ++i)  // msprobe's framework flag, before or after the verb
+      if (args[i] == "-f") args[i] = "--framework";
+    args = msprobe_args_translate(std::move(args), msprobe_flags, known_options_of(app), "tprobe nan-analyze");
+    std::vector<char *> translated{argv[0]};
+    for (auto &a : args) translated.push_back(a.data());
+    stage_parse(app, static_cast<int>(translated.size()), translated.data());
     stage_check_declared_options(d, values);
+    if (!input_path.empty() && !o.step_dir.empty()) throw usage_error("give STEPDIR or -i STEPDIR, not both");
+    if (!input_path.empty()) o.step_dir = input_path;
+    if (o.step_dir.empty()) throw usage_error("STEPDIR is required (or msprobe's -i STEPDIR)");
     o.output_dir = values.text("output");
     o.config_path = values.text("config");
 
