@@ -67,18 +67,45 @@ bool contains(const std::vector<std::string> &values, std::string_view value) {
   return std::find(values.begin(), values.end(), value) != values.end();
 }
 
-// A user string for a one-line message: quoted, with control bytes escaped.
+// The length of the whole UTF-8 character that starts at s[i]: 1 for ASCII, 2 to 4 for a valid
+// multi-byte sequence, 0 for a byte that starts none (a stray continuation byte, a cut sequence).
+size_t utf8_char_length(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  const size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = i + 1; k < i + n; ++k)
+    if ((byte(k) & 0xC0) != 0x80) return 0;
+  return n;
+}
+
+// The longest prefix of s within max_bytes that ends on a character boundary: a message that
+// shortens a value must not print half a character.
+std::string_view utf8_prefix(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t n = max_bytes;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
+// A user string for a one-line message: quoted, with control bytes and bytes that are not part of
+// a whole UTF-8 character escaped, so that the line stays valid UTF-8.
 std::string quote(std::string_view s) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = utf8_char_length(s, i);
     if (c == '"' || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
+    } else if (n == 0 || c < 0x20 || c == 0x7f) {
       out += fmt::format("\\x{:02x}", c);
     } else {
-      out += static_cast<char>(c);
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
     }
+    ++i;
   }
   return out + "\"";
 }
@@ -86,7 +113,7 @@ std::string quote(std::string_view s) {
 // A JSON value for a message, shortened: its text as written.
 std::string describe(const ordered_json &v) {
   std::string text = v.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  if (text.size() > 80) text = std::string(utf8_prefix(text, 77)) + "...";
   for (char &c : text) {
     if (c == '\n' || c == '\r') c = ' ';
   }
@@ -198,7 +225,7 @@ std::string absolute_dump_path(const std::string &path, const std::string &where
       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-";
   if (size_t bad = normal.find_first_not_of(allowed_chars); bad != std::string::npos) {
     fail(where, fmt::format("absolute path {} contains {}; only letters, digits and _ . / - are allowed",
-                            quote(normal), quote(normal.substr(bad, 1))));
+                            quote(normal), quote(normal.substr(bad, std::max<size_t>(utf8_char_length(normal, bad), 1)))));
   }
   size_t start = 0;
   while (start < normal.size()) {

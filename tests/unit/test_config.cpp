@@ -319,6 +319,41 @@ TEST(ConfigCommon, DumpPathCharactersAndLengths) {
   EXPECT_THAT(parse_error(with("dump_path", deep)), HasSubstr("at most 4096"));
 }
 
+// Whether `s` is well-formed UTF-8 (no sequence cut short, no stray continuation byte).
+bool valid_utf8(const std::string &s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Messages show whole characters: a long non-ASCII value is shortened on a character boundary,
+// and a dump_path's first non-ASCII character is named whole.
+TEST(ConfigMessages, PrintWholeUtf8Characters) {
+  const std::string e_acute = "\xc3\xa9", han = "\xe8\xbe\x93";  // é (2 bytes), 输 (3 bytes)
+  for (size_t pad = 0; pad < 3; ++pad) {
+    // A step element that is neither an int nor a string is shown by its JSON text, cut at 80.
+    std::string name = std::string(pad, 'a');
+    for (int i = 0; i < 40; ++i) name += i % 2 ? han : e_acute;
+    const std::string message = parse_error(with("step", ordered_json::array({ordered_json::array({name})})));
+    EXPECT_THAT(message, HasSubstr("field \"step\": element [\"" + std::string(pad, 'a') + e_acute));
+    EXPECT_THAT(message, HasSubstr("..."));
+    EXPECT_TRUE(valid_utf8(message)) << "pad " << pad << ": " << message;
+  }
+  const std::string path_message = parse_error(with("dump_path", "/tmp/" + han + e_acute));
+  EXPECT_THAT(path_message, HasSubstr("contains \"" + han + "\";"));
+  EXPECT_TRUE(valid_utf8(path_message)) << path_message;
+  // A byte that is no character at all is escaped, so the line stays valid UTF-8.
+  const std::string stray = parse_error(with("dump_path", "/tmp/a\xa9"));
+  EXPECT_THAT(stray, HasSubstr("contains \"\\xa9\""));
+  EXPECT_TRUE(valid_utf8(stray)) << stray;
+}
+
 TEST(ConfigCommon, DumpPathIsMadeAbsoluteAndNormal) {
   EXPECT_EQ(config_parse(with("dump_path", "./x/../y/"), "c").dump_path, cwd_path("y"));
   EXPECT_EQ(config_parse(with("dump_path", "/tmp//dump/"), "c").dump_path, "/tmp/dump");
