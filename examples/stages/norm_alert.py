@@ -12,7 +12,8 @@ statistics are still unknown is named as such once.
 import os
 import sys
 
-# Run from a checkout (tprobe run also puts python/ on PYTHONPATH for the command, not for stages).
+# tprobe run puts python/ on a stage's PYTHONPATH (docs/stage-protocol.md, section 1); this line is
+# for running the example by hand from a checkout.
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from tprobe.stage import Option, Stage  # noqa: E402
 

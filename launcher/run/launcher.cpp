@@ -121,6 +121,32 @@ void check_config(const std::string &path, const manifest &m) {
   config_check_dump_path_usable(cfg);
 }
 
+// PYTHONPATH with this build's python/ (the tprobe package) appended: the user's own PYTHONPATH
+// or an installed tprobe stays first. nullopt when the checkout has no package there (a copied
+// binary): nothing is guessed.
+std::optional<std::string> python_path_with_package() {
+#ifdef TPROBE_PYTHON_DIR
+  if (std::error_code e; fs::is_regular_file(TPROBE_PYTHON_DIR "/tprobe/__init__.py", e)) {
+    const char *current = std::getenv("PYTHONPATH");
+    return current && *current ? std::string(current) + ":" TPROBE_PYTHON_DIR : std::string(TPROBE_PYTHON_DIR);
+  }
+#endif
+  return std::nullopt;
+}
+
+// The environment of the stages and of their --describe: this process's, with
+// python_path_with_package(), so that a Python stage (`"exec": "mine.py"`) imports tprobe.stage
+// as the command imports tprobe. nullopt: inherit this process's unchanged.
+std::optional<std::vector<std::string>> stage_environment() {
+  const auto python_path = python_path_with_package();
+  if (!python_path) return std::nullopt;
+  std::vector<std::string> env;
+  for (char **e = environ; *e; ++e)
+    if (std::string_view(*e).rfind("PYTHONPATH=", 0) != 0) env.emplace_back(*e);
+  env.push_back("PYTHONPATH=" + *python_path);
+  return env;
+}
+
 bool executable_file(const std::string &path) {
   std::error_code ignored;
   return ::access(path.c_str(), X_OK) == 0 && !fs::is_directory(path, ignored);
@@ -459,15 +485,9 @@ class launcher {
                                                          {"TPROBE_RUN_DIR", run_dir_.path()},
                                                          {"TPROBE_LAUNCHER_PID", std::to_string(::getpid())}};
     if (!config_.empty()) env.emplace_back("TPROBE_CONFIG", config_);
-#ifdef TPROBE_PYTHON_DIR
     // The checkout's python/tprobe, unless the user's own PYTHONPATH or an installed tprobe is meant
     // to win: it goes last.
-    if (std::error_code e; fs::is_regular_file(TPROBE_PYTHON_DIR "/tprobe/__init__.py", e)) {
-      const char *current = std::getenv("PYTHONPATH");
-      env.emplace_back("PYTHONPATH", current && *current ? std::string(current) + ":" TPROBE_PYTHON_DIR
-                                                          : std::string(TPROBE_PYTHON_DIR));
-    }
-#endif
+    if (auto python_path = python_path_with_package()) env.emplace_back("PYTHONPATH", std::move(*python_path));
     // The capture checks its task against them (capture/config.h), for a config the launcher does
     // not see (PrecisionDebugger(config_path=…)).
     env.emplace_back("TPROBE_PIPELINE", m_.path);
@@ -490,6 +510,7 @@ class launcher {
       ~closer() { ::close(fd); }
     } close_dev_null{dev_null};
 
+    const auto env = stage_environment();
     for (auto it = m_.topological_order.rbegin(); it != m_.topological_order.rend(); ++it) {
       const auto &s = m_.stages[*it];
       int ready[2];
@@ -497,6 +518,7 @@ class launcher {
       exec_spec spec;
       spec.argv = manifest_stage_argv(m_, *it, run_dir_.path(), bin_dir_);
       spec.path = spec.argv.front();
+      spec.env = env;
       spec.own_process_group = true;  // a terminal's Ctrl-C must not reach stages
       spec.die_with_launcher = true;
       spec.stdin_fd = dev_null;       // a background process group reading the tty would stop
@@ -940,7 +962,8 @@ int launcher_run(const launcher_options &options) {
   // process starts.
   std::string bin_dir = options.bin_dir.empty() ? launcher_self_dir() : options.bin_dir;
   manifest m = manifest_load(options.manifest_path);
-  manifest_check_options(m, manifest_binary_describer(bin_dir));
+  const auto env = stage_environment();
+  manifest_check_options(m, manifest_binary_describer(bin_dir, env ? &*env : nullptr));
   std::string config = resolve_config(options.config_path);
   if (!config.empty()) {
     check_config(config, m);

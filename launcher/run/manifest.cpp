@@ -513,7 +513,8 @@ std::string manifest_stage_binary(const manifest_stage &s, const std::string &bi
   return (std::filesystem::path(bin_dir) / ("tprobe-" + s.verb)).string();
 }
 
-stage_description stage_describe_binary(const std::string &binary, const std::string &context) {
+stage_description stage_describe_binary(const std::string &binary, const std::string &context,
+                                        const std::vector<std::string> *env) {
   // access() first: its errno says "No such file" or "Permission denied" plainly.
   if (::access(binary.c_str(), X_OK) != 0)
     throw usage_error(context + ": unable to execute " + binary + ": " + std::strerror(errno));
@@ -529,8 +530,13 @@ stage_description stage_describe_binary(const std::string &binary, const std::st
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
   std::string describe_flag = "--describe";
   char *argv[] = {const_cast<char *>(binary.c_str()), describe_flag.data(), nullptr};
+  std::vector<char *> envp;
+  if (env) {
+    for (const auto &e : *env) envp.push_back(const_cast<char *>(e.c_str()));
+    envp.push_back(nullptr);
+  }
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv, environ);
+  int rc = ::posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv, env ? envp.data() : environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(out[1]);
   if (rc != 0) {
@@ -561,9 +567,9 @@ stage_description stage_describe_binary(const std::string &binary, const std::st
   }
 }
 
-stage_describer manifest_binary_describer(const std::string &bin_dir) {
-  return [bin_dir](const manifest_stage &s) {
-    return stage_describe_binary(manifest_stage_binary(s, bin_dir), "stage " + in_quotes(s.name));
+stage_describer manifest_binary_describer(const std::string &bin_dir, const std::vector<std::string> *env) {
+  return [bin_dir, env](const manifest_stage &s) {
+    return stage_describe_binary(manifest_stage_binary(s, bin_dir), "stage " + in_quotes(s.name), env);
   };
 }
 

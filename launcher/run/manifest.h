@@ -154,12 +154,15 @@ stage_description stage_description_parse(const std::string &text, const std::st
 std::string manifest_stage_binary(const manifest_stage &s, const std::string &bin_dir);
 
 // Runs `binary --describe` (stdin /dev/null, stderr inherited) and parses what it prints.
+// `env`: the binary's environment ("NAME=VALUE" entries), nullptr = this process's.
 // Throws usage_error, naming `context` and `binary`, when the binary is missing or not
 // executable, exits non-zero, or prints no valid description.
-stage_description stage_describe_binary(const std::string &binary, const std::string &context);
+stage_description stage_describe_binary(const std::string &binary, const std::string &context,
+                                        const std::vector<std::string> *env = nullptr);
 
-// The production describer: stage_describe_binary(manifest_stage_binary(s, bin_dir)).
-stage_describer manifest_binary_describer(const std::string &bin_dir);
+// The production describer: stage_describe_binary(manifest_stage_binary(s, bin_dir), …, env);
+// `env` must outlive it.
+stage_describer manifest_binary_describer(const std::string &bin_dir, const std::vector<std::string> *env = nullptr);
 
 // Endpoints the launcher allocates in its private run directory.
 std::string manifest_input_endpoint(const std::string &run_dir, const std::string &stage_name);

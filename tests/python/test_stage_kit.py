@@ -27,6 +27,12 @@ from tprobe.stage import Stage
 Stage("legacy", "a 1.0 stage that answers no barrier", barriers=False).main(lambda record, stage: record)
 """
 
+# A stage of one's own as a user writes it: it imports the kit and nothing sets its path up.
+PLAIN_STAGE = """#!/usr/bin/python3
+from tprobe.stage import Stage
+Stage("plain", "passes every record on").main(lambda record, stage: record)
+"""
+
 # A stage that stops the capture through Stage.control at the first tensor it sees, and says
 # whether the command was queued; it passes every record on.
 STOPPING_STAGE = """#!/usr/bin/python3
@@ -160,6 +166,18 @@ class StageKitTest(tt.CaptureTest):
 
     def legacy_stage(self):
         return self.python_stage("legacy", LEGACY_STAGE)
+
+    def test_python_stage_finds_tprobe_without_pythonpath(self):
+        # tprobe run gives its stages (and their --describe) the PYTHONPATH it gives the command,
+        # so a Python stage imports tprobe.stage with no PYTHONPATH set by the user.
+        manifest = self.manifest("plain", [
+            {"name": "plain", "exec": self.python_stage("plain", PLAIN_STAGE), "inputs": ["capture"]},
+            {"name": "writer", "stage": "writer", "inputs": ["plain"]},
+        ])
+        run = self.run_script(tt.TRAIN, manifest=manifest, steps=2, env={"PYTHONPATH": ""}, timeout=120)
+        self.assertRegex(run.result.stderr, r"plain: (\d+) records received, \1 sent")
+        for step in (0, 1):
+            self.assertIn("Functional.linear.0.forward", run.data(step))
 
     def test_python_stage_stops_the_capture(self):
         # Stage.control in the Python kit: the command reaches the capture through the control
