@@ -293,7 +293,9 @@ class dump_writer {
       case record_kind::value:
         // A record this folder cannot hold (a path past any list, a slot that clashes with what
         // is there, a file name outside msprobe's set, …) is one refused record, named and
-        // counted (refuse); the rest of the stream is still dumped.
+        // counted (refuse); the rest of the stream is still dumped. Its folder is made first,
+        // outside: a dump path that cannot be used fails the writer, as before.
+        (void)doc(h);
         try {
           if (h.kind == record_kind::tensor) fill_missing_stats(r);
           place(r);
