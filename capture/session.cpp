@@ -597,12 +597,11 @@ struct tprobe_session {
   // The sender thread, when the pipeline stopped reading: drop everything, say so once, and let
   // every later call return at once. Training goes on.
   void detach(const std::string &reason, uint64_t lost_in_batch) {
-    uint64_t lost;
+    int64_t first_lost;
     {
       std::lock_guard lock(mutex);
-      lost = queue.size() + lost_in_batch;
-      counts.undelivered += lost;
-      first_step_not_dumped = step_delivered + 1;
+      counts.undelivered += queue.size() + lost_in_batch;
+      first_lost = first_step_not_dumped = step_delivered + 1;
       queue.clear();
       queued_bytes = 0;
       detach_reason = reason;
@@ -610,11 +609,10 @@ struct tprobe_session {
       has_space.notify_all();
     }
     for (auto &s : senders) s->abandon();
-    (void)lost;
     std::fprintf(stderr,
                  "tprobe: warning: the pipeline stopped reading (%s): no step from step %lld on is dumped; the "
                  "capture is detached and training goes on\n",
-                 reason.c_str(), static_cast<long long>(step_delivered + 1));
+                 reason.c_str(), static_cast<long long>(first_lost));
   }
 
   // Control calls (stop, step, close) on a detached session: the dump is incomplete.

@@ -467,9 +467,9 @@ void value_text_append(std::string &out, std::string_view type, std::string_view
   out += '}';
 }
 
-std::optional<double> value_leaf_real(const nlohmann::ordered_json &v, bool legacy_text) {
+std::optional<double> value_leaf_real(const nlohmann::ordered_json &v) {
   if (v.is_number()) return v.get<double>();
-  if (!legacy_text || !v.is_string()) return std::nullopt;
+  if (!v.is_string()) return std::nullopt;
   const auto &s = v.get_ref<const std::string &>();
   if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
   if (s == "inf") return std::numeric_limits<double>::infinity();
@@ -521,19 +521,6 @@ nlohmann::ordered_json value_int_list(std::string_view type, const std::vector<s
   ojson list = ojson::array();
   for (const auto &x : v) list.push_back(x ? ojson(*x) : ojson(nullptr));
   return ojson{{"type", type}, {"value", std::move(list)}};
-}
-
-nlohmann::ordered_json value_ndarray(std::string_view dtype, const std::vector<int64_t> &shape, const stat_value &max,
-                                     const stat_value &min, const stat_value &mean, const stat_value &norm) {
-  ojson j = ojson::object();
-  j["type"] = "numpy.ndarray";
-  j["dtype"] = dtype;
-  j["shape"] = shape;
-  j["Max"] = stat_json(max);
-  j["Min"] = stat_json(min);
-  j["Mean"] = stat_json(mean);
-  j["Norm"] = stat_json(norm);
-  return j;
 }
 
 // ---- stack.json ----------------------------------------------------------------------------

@@ -263,9 +263,10 @@ void tensor_leaf_fields(const tensor_facts &t, Emit &&emit) {
 // Non-tensor values (§1.7), built from typed facts. Reals: NaN and ±Inf are written as msprobe's
 // json.dump writes them, the bare tokens NaN, Infinity and -Infinity (§1.4), so every reader sees
 // a float; the texts are JSON as pyjson_parse reads it (core/pyjson.h), and so is the capture's
-// value text. The trees (value_real, value_ndarray) hold the IEEE values: pyjson_dump writes them
-// as tokens, nlohmann's dump() as null, so a capture hands reals on as text (the *_append forms). Older tprobe dumps spelled them as the strings "nan", "inf", "-inf": readers take
-// both (value_leaf_real).
+// value text. The tree value_real holds the IEEE value (pyjson_dump writes it as a token,
+// nlohmann's dump() as null), so a capture hands reals on as text, the *_append forms. Older
+// tprobe dumps spelled them as the strings "nan", "inf", "-inf": readers take both
+// (value_leaf_real).
 //
 // The four commonest leaves are defined once, as JSON text appended to `out`: the capture's hot
 // path hands a leaf to the C API as text, and this builds it with no DOM and, once `out` has
@@ -274,11 +275,11 @@ void value_bool_append(std::string &out, bool v);
 void value_int_append(std::string &out, int64_t v, std::string_view type = "int");
 void value_real_append(std::string &out, double v, std::string_view type = "float");
 void value_text_append(std::string &out, std::string_view type, std::string_view text);
-// A real as a dump may hold it: a number, or (`legacy_text`) one of the strings "nan", "inf",
+// A real as a dump may hold it: a number, or one of the strings "nan", "inf",
 // "-inf" that tprobe wrote for non-finite reals before it wrote Python's tokens. nullopt for
 // anything else. Readers use it where a real belongs: a float leaf's value (type "float" or a
 // numpy float type, value_real_type) and an ndarray's statistics.
-std::optional<double> value_leaf_real(const nlohmann::ordered_json &v, bool legacy_text = true);
+std::optional<double> value_leaf_real(const nlohmann::ordered_json &v);
 // Whether a value leaf's type names a real: Python's "float", numpy's "float16/32/64", "float_",
 // "longdouble", "double", "single", "half".
 bool value_real_type(std::string_view type);
@@ -291,13 +292,10 @@ nlohmann::ordered_json value_memory_format(std::string_view name);  // {"type":"
 nlohmann::ordered_json value_complex(double re, double im);         // {"type":"complex","value":"(re+imj)"}
 // A list of ints or nulls under "value": torch.Size, slice ([start, stop, step]).
 nlohmann::ordered_json value_int_list(std::string_view type, const std::vector<std::optional<int64_t>> &v);
-// A numpy ndarray: type, dtype, shape, Max, Min, Mean, Norm (reals spelled as above), as text
-// (the capture's form) or as a tree.
+// A numpy ndarray: type, dtype, shape, Max, Min, Mean, Norm (reals spelled as above), as text.
 void value_ndarray_append(std::string &out, std::string_view dtype, const std::vector<int64_t> &shape,
                           const stat_value &max, const stat_value &min, const stat_value &mean,
                           const stat_value &norm);
-nlohmann::ordered_json value_ndarray(std::string_view dtype, const std::vector<int64_t> &shape, const stat_value &max,
-                                     const stat_value &min, const stat_value &mean, const stat_value &norm);
 
 // ---- stack.json ----------------------------------------------------------------------------
 

@@ -241,11 +241,7 @@ class plain_json_packer {
       case 'N': return literal("NaN") && (pack_float64(*p_, std::numeric_limits<double>::quiet_NaN()), true);
       case 'I': return literal("Infinity") && (pack_float64(*p_, std::numeric_limits<double>::infinity()), true);
       case '-':
-        if (s_.substr(at_, 9) == "-Infinity") {
-          at_ += 9;
-          pack_float64(*p_, -std::numeric_limits<double>::infinity());
-          return true;
-        }
+        if (literal("-Infinity")) return pack_float64(*p_, -std::numeric_limits<double>::infinity()), true;
         return number();
       default: return number();
     }

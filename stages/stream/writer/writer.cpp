@@ -295,14 +295,16 @@ class dump_writer {
         // is there, a file name outside msprobe's set, …) is one refused record, named and
         // counted (refuse); the rest of the stream is still dumped. Its folder is made first,
         // outside: a dump path that cannot be used fails the writer, as before.
-        (void)doc(h);
-        try {
-          if (h.kind == record_kind::tensor) fill_missing_stats(r);
-          place(r);
-        } catch (const usage_error &e) {
-          refuse(r, e.what());
-        } catch (const framing_error &e) {
-          refuse(r, e.what());
+        {
+          dump_doc &d = doc(h);
+          try {
+            if (h.kind == record_kind::tensor) fill_missing_stats(r);
+            place(r, d);
+          } catch (const usage_error &e) {
+            refuse(d, e.what());
+          } catch (const framing_error &e) {
+            refuse(d, e.what());
+          }
         }
         return;
       case record_kind::flush:
@@ -357,16 +359,14 @@ class dump_writer {
 
   // Refused records: each is a line of its folder's dump_error_info.log (msprobe's file for what
   // the tool could not dump), the first few also on stderr as they come, all counted.
-  void refuse(const record &r, const std::string &why) {
+  void refuse(dump_doc &d, const std::string &why) {
     ++result_.records_refused;
     if (result_.first_refusal.empty()) result_.first_refusal = why;
     if (result_.records_refused <= refusals_printed)
       fmt::print(stderr, "tprobe-writer: error: not dumped: {}{}\n", why,
                  result_.records_refused == refusals_printed ? " (further refusals: dump_error_info.log only)" : "");
-    if (dump_doc *d = find_doc(r.header)) {
-      d->errors.push_back(why);
-      d->dirty = true;
-    }
+    d.errors.push_back(why);
+    d.dirty = true;
   }
 
  private:
@@ -688,9 +688,8 @@ class dump_writer {
     ++result_.stats_computed;
   }
 
-  void place(record &r) {
+  void place(record &r, dump_doc &d) {
     const auto &h = r.header;
-    dump_doc &d = doc(h);
     const entry_name name = entry_parse(h.entry);
     if (!d.session.data_mode.allows(name, h.slot)) return;
     dump_node &e = entry_node(d, h.entry, nullptr, &name);
