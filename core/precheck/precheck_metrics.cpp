@@ -1,0 +1,416 @@
+// precheck_metrics.cpp: see precheck_metrics.h. Each function names the msprobe function it
+// follows; the dtype of every intermediate array is the one numpy 1.x gives it.
+#include "precheck_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "half_float.h"
+
+namespace tprobe::precheck {
+namespace {
+
+constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
+
+bool is_fp8(std::string_view dtype) {
+  return dtype == "torch.float8_e4m3fn" || dtype == "torch.float8_e5m2" || dtype.find("hifloat8") != std::string_view::npos;
+}
+
+// numpy's result dtype of (device op bench).
+np_float promoted(const float_arrays &a) { return np_promote(a.bench, a.device); }
+
+double finfo_eps(np_float t) {
+  switch (t) {
+    case np_float::f16: return 0x1p-10;
+    case np_float::f32: return 0x1p-23;
+    case np_float::f64: return 0x1p-52;
+  }
+  return 0x1p-52;
+}
+
+double finfo_max(np_float t) {
+  switch (t) {
+    case np_float::f16: return 65504.0;
+    case np_float::f32: return static_cast<double>(std::numeric_limits<float>::max());
+    case np_float::f64: return std::numeric_limits<double>::max();
+  }
+  return std::numeric_limits<double>::max();
+}
+
+// np.log2 of an array of dtype t: float16 is computed in float32 and rounded back.
+double np_log2(np_float t, double x) {
+  if (t == np_float::f64) return std::log2(x);
+  return np_round(t, static_cast<double>(std::log2(static_cast<float>(x))));
+}
+
+// Values of StandardConfig's dicts for fp16, bf16 and fp32 (also the default).
+double by_dtype(std::string_view dtype, double fp16, double bf16, double fp32) {
+  if (dtype == "torch.float16") return fp16;
+  if (dtype == "torch.bfloat16") return bf16;
+  return fp32;
+}
+
+struct masks {
+  std::vector<char> both_finite, inf_nan, small, normal;
+};
+
+// get_finite_and_infinite_mask and get_small_value_mask (base_standard.py).
+masks masks_of(const float_arrays &a, double small_value) {
+  const size_t n = a.b.size();
+  masks m;
+  m.both_finite.resize(n);
+  m.inf_nan.resize(n);
+  m.small.resize(n);
+  m.normal.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const bool finite = std::isfinite(a.d[i]) && std::isfinite(np_round(a.device, a.b[i]));
+    m.both_finite[i] = finite;
+    m.inf_nan[i] = !finite;
+    m.small[i] = finite && std::fabs(a.b[i]) <= small_value;
+    m.normal[i] = finite && !m.small[i];
+  }
+  return m;
+}
+
+// rel_err = abs_err / abs_bench_with_eps in the promoted dtype (BaseCompare._get_rel_err).
+std::vector<double> rel_err_of(const float_arrays &a, const std::vector<double> &abs_err,
+                               const std::vector<double> &abs_bench_eps) {
+  const np_float p = np_promote(promoted(a), a.bench);
+  std::vector<double> rel(abs_err.size());
+  for (size_t i = 0; i < rel.size(); ++i) rel[i] = np_round(p, abs_err[i] / abs_bench_eps[i]);
+  return rel;
+}
+
+// check_inf_nan_value (algorithm.py): the share of inf/nan elements whose clipped values differ
+// by more than rtol (relative to |b| + eps) and are not both NaN.
+double inf_nan_error_ratio(const float_arrays &a, const std::vector<char> &inf_nan, double rtol) {
+  size_t count = 0, failing = 0;
+  const bool bf16 = a.device_dtype == "torch.bfloat16";
+  const double hi = bf16 ? 3.3895313892515355e38 : finfo_max(a.device);
+  const double eps = bench_eps(a);
+  const np_float p = np_promote(a.device, a.bench);
+  for (size_t i = 0; i < inf_nan.size(); ++i) {
+    if (!inf_nan[i]) continue;
+    ++count;
+    const double golden = np_round(a.device, a.b[i]);
+    const double golden_clip = std::isnan(golden) ? golden : std::clamp(golden, -hi, hi);
+    const double npu_clip = std::isnan(a.d[i]) ? a.d[i] : std::clamp(a.d[i], -hi, hi);
+    const double ae = np_round(a.device, std::fabs(npu_clip - golden_clip));
+    const double re = np_round(p, ae / np_round(a.bench, std::fabs(a.b[i]) + eps));
+    const bool pass = re <= rtol || (std::isnan(a.d[i]) && std::isnan(golden_clip));
+    if (!pass) ++failing;
+  }
+  return count == 0 ? 0.0 : static_cast<double>(failing) / static_cast<double>(count);
+}
+
+// check_small_value: count(small & abs_err > atol) / count(small).
+double small_value_check(const std::vector<double> &abs_err, const std::vector<char> &small, double atol) {
+  size_t count = 0, failing = 0;
+  for (size_t i = 0; i < small.size(); ++i) {
+    if (!small[i]) continue;
+    ++count;
+    if (abs_err[i] > atol) ++failing;
+  }
+  return count == 0 ? 0.0 : static_cast<double>(failing) / static_cast<double>(count);
+}
+
+absolute_metrics absolute_like(const float_arrays &a, double rtol, double small_value, double atol) {
+  const auto abs_err = abs_err_of(a);
+  const auto abs_bench_eps = abs_bench_with_eps_of(a);
+  const masks m = masks_of(a, small_value);
+  const auto rel = rel_err_of(a, abs_err, abs_bench_eps);
+  absolute_metrics r;
+  r.inf_nan_error_ratio = inf_nan_error_ratio(a, m.inf_nan, rtol);
+  r.rel_err_ratio = norm_value_err_ratio(m.normal, rel, rtol);
+  r.abs_err_ratio = small_value_check(abs_err, m.small, atol);
+  return r;
+}
+
+// calc_ulp_err_fp8 (algorithm.py), in float64.
+std::vector<double> ulp_err_fp8(const float_arrays &a) {
+  std::vector<double> ulp(a.b.size());
+  for (size_t i = 0; i < ulp.size(); ++i) {
+    const double x = a.b[i], hi = a.d[i];
+    double ex = std::log2(std::fabs(x) + 0x1p-1000);
+    if (ex < -22) ex = -22;
+    const double exponent = std::floor(ex);
+    const double eabs = std::fabs(exponent);
+    const int wm = eabs <= 3 ? 3 : eabs <= 7 ? 2 : eabs <= 15 ? 1 : 0;
+    if (wm > 0) {
+      ulp[i] = std::fabs((hi - x) * std::exp2(-exponent + wm));
+    } else {
+      const double s_ex = ex * (x >= 0 ? 1 : -1);
+      const double s_eh = std::log2(std::fabs(hi) + 0x1p-1000) * (hi >= 0 ? 1 : -1);
+      ulp[i] = std::fabs(s_eh - s_ex);
+    }
+  }
+  return ulp;
+}
+
+}  // namespace
+
+np_float np_promote(np_float a, np_float b) { return static_cast<int>(a) >= static_cast<int>(b) ? a : b; }
+
+double np_round(np_float t, double x) {
+  switch (t) {
+    case np_float::f16:
+      return static_cast<double>(float16_to_float(float_to_float16(static_cast<float>(x))));
+    case np_float::f32: return static_cast<double>(static_cast<float>(x));
+    case np_float::f64: return x;
+  }
+  return x;
+}
+
+std::optional<np_float> np_float_of(std::string_view dtype) {
+  if (dtype == "torch.float16") return np_float::f16;
+  if (dtype == "torch.bfloat16" || dtype == "torch.float32") return np_float::f32;
+  if (dtype == "torch.float64") return np_float::f64;
+  if (is_fp8(dtype)) return np_float::f32;  // msprobe decodes fp8 to float32 arrays
+  return std::nullopt;
+}
+
+double bench_eps(const float_arrays &a) {
+  return a.device_dtype == "torch.bfloat16" ? 0x1p-8 : finfo_eps(a.bench);
+}
+
+std::vector<double> abs_err_of(const float_arrays &a) {
+  const np_float p = promoted(a);
+  std::vector<double> e(a.b.size());
+  for (size_t i = 0; i < e.size(); ++i) e[i] = std::fabs(np_round(p, a.d[i] - a.b[i]));
+  return e;
+}
+
+std::vector<double> abs_bench_with_eps_of(const float_arrays &a) {
+  const double eps = bench_eps(a);
+  std::vector<double> e(a.b.size());
+  for (size_t i = 0; i < e.size(); ++i) e[i] = np_round(a.bench, std::fabs(a.b[i]) + eps);
+  return e;
+}
+
+std::vector<double> rel_err_origin_of(const float_arrays &a, const std::vector<double> &abs_err,
+                                      const std::vector<double> &abs_bench_eps) {
+  return rel_err_of(a, abs_err, abs_bench_eps);  // |x| is exact: the same array
+}
+
+cosine_result cosine_sim(const std::vector<double> &bench, const std::vector<double> &device, bool nan_passes) {
+  cosine_result r;
+  if (bench.size() != device.size()) {
+    r.value = -1;
+    r.message = "Shape of device and bench outputs don't match. device: (" + std::to_string(device.size()) +
+                ",), bench: (" + std::to_string(bench.size()) + ",).";
+    return r;
+  }
+  if (device.size() == 1) {
+    r.ok = true;
+    r.message = "All the data in device dump data is scalar. Please refer to other compare algorithms.";
+    return r;
+  }
+  double n_max = 0, b_max = 0;
+  for (double x : device) n_max = std::isnan(x) || std::isnan(n_max) ? nan_v : std::max(n_max, std::fabs(x));
+  for (double x : bench) b_max = std::isnan(x) || std::isnan(b_max) ? nan_v : std::max(b_max, std::fabs(x));
+  constexpr double eps = std::numeric_limits<double>::epsilon();
+  if (n_max <= eps && b_max <= eps) {
+    r.ok = true;
+    r.message = "All the data in device and bench outputs are zero.";
+    return r;
+  }
+  if (n_max <= eps) {
+    r.message = "All the data is zero in device dump data.";
+    return r;
+  }
+  if (b_max <= eps) {
+    r.message = "All the data is zero in bench dump data.";
+    return r;
+  }
+  double dot = 0, nn = 0, bb = 0;
+  for (size_t i = 0; i < device.size(); ++i) {
+    const double n = device[i] / n_max, b = bench[i] / b_max;
+    dot += n * b;
+    nn += n * n;
+    bb += b * b;
+  }
+  const double cos = dot / (std::sqrt(nn) * std::sqrt(bb));
+  if (std::isnan(cos)) {
+    r.value = cos;
+    r.message = "Dump data has NaN when comparing with Cosine Similarity.";
+    r.ok = nan_passes;
+    return r;
+  }
+  r.value = std::clamp(cos, -1.0, 1.0);
+  r.ok = *r.value > 0.99;
+  return r;
+}
+
+ratio_result rel_err_ratio(const std::vector<double> &rel, double threshold) {
+  ratio_result r;
+  if (!rel.empty()) {
+    size_t below = 0;
+    for (double x : rel) below += x < threshold ? 1 : 0;
+    r.ratio = static_cast<double>(below) / static_cast<double>(rel.size());
+  }
+  r.ok = r.ratio > 1 - threshold;
+  return r;
+}
+
+double np_max(const std::vector<double> &v) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (double x : v) {
+    if (std::isnan(x)) return nan_v;
+    m = std::max(m, x);
+  }
+  return m;
+}
+
+double np_mean(const std::vector<double> &v, np_float t) {
+  if (v.empty()) return nan_v;
+  double sum = 0;
+  for (double x : v) sum += x;
+  // float16 means accumulate in float32 and round back (numpy's _mean).
+  const np_float acc = np_promote(t, np_float::f32);
+  return np_round(t, np_round(acc, np_round(acc, sum) / static_cast<double>(v.size())));
+}
+
+double rmse_of(const std::vector<double> &abs_err, const std::vector<char> &mask, np_float t) {
+  std::vector<double> sq(abs_err.size());
+  size_t masked = 0;
+  for (size_t i = 0; i < sq.size(); ++i) {
+    const double x = mask[i] ? 0.0 : abs_err[i];
+    masked += mask[i] ? 1 : 0;
+    sq[i] = np_round(t, x * x);
+  }
+  const double n = static_cast<double>(abs_err.size());
+  const double mse = np_mean(sq, t) * (n / (n - static_cast<double>(masked) + 0.0001) + 0.0001);
+  return std::sqrt(mse);
+}
+
+double error_balance_of(const float_arrays &a) {
+  int64_t larger = 0, smaller = 0;
+  for (size_t i = 0; i < a.b.size(); ++i) {
+    const double diff = np_round(a.device, a.d[i] - np_round(a.device, a.b[i]));
+    larger += diff > 0 ? 1 : 0;
+    smaller += diff < 0 ? 1 : 0;
+  }
+  return a.b.empty() ? 0.0 : static_cast<double>(std::llabs(larger - smaller)) / static_cast<double>(a.b.size());
+}
+
+double small_value_err_ratio_of(const std::vector<char> &small, const std::vector<char> &greater) {
+  size_t count = 0, failing = 0;
+  for (size_t i = 0; i < small.size(); ++i) {
+    count += small[i] ? 1 : 0;
+    failing += small[i] && greater[i] ? 1 : 0;
+  }
+  return count == 0 ? 0.0 : static_cast<double>(failing) / static_cast<double>(count);
+}
+
+double norm_value_err_ratio(const std::vector<char> &normal, const std::vector<double> &rel, double rtol) {
+  size_t count = 0, failing = 0;
+  for (size_t i = 0; i < normal.size(); ++i) {
+    count += normal[i] ? 1 : 0;
+    failing += normal[i] && rel[i] > rtol ? 1 : 0;
+  }
+  return count == 0 ? 0.0 : static_cast<double>(failing) / static_cast<double>(count);
+}
+
+double max_rel_err_of(const std::vector<double> &rel) {
+  const double m = np_max(rel);
+  return m >= 0 ? m : 0.0;  // NaN >= 0 is false: 0, as msprobe
+}
+
+double mean_rel_err_of(const std::vector<double> &rel, np_float t) {
+  std::vector<double> kept;
+  for (double x : rel)
+    if (x >= 0) kept.push_back(x);
+  return kept.empty() ? 0.0 : np_mean(kept, t);
+}
+
+double binary_error_rate(const std::vector<double> &b, const std::vector<double> &d) {
+  size_t diff = 0;
+  for (size_t i = 0; i < b.size(); ++i) diff += b[i] != d[i] ? 1 : 0;  // NaN != NaN counts
+  return b.empty() ? nan_v : static_cast<double>(diff) / static_cast<double>(b.size());
+}
+
+std::vector<double> ulp_err_of(const float_arrays &a) {
+  if (is_fp8(a.device_dtype)) return ulp_err_fp8(a);
+  // ULP_PARAMETERS: min_eb / exponent_num per device dtype.
+  const bool fp16 = a.device_dtype == "torch.float16", fp32 = a.device_dtype == "torch.float32";
+  const double min_eb = fp16 ? -14 : -126;
+  const double exponent_num = fp16 ? 10 : fp32 ? 23 : 7;
+  const np_float t = fp32 ? np_float::f64 : np_float::f32;  // calc_ulp_err's data_type
+  const np_float diff_type = np_promote(t, a.bench);
+  std::vector<double> ulp(a.b.size());
+  for (size_t i = 0; i < ulp.size(); ++i) {
+    const double abs_b = std::fabs(a.b[i]);
+    double eb = abs_b == 0 ? 0.0 : std::floor(np_log2(a.bench, abs_b));
+    eb = std::max(eb, min_eb);
+    // np.exp2(-eb + exponent_num) in eb's dtype (the bench's): a float32 2^133 is inf.
+    const double scale = np_round(t, np_round(a.bench, std::exp2(np_round(a.bench, -eb + exponent_num))));
+    const double diff = np_round(t, np_round(diff_type, np_round(t, a.d[i]) - a.b[i]));
+    ulp[i] = std::fabs(np_round(t, diff * scale));
+  }
+  return ulp;
+}
+
+double small_value_bound(std::string_view dtype, std::string_view standard) {
+  if (standard == "accumulative_error_compare") return 1;  // _special_samll_value
+  return by_dtype(dtype, 0x1p-10, 0x1p-10, 0x1p-20);
+}
+
+double small_value_atol(std::string_view dtype, std::string_view standard) {
+  if (standard == "absolute_threshold") return by_dtype(dtype, 0x1p-16, 1e-16, 0x1p-30);
+  return by_dtype(dtype, 1e-16, 1e-16, 0x1p-30);  // _benchmark_small_value_atol, also the default
+}
+
+double rtol_of(std::string_view dtype) { return by_dtype(dtype, 0x1p-10, 0x1p-8, 0x1p-20); }
+double accumulative_error_bound(std::string_view dtype) { return by_dtype(dtype, 0x1p-8, 0x1p-7, 0x1p-11); }
+double minimum_err(std::string_view dtype) { return by_dtype(dtype, 0x1p-11, 0x1p-8, 0x1p-14); }
+double accumulative_error_eb_threshold(std::string_view dtype) { return by_dtype(dtype, 0x1p-20, 0x1p-7, 0x1p-14); }
+
+benchmark_metrics benchmark_metrics_of(const float_arrays &a) {
+  const auto abs_err = abs_err_of(a);
+  const auto abs_bench_eps = abs_bench_with_eps_of(a);
+  const masks m = masks_of(a, small_value_bound(a.device_dtype, "benchmark"));
+  const double atol = small_value_atol(a.device_dtype, "benchmark");
+  const np_float p = np_promote(promoted(a), a.bench);
+  std::vector<char> greater(abs_err.size()), excluded(abs_err.size());
+  std::vector<double> rel(abs_err.size());
+  for (size_t i = 0; i < abs_err.size(); ++i) {
+    greater[i] = abs_err[i] > atol;
+    excluded[i] = m.small[i] || m.inf_nan[i];
+    rel[i] = excluded[i] ? -1.0 : np_round(p, abs_err[i] / abs_bench_eps[i]);  // get_rel_err
+  }
+  benchmark_metrics r;
+  r.small_value_err_ratio = small_value_err_ratio_of(m.small, greater);
+  r.rmse = rmse_of(abs_err, excluded, promoted(a));
+  r.eb = error_balance_of(a);
+  r.max_rel_error = max_rel_err_of(rel);
+  r.mean_rel_error = mean_rel_err_of(rel, p);
+  return r;
+}
+
+absolute_metrics absolute_threshold_metrics_of(const float_arrays &a) {
+  return absolute_like(a, rtol_of(a.device_dtype), small_value_bound(a.device_dtype, "absolute_threshold"),
+                       small_value_atol(a.device_dtype, "absolute_threshold"));
+}
+
+absolute_metrics accumulative_error_metrics_of(const float_arrays &a) {
+  const double bound = accumulative_error_bound(a.device_dtype);
+  absolute_metrics r = absolute_like(a, bound, small_value_bound(a.device_dtype, "accumulative_error_compare"), bound);
+  r.eb = error_balance_of(a);
+  return r;
+}
+
+ulp_metrics ulp_metrics_of(const float_arrays &a) {
+  const auto ulp = ulp_err_of(a);
+  const np_float t = a.device_dtype == "torch.float32" || is_fp8(a.device_dtype) ? np_float::f64 : np_float::f32;
+  const double threshold = a.device_dtype == "torch.float32" ? 32 : 1;  // ULP_FLOAT32/FLOAT16_THRESHOLD
+  ulp_metrics r;
+  r.max_ulp_error = np_max(ulp);
+  r.mean_ulp_error = np_mean(ulp, t);
+  size_t over = 0;
+  for (double x : ulp) over += x > threshold ? 1 : 0;
+  r.ulp_error_proportion = static_cast<double>(over) / static_cast<double>(ulp.size());
+  return r;
+}
+
+}  // namespace tprobe::precheck
