@@ -1,0 +1,92 @@
+// tprobe-precheck: msprobe's accuracy pre-check (run_ut / acc_check) of one dump; see precheck_run.h.
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/msprobe_cli.h"
+#include "precheck_run.h"
+#include "stage_main.h"
+
+namespace {
+
+const tprobe::stage_description &description() {
+  static const tprobe::stage_description d{
+      "precheck",
+      "replay every API of a dump on the CPU one precision higher and judge it by msprobe's standards (run_ut)",
+      false,
+      false,
+      {
+          {"output", "string", "./", "folder for accuracy_checking_{result,details}_{ts}.csv", {}, {}, "-o"},
+          {"jobs", "int", "1", "APIs replayed in parallel (one core each)", 1, 1024, "-j"},
+          {"resume", "string", "", "an accuracy_checking_result_{ts}.csv to append to, skipping the APIs it holds"},
+          {"config", "string", "", "msprobe config.json whose run_ut (or acc_check) section gives white_list, "
+                                   "black_list, error_data_path"},
+          {"save-error-data", "bool", "false", "save the tensors of APIs that are not pass (ut_error_data{ts}/)"},
+          {"filter-duplicates", "bool", "false", "drop a call whose API and arguments (but Max/Min) an earlier call had"},
+          {"msprobe-version", "string", "8.3.3", "the msprobe whose standards and spellings to follow: 8.3.3 or head"},
+          {"seed", "int", "1234", "seed of the random inputs of a statistics dump", 0, 4294967295.0},
+      }};
+  return d;
+}
+
+// msprobe's spellings of `msprobe -f pytorch run_ut` / `msprobe acc_check`.
+constexpr tprobe::msprobe_flag msprobe_flags[] = {
+    {"-api_info", "--api-info", true, "", ""},
+    {"--api_info_file", "--api-info", true, "", ""},
+    {"--out_path", "--output", true, "", ""},
+    {"-save_error_data", "--save-error-data", false, "", ""},
+    {"--save_error_data", "--save-error-data", false, "", ""},
+    {"-csv_path", "--resume", true, "", ""},
+    {"--result_csv_path", "--resume", true, "", ""},
+    {"-f", "--filter-duplicates", false, "", ""},
+    {"--filter_api", "--filter-duplicates", false, "", ""},
+    {"-config", "--config", true, "", ""},
+    {"--config_path", "--config", true, "", ""},
+    {"--jit_compile", "", false, "NPU compile mode; tprobe replays on the CPU", ""},
+    {"-d", "", true, "tprobe replays on the CPU and judges the device outputs the dump holds; no device is used", ""},
+    {"--device", "", true, "tprobe replays on the CPU and judges the device outputs the dump holds; no device is used", ""},
+};
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  using namespace tprobe;
+  return stage_main_guard("tprobe-precheck", [&] {
+    const auto &d = description();
+    CLI::App app{d.summary, "tprobe-precheck"};
+    stage_option_values values;
+    precheck::precheck_offline_options o;
+    std::string api_info;
+    app.add_option("DUMP", o.dump, "dump.json, a rank folder or a step folder");
+    app.add_option("--api-info", api_info, "the dump.json, as msprobe's -api_info takes it");
+    stage_add_declared_options(app, d, values);
+    stage_add_describe_option(app, d);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    args = msprobe_args_translate(std::move(args), msprobe_flags, known_options_of(app), "tprobe precheck");
+    std::vector<char *> translated{argv[0]};
+    for (auto &a : args) translated.push_back(a.data());
+    stage_parse(app, static_cast<int>(translated.size()), translated.data());
+    stage_check_declared_options(d, values);
+    if (!api_info.empty() && !o.dump.empty()) throw usage_error("give DUMP or -api_info DUMP, not both");
+    if (!api_info.empty()) o.dump = api_info;
+    if (o.dump.empty()) throw usage_error("DUMP is required (a dump.json, rank folder or step folder; or -api_info)");
+    o.output_dir = values.text("output");
+    o.jobs = static_cast<unsigned>(values.integer("jobs"));
+    o.run.resume_csv = values.text("resume");
+    o.run.save_error_data = values.flag("save-error-data");
+    o.run.filter_duplicates = values.flag("filter-duplicates");
+    o.run.standard = precheck::dialect_parse(values.text("msprobe-version"));
+    o.run.replay.seed = static_cast<uint64_t>(values.integer("seed"));
+    if (!values.text("config").empty()) o.run.lists = precheck::precheck_lists_load(values.text("config"));
+
+    const auto report = precheck::precheck_offline(o);
+    const auto &c = report.counts;
+    if (c.first_not_pass) fmt::print("tprobe-precheck: first API in error: {}\n", *c.first_not_pass);
+    fmt::print("tprobe-precheck: {} APIs: {} pass, {} warning, {} error, {} SKIP", c.total(), c.pass, c.warning,
+               c.error, c.skip);
+    for (const auto &f : report.files) fmt::print("; {}", f.result_csv);
+    fmt::print("\n");
+    return static_cast<int>(c.failed() ? EXIT_NEGATIVE : EXIT_OK);
+  });
+}
