@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 
 namespace tprobe {
@@ -304,6 +305,62 @@ bool data_mode_filter::allows(const entry_name &entry, std::string_view slot) co
     case slot_io::unknown: break;
   }
   return true;
+}
+
+data_mode_filter data_mode_of_session(const nlohmann::ordered_json &session_meta) {
+  if (!session_meta.is_object()) return data_mode_filter();
+  const auto modes = session_meta.find("data_mode");
+  data_mode_filter f = data_mode_filter::from_json(modes != session_meta.end() ? *modes : nlohmann::ordered_json());
+  const auto task = session_meta.find("task");
+  if (task != session_meta.end() && task->is_string() && task->get<std::string>() == "structure") f.without_values();
+  return f;
+}
+
+// ---- a new entry ---------------------------------------------------------------------------
+
+nlohmann::ordered_json entry_skeleton_json(const entry_name &name, const data_mode_filter &modes,
+                                           const nlohmann::ordered_json *is_recompute) {
+  nlohmann::ordered_json e = nlohmann::ordered_json::object();
+  entry_skeleton(name, modes, is_recompute != nullptr, [&](const char *key, entry_section kind) {
+    switch (kind) {
+      case entry_section::list: e[key] = nlohmann::ordered_json::array(); break;
+      case entry_section::dict: e[key] = nlohmann::ordered_json::object(); break;
+      case entry_section::is_recompute: e[key] = *is_recompute; break;
+    }
+  });
+  return e;
+}
+
+nlohmann::ordered_json &entry_slot_json(nlohmann::ordered_json &entry, const entry_name &name, const slot_location &where) {
+  using json = nlohmann::ordered_json;
+  if (where.whole_entry) return entry;
+  if (!entry.is_object()) entry = json::object();
+  // A module forward keeps is_recompute last, after a section that arrives later (parameters).
+  if (name.is_module() && name.is_forward() && entry.contains("is_recompute") && !entry.contains(where.section)) {
+    json flag = std::move(entry["is_recompute"]);
+    entry.erase("is_recompute");
+    entry[where.section] = nullptr;
+    entry["is_recompute"] = std::move(flag);
+  }
+  json *at = &entry[where.section];
+  for (const auto &element : where.path) {
+    if (const auto *index = std::get_if<int64_t>(&element)) {
+      if (*index < 0 || *index > (int64_t{1} << 20))
+        throw std::invalid_argument("list index " + std::to_string(*index) + " in its path is not in 0..1048576");
+      if (at->is_object() && !at->empty())
+        throw std::invalid_argument("its path goes through a dict by index, which would lose what it holds");
+      if (!at->is_array()) *at = json::array();
+      const size_t k = static_cast<size_t>(*index);
+      while (at->size() <= k) at->push_back(nullptr);
+      at = &(*at)[k];
+    } else {
+      if (at->is_array() && !at->empty())
+        throw std::invalid_argument("its path goes through a list by key, which would lose what it holds");
+      if (!at->is_object()) *at = json::object();
+      at = &(*at)[std::get<std::string>(element)];
+    }
+  }
+  return *at;
 }
 
 // ---- dump.json leaves ----------------------------------------------------------------------

@@ -194,6 +194,45 @@ class data_mode_filter {
   bool forward_ = true, backward_ = true, input_ = true, output_ = true, parameters_grad_ = true, values_ = true;
 };
 
+// What a session record's meta (the capture's effective config) lets into dump.json: its
+// data_mode list, and nothing at task "structure" (without_values).
+data_mode_filter data_mode_of_session(const nlohmann::ordered_json &session_meta);
+
+// ---- a new entry ---------------------------------------------------------------------------
+
+// What a new entry holds before any value arrives (msprobe's analyze_forward / analyze_backward
+// write the sections, empty until filled), in msprobe's key order: a forward entry input_args
+// (list) and input_kwargs (dict) when data_mode lets forward inputs through, then its
+// is_recompute (an API's; a module keeps it last, entry_slot_json), output (list) for forward
+// outputs, and for a module its parameters (dict, {} for a module without any); a backward entry
+// input and output (lists). Other entries start empty. The writer builds its text tree from it
+// and entry_skeleton_json the same entry as JSON, so every reader of a live stream sees the entry
+// dump.json will hold. emit(key, kind) per section, kind one of these:
+enum class entry_section : uint8_t { list, dict, is_recompute };
+template <typename Emit>
+void entry_skeleton(const entry_name &name, const data_mode_filter &modes, bool has_is_recompute, Emit &&emit) {
+  if (name.is_forward()) {
+    if (modes.forward() && modes.input()) emit("input_args", entry_section::list), emit("input_kwargs", entry_section::dict);
+    if (has_is_recompute && !name.is_module()) emit("is_recompute", entry_section::is_recompute);
+    if (modes.forward() && modes.output()) emit("output", entry_section::list);
+    if (name.is_module() && modes.forward() && (modes.input() || modes.output())) emit("parameters", entry_section::dict);
+  } else if (name.is_backward()) {
+    if (modes.backward() && modes.input()) emit("input", entry_section::list);
+    if (modes.backward() && modes.output()) emit("output", entry_section::list);
+  }
+}
+// The same as a JSON object; `is_recompute` is the entry record's meta value, nullptr when absent.
+nlohmann::ordered_json entry_skeleton_json(const entry_name &name, const data_mode_filter &modes,
+                                           const nlohmann::ordered_json *is_recompute);
+// The node of `entry` (an entry object of dump.json's data, as entry_skeleton_json began it)
+// where a slot's leaf goes (slot_locate; a record's own path in where.path), made on the way as
+// the writer makes it: list items padded with null, dict keys appended; a module forward's
+// is_recompute kept last. `entry` itself for a debug save's whole value. Throws
+// std::invalid_argument (this file stays standard library only) for a path that goes through a
+// filled list by key or a filled dict by index, or a list index past 2^20: the writer refuses
+// such a record.
+nlohmann::ordered_json &entry_slot_json(nlohmann::ordered_json &entry, const entry_name &name, const slot_location &where);
+
 // ---- dump.json leaves ----------------------------------------------------------------------
 
 // How statistics computed for a session (a stage's, of a payload that came without them) are

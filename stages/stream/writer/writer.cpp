@@ -29,6 +29,7 @@
 #include "npy.h"
 #include "pyjson.h"
 #include "quiet_thread.h"
+#include "record_leaf.h"
 #include "safe_path.h"
 #include "torch_save.h"
 
@@ -66,8 +67,7 @@ session_info session_from_meta(const json &meta) {
     throw usage_error(fmt::format("session record: tensor_format \"{}\" is not one of npy, pt", s.tensor_format));
   const auto tensor_list = meta.value("tensor_list", json::array());
   s.tensor_data = s.task == "tensor" || s.task == "overflow_check" || (tensor_list.is_array() && !tensor_list.empty());
-  s.data_mode = data_mode_filter::from_json(meta.value("data_mode", json::array({"all"})));
-  if (s.task == "structure") s.data_mode.without_values();
+  s.data_mode = data_mode_of_session(meta);
   s.stats = stats_options_of_session(meta);
   return s;
 }
@@ -535,21 +535,14 @@ class dump_writer {
     const json *is_recompute = nullptr;
     if (meta && meta->is_object())
       if (const auto it = meta->find("is_recompute"); it != meta->end()) is_recompute = &*it;
-    const auto section = [&](const char *key, dump_node::kind type) { e.member(key).type = type; };
     // The sections msprobe's analyze_forward / analyze_backward write, empty until filled.
-    if (name.is_forward()) {
-      if (modes.forward() && modes.input())
-        section("input_args", dump_node::kind::array), section("input_kwargs", dump_node::kind::object);
-      if (is_recompute && !name.is_module()) d.data.set_json(e.member("is_recompute"), *is_recompute, 3);
-      if (modes.forward() && modes.output()) section("output", dump_node::kind::array);
-      // msprobe gives every module's forward entry its parameters, {} for a module without any
-      // (analyze_forward: the entry exists, so PARAMS is added).
-      if (name.is_module() && modes.forward() && (modes.input() || modes.output()))
-        section("parameters", dump_node::kind::object);
-    } else if (name.is_backward()) {
-      if (modes.backward() && modes.input()) section("input", dump_node::kind::array);
-      if (modes.backward() && modes.output()) section("output", dump_node::kind::array);
-    }
+    entry_skeleton(name, modes, is_recompute != nullptr, [&](const char *key, entry_section kind) {
+      switch (kind) {
+        case entry_section::list: e.member(key).type = dump_node::kind::array; break;
+        case entry_section::dict: e.member(key).type = dump_node::kind::object; break;
+        case entry_section::is_recompute: d.data.set_json(e.member(key), *is_recompute, 3); break;
+      }
+    });
     ++result_.entries;
     d.dirty = true;
     // L0 and mix list every entry in construct.json, null parent unless an entry record says.
@@ -631,16 +624,9 @@ class dump_writer {
   // The leaf's text, made for the depth it goes to (dump_document.h), appended to the folder's
   // text buffer.
   void tensor_leaf_append(const record &r, dump_doc &d, const std::string &data_name, int level) {
-    const auto &h = r.header;
-    const std::string type = h.tensor_type.empty() ? tensor_type_default(d.session.framework) : h.tensor_type;
-    // A foreign dtype (no payload, no stats) is already named as the framework names it.
-    const std::string dtype =
-        h.foreign_dtype.empty() ? dtype_framework_name(h.type, d.session.framework) : h.foreign_dtype;
     // No stats: a statistics-less tensor, Max/Min/Mean/Norm null.
-    tensor_leaf_text_append(d.data.text(),
-                            {type, dtype, &h.shape, h.stats ? &*h.stats : nullptr, h.requires_grad, data_name,
-                             (h.flags & RECORD_FLAG_UNINITIALIZED) != 0},
-                            level);
+    const record_leaf_names names = record_leaf_names_of(r.header, d.session.framework);
+    tensor_leaf_text_append(d.data.text(), record_tensor_facts(r.header, names, data_name), level);
   }
 
   // dump_tensor_data/, made at its first use.
@@ -657,7 +643,7 @@ class dump_writer {
   std::string save_tensor(const record &r, dump_doc &d) {
     const auto &h = r.header;
     const bool pt = d.session.tensor_format == "pt";
-    const std::string name = h.entry + "." + h.slot + (pt ? ".pt" : ".npy");
+    const std::string name = record_data_name(h, d.session.tensor_format);
     if (const std::string problem = dump_name_problem(name); !problem.empty())
       throw usage_error(fmt::format("{} {}: tensor file name \"{}\" {}", r_describe(h), h.slot, name, problem));
     const auto bytes = r.payload_bytes();
@@ -673,19 +659,8 @@ class dump_writer {
   // the rest, but a pipeline whose statistics stage was replaced by a user's own stage
   // (docs/stage-protocol.md) must still write a complete dump.
   void fill_missing_stats(record &r) {
-    auto &h = r.header;
-    const bool want_crc = (h.flags & RECORD_FLAG_CRC32) != 0;
-    if (!r.has_payload() || !h.foreign_dtype.empty() || (h.stats && (!want_crc || h.stats->crc32))) return;
-    const auto bytes = r.payload_bytes();
-    const uint64_t count = h.element_count();
-    if (bytes.size() != count * dtype_size(h.type))
-      throw framing_error(fmt::format("{}: payload is {} bytes, shape needs {}", r.describe(), bytes.size(),
-                                      count * dtype_size(h.type)));
-    const auto it = sessions_.find(h.run);
-    stats_options o = it != sessions_.end() ? it->second.stats : stats_options{};
-    o.crc32 = want_crc;
-    h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(), o);
-    ++result_.stats_computed;
+    const auto it = sessions_.find(r.header.run);
+    if (record_fill_missing_stats(r, it != sessions_.end() ? it->second.stats : stats_options{})) ++result_.stats_computed;
   }
 
   void place(record &r, dump_doc &d) {
@@ -695,8 +670,7 @@ class dump_writer {
     dump_node &e = entry_node(d, h.entry, nullptr, &name);
 
     // Where in the entry: section and nesting path (the record's own path when it has one).
-    slot_location where = slot_locate(name, h.slot);
-    if (h.path && !name.is_parameters_grad()) where.path = *h.path;
+    const slot_location where = record_slot_location(h, name);
     const std::string &section = where.section;
     const auto &path = where.path;
     for (const auto &element : path)
@@ -727,7 +701,7 @@ class dump_writer {
     // section's value at level 3 (the entry itself at 2), and each path element one deeper.
     const int level = (where.whole_entry ? 2 : 3) + static_cast<int>(path.size());
     std::string data_name;
-    if (h.kind == record_kind::tensor && r.has_payload() && (h.flags & RECORD_FLAG_SAVE)) data_name = save_tensor(r, d);
+    if (record_tensor_saved(r)) data_name = save_tensor(r, d);
     const size_t leaf_start = d.data.text().size();
     if (h.kind == record_kind::tensor) tensor_leaf_append(r, d, data_name, level);
     else record_meta_pyjson_append(d.data.text(), h, 1, level);
