@@ -13,13 +13,16 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <cctype>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "dump_semantics.h"
 #include "errors.h"
+#include "precheck_files.h"
 #include "pyjson.h"
 #include "report_page.h"
 #include "safe_path.h"
@@ -36,20 +39,32 @@ using ojson = nlohmann::ordered_json;
 const stage_description &report_stage_description() {
   static const stage_description d{
       "report",
-      "one self-contained HTML page and a terminal summary of compare, nan-analyze and gradsim results",
+      "one self-contained HTML page and a terminal summary of compare, nan-analyze, gradsim and pre-check results",
       true,
       false,
       {
           {"output", "string", "report.html", "the HTML page to write", {}, {}, "-o"},
           {"results", "list", "", "result folders or files (compare_result*.json, anomaly_analyze_*.json, "
-                                  "similarities.csv); as a manifest stage, announced result folders join them"},
+                                  "similarities.csv, accuracy_checking_result_*.csv); as a manifest stage, "
+                                  "announced result folders join them"},
           {"title", "string", "tprobe report", "the page's title"},
       }};
   return d;
 }
 
+char report_precheck_api::worst() const {
+  const auto rank = [](char s) { return s == 'e' ? 3 : s == 'w' ? 2 : s == 's' ? 1 : 0; };
+  return rank(backward) > rank(forward) ? backward : forward;
+}
+
+bool report_precheck::negative() const {
+  return forward[1] + forward[2] + backward[1] + backward[2] > 0;
+}
+
 bool report_model::negative() const {
   if (!unread.empty()) return true;
+  for (const auto &p : prechecks)
+    if (p.negative()) return true;
   for (const auto &c : compares)
     if (c.failing > 0 || c.errors > 0) return true;
   for (const auto &n : nans)
@@ -270,6 +285,15 @@ std::string report_compare_label(const report_compare &c) {
   return label;
 }
 
+std::string report_precheck_label(const report_precheck &p) {
+  // "precheck_out/20250101120000": the folder, then the run's timestamp (a folder can hold several)
+  const fs::path f(p.file);
+  const std::string stem = f.stem().string(), prefix = "accuracy_checking_result_";
+  const std::string ts = starts_with(stem, prefix) ? stem.substr(prefix.size()) : stem;
+  const std::string dir = f.parent_path().filename().string();
+  return dir.empty() ? ts : dir + "/" + ts;
+}
+
 report_compare report_read_compare_json(const std::string &path) {
   ojson doc = pyjson_load_file(path);
   if (!doc.is_object() || json_string_or(doc, "format") != "tprobe-compare" || !doc.contains("columns") ||
@@ -417,6 +441,192 @@ report_gradsim report_read_similarities(const std::string &path) {
   return g;
 }
 
+// ---- the accuracy pre-check ----
+
+namespace {
+
+// A status cell of either file: msprobe's "pass", "warning" (8.3.3: "Warning"), "error", "SKIP";
+// blank (" ") only where `blank` is allowed (a result row's backward). 0 for anything else.
+char precheck_status(std::string_view cell, char blank) {
+  while (!cell.empty() && cell.front() == ' ') cell.remove_prefix(1);
+  while (!cell.empty() && cell.back() == ' ') cell.remove_suffix(1);
+  std::string s(cell);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (s.empty()) return blank;
+  return s == "pass" ? 'p' : s == "warning" ? 'w' : s == "error" ? 'e' : s == "skip" ? 's' : 0;
+}
+
+int precheck_rank(char s) { return s == 'e' ? 3 : s == 'w' ? 2 : s == 's' ? 1 : 0; }
+
+size_t status_slot(char s) { return s == 'p' ? 0 : s == 'w' ? 1 : s == 'e' ? 2 : 3; }
+
+std::optional<size_t> column_of(const std::vector<std::string> &header, std::string_view name) {
+  for (size_t j = 0; j < header.size(); ++j)
+    if (header[j] == name) return j;
+  return std::nullopt;
+}
+
+// "Functional.linear.0.forward.output.0" → "Functional.linear.0"; "" for another shape.
+std::string precheck_api_of_row(const std::string &row_name) {
+  for (const char *part : {".forward.output.", ".backward.output."}) {
+    const size_t at = row_name.rfind(part);
+    if (at != std::string::npos) return row_name.substr(0, at);
+  }
+  return {};
+}
+
+std::string precheck_cell(const std::vector<std::string> &row, std::optional<size_t> j) {
+  if (!j || *j >= row.size()) return {};
+  const std::string &c = row[*j];
+  return c == " " ? std::string{} : c;
+}
+
+}  // namespace
+
+report_precheck_failure report_precheck_failed_metric(const std::vector<std::string> &header,
+                                                      const std::vector<std::string> &row) {
+  auto value = [&](std::string_view col) -> std::optional<double> {
+    const auto j = column_of(header, col);
+    if (!j || *j >= row.size()) return std::nullopt;
+    return precheck::parse_float_cell(row[*j]);
+  };
+  // msprobe's legacy verdict (§1.7.2), in its order: the first check that fails set the Status.
+  const auto cosine = value("余弦相似度");
+  if (cosine && *cosine <= 0.99) return {"余弦相似度", cosine, "≤ 0.99"};
+  if (auto b = value("二进制一致错误率"); b && *b > 0) return {"二进制一致错误率", b, "> 0"};
+  for (const auto &[col, threshold, text] : {std::tuple{"双百指标", 0.01, "≤ 0.99"}, std::tuple{"双千指标", 0.001, "≤ 0.999"},
+                                             std::tuple{"双万指标", 0.0001, "≤ 0.9999"}})
+    if (auto r = value(col); r && !(*r > 1 - threshold)) return {col, r, text};
+  if (cosine && std::isnan(*cosine)) return {"余弦相似度", cosine, "is NaN"};
+  return {};
+}
+
+report_precheck report_read_precheck(const std::string &result_csv) {
+  report_precheck p;
+  p.file = result_csv;
+  const precheck::csv_table result = precheck::read_csv_table(result_csv);
+  const std::vector<std::string> want = {"API name", "Forward Test Success", "Backward Test Success"};
+  if (result.header.size() < want.size() || !std::equal(want.begin(), want.end(), result.header.begin()))
+    throw usage_error(fmt::format("{}: not a pre-check result (its header is not \"API name,Forward Test Success,"
+                                  "Backward Test Success,Message\")", result_csv));
+
+  // The details rows of each API, in file order.
+  std::optional<precheck::csv_table> details;
+  std::unordered_map<std::string, std::vector<size_t>> rows_of;
+  std::optional<size_t> d_name, d_status, d_message, d_bench, d_device, d_shape, d_cos, d_abs;
+  const fs::path rpath(result_csv);
+  const std::string stem = rpath.stem().string();
+  const fs::path dpath = rpath.parent_path() / ("accuracy_checking_details" + stem.substr(std::string("accuracy_checking_result").size()) + ".csv");
+  std::error_code ec;
+  if (fs::is_regular_file(dpath, ec)) {
+    details = precheck::read_csv_table(dpath);
+    p.details_file = dpath.string();
+    const auto &h = details->header;
+    d_name = column_of(h, "API Name");
+    d_status = column_of(h, "Status");
+    if (!d_name || !d_status || *d_name != 0)
+      throw usage_error(fmt::format("{}: not a pre-check details file (no \"API Name\" first and \"Status\" column)", p.details_file));
+    d_message = column_of(h, "Message");
+    d_bench = column_of(h, "Bench Dtype");
+    d_device = column_of(h, "DEVICE Dtype");
+    d_shape = column_of(h, "Shape");
+    d_cos = column_of(h, "余弦相似度");
+    d_abs = column_of(h, "最大绝对误差");
+    for (size_t i = 0; i < details->rows.size(); ++i) {
+      const auto &row = details->rows[i];
+      if (row.size() <= *d_status)
+        throw usage_error(fmt::format("{}: row {} has {} cells, no Status", p.details_file, i + 2, row.size()));
+      if (!precheck_status(row[*d_status], 0))
+        throw usage_error(fmt::format("{}: row {} ({}): status \"{}\" is none of pass, warning, error, SKIP",
+                                      p.details_file, i + 2, row[0], row[*d_status]));
+      rows_of[precheck_api_of_row(row[0])].push_back(i);
+    }
+  }
+
+  for (size_t i = 0; i < result.rows.size(); ++i) {
+    const auto &row = result.rows[i];
+    if (row.size() < 3)
+      throw usage_error(fmt::format("{}: row {} has {} cells, not 3 or 4", result_csv, i + 2, row.size()));
+    report_precheck_api a;
+    a.name = row[0];
+    a.forward = precheck_status(row[1], 0);
+    a.backward = precheck_status(row[2], '-');
+    if (!a.forward || !a.backward || a.forward == '-')
+      throw usage_error(fmt::format("{}: row {} ({}): status \"{}\"/\"{}\" is none of pass, warning, error, SKIP",
+                                    result_csv, i + 2, a.name, row[1], row[2]));
+    if (row.size() > 3 && row[3] != " ") a.message = row[3];
+    ++p.apis;
+    ++p.forward[status_slot(a.forward)];
+    if (a.backward == '-') ++p.backward_none;
+    else ++p.backward[status_slot(a.backward)];
+    if (a.worst() == 'p') continue;
+
+    if (auto it = rows_of.find(a.name); details && it != rows_of.end()) {
+      const std::vector<std::string> *worst = nullptr;
+      for (size_t k : it->second) {
+        const auto &r = details->rows[k];
+        const char s = precheck_status(r[*d_status], 0);
+        if (!worst || precheck_rank(s) > precheck_rank(a.worst_status)) {
+          worst = &r;
+          a.worst_status = s;
+        }
+      }
+      const auto &r = *worst;
+      a.worst_row = r[0];
+      try {
+        if (a.worst_status == 'e' || a.worst_status == 'w') {
+          auto f = report_precheck_failed_metric(details->header, r);
+          a.metric = std::move(f.metric);
+          a.value = f.value;
+          a.rule = std::move(f.rule);
+        }
+        if (d_cos && *d_cos < r.size()) a.cosine = precheck::parse_float_cell(r[*d_cos]);
+        if (d_abs && *d_abs < r.size()) a.max_abs_err = precheck::parse_float_cell(r[*d_abs]);
+      } catch (const usage_error &e) {
+        throw usage_error(fmt::format("{}: row {}: {}", p.details_file, a.worst_row, e.what()));
+      }
+      a.bench_dtype = precheck_cell(r, d_bench);
+      a.device_dtype = precheck_cell(r, d_device);
+      a.shape = precheck_cell(r, d_shape);
+      a.row_message = precheck_cell(r, d_message);
+    }
+    p.failing.push_back(std::move(a));
+  }
+  std::stable_sort(p.failing.begin(), p.failing.end(),
+                   [](const auto &x, const auto &y) { return precheck_rank(x.worst()) > precheck_rank(y.worst()); });
+  return p;
+}
+
+void report_link_precheck(report_model &m) {
+  std::unordered_map<std::string, std::pair<size_t, size_t>> api;  // name → {precheck, failing index}
+  for (size_t k = 0; k < m.prechecks.size(); ++k)
+    for (size_t j = 0; j < m.prechecks[k].failing.size(); ++j) {
+      m.prechecks[k].failing[j].compare_rows.clear();
+      api.try_emplace(m.prechecks[k].failing[j].name, k, j);
+    }
+  m.compare_precheck.assign(m.compares.size(), {});
+  if (api.empty()) return;
+  for (size_t c = 0; c < m.compares.size(); ++c) {
+    const auto &rows = m.compares[c].rows;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].empty() || !rows[i][0].is_string()) continue;
+      const std::string &name = rows[i][0].get_ref<const std::string &>();
+      // the longest dotted prefix that names a listed API ("Functional.linear.0" of
+      // "Functional.linear.0.forward.output.0")
+      for (size_t end = name.rfind('.'); end != std::string::npos && end > 0; end = name.rfind('.', end - 1)) {
+        auto it = api.find(name.substr(0, end));
+        if (it == api.end()) continue;
+        const auto [k, j] = it->second;
+        auto &links = m.prechecks[k].failing[j].compare_rows;
+        if (links.empty() || links.back().compare != c) links.push_back({c, 0, i});
+        ++links.back().rows;
+        m.compare_precheck[c].push_back({i, k, j});
+        break;
+      }
+    }
+  }
+}
+
 // ---- scanning ----
 
 namespace {
@@ -477,6 +687,11 @@ report_model scan_results(const report_options &o, bool require) {
         m.nans.push_back(report_read_nan(f.string()));
       } else if (name == "similarities.csv") {
         m.gradsims.push_back(report_read_similarities(f.string()));
+      } else if (starts_with(name, "accuracy_checking_result_") && f.extension() == ".csv") {
+        m.prechecks.push_back(report_read_precheck(f.string()));
+        m.inputs.push_back(f.string());
+        if (!m.prechecks.back().details_file.empty()) m.inputs.push_back(m.prechecks.back().details_file);
+        continue;
       } else {
         continue;
       }
@@ -486,10 +701,10 @@ report_model scan_results(const report_options &o, bool require) {
     }
   }
   for (auto &c : m.compares) attach_construct(c, &m.warnings);
-  if (require && m.compares.empty() && m.nans.empty() && m.gradsims.empty()) {
+  if (require && m.compares.empty() && m.nans.empty() && m.gradsims.empty() && m.prechecks.empty()) {
     std::string why = m.unread.empty() ? "" : " (not read: " + m.unread.front() + ")";
     throw usage_error(fmt::format("no result found in {} (compare_result*.json/.csv, anomaly_analyze_*.json, "
-                                  "rank*/similarities.csv){}", fmt::join(o.results, ", "), why));
+                                  "rank*/similarities.csv, accuracy_checking_result_*.csv){}", fmt::join(o.results, ", "), why));
   }
   // Ranks in order, so the page and the summary read rank0, rank1, …
   auto rank_key = [](const std::string &r) {
@@ -500,6 +715,7 @@ report_model scan_results(const report_options &o, bool require) {
                    [&](const auto &a, const auto &b) { return rank_key(a.rank) < rank_key(b.rank); });
   std::stable_sort(m.gradsims.begin(), m.gradsims.end(),
                    [&](const auto &a, const auto &b) { return rank_key(a.rank) < rank_key(b.rank); });
+  report_link_precheck(m);
   return m;
 }
 
@@ -617,7 +833,7 @@ entry_index rows_to_entries(const report_compare &c, const std::unordered_map<st
   return x;
 }
 
-void append_compare(std::string &out, const report_compare &c) {
+void append_compare(std::string &out, const report_compare &c, const std::vector<std::array<size_t, 3>> &precheck_links) {
   // The module tree: construct.json's nodes, each with its parent's index (-1 for a root).
   std::vector<std::string> nodes;
   std::unordered_map<std::string, size_t> node_index;
@@ -673,6 +889,7 @@ void append_compare(std::string &out, const report_compare &c) {
     entry_node.push_back(it == node_index.end() ? -1 : static_cast<int64_t>(it->second));
   }
   head["entry_node"] = entry_node;
+  head["precheck"] = precheck_links;  // [[row, precheck, api], …]: rows of a pre-check API not pass
   std::string text = json_text(head);
   text.pop_back();  // reopen the object for the big arrays, written without a DOM
   out += text;
@@ -735,7 +952,8 @@ std::string report_render_html(const report_model &m) {
   data += ",\"compares\":[";
   for (size_t i = 0; i < m.compares.size(); ++i) {
     if (i) data += ',';
-    append_compare(data, m.compares[i]);
+    append_compare(data, m.compares[i], i < m.compare_precheck.size() ? m.compare_precheck[i]
+                                                                       : std::vector<std::array<size_t, 3>>{});
   }
   data += "]";
 
@@ -755,6 +973,34 @@ std::string report_render_html(const report_model &m) {
     gradsims.push_back({{"file", g.file}, {"rank", g.rank}, {"steps", g.steps}, {"params", std::move(params)},
                         {"first_suspect", g.first_suspect_step ? ojson(*g.first_suspect_step) : ojson(nullptr)}});
   }
+  ojson prechecks = ojson::array();
+  auto status_name = [](char st) { return st == 'p' ? "pass" : st == 'w' ? "warning" : st == 'e' ? "error" : st == 's' ? "SKIP" : ""; };
+  auto number = [](const std::optional<double> &v) -> ojson {
+    if (!v) return nullptr;
+    if (std::isnan(*v)) return "nan";  // JSON has no NaN; the page prints these as they are
+    if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
+    return *v;
+  };
+  for (const auto &p : m.prechecks) {
+    ojson apis = ojson::array();
+    for (const auto &a : p.failing) {
+      ojson links = ojson::array();
+      for (const auto &l : a.compare_rows) links.push_back({{"compare", l.compare}, {"rows", l.rows}, {"first", l.first}});
+      apis.push_back({{"name", a.name}, {"forward", status_name(a.forward)}, {"backward", status_name(a.backward)},
+                      {"worst", status_name(a.worst())}, {"message", a.message}, {"row", a.worst_row},
+                      {"row_status", a.worst_row.empty() ? "" : status_name(a.worst_status)}, {"metric", a.metric},
+                      {"value", number(a.value)}, {"rule", a.rule}, {"cosine", number(a.cosine)},
+                      {"max_abs_err", number(a.max_abs_err)}, {"bench_dtype", a.bench_dtype},
+                      {"device_dtype", a.device_dtype}, {"shape", a.shape}, {"row_message", a.row_message},
+                      {"compare_rows", std::move(links)}});
+    }
+    auto counts = [](const size_t (&c)[4]) { return ojson{{"pass", c[0]}, {"warning", c[1]}, {"error", c[2]}, {"SKIP", c[3]}}; };
+    ojson backward = counts(p.backward);
+    backward["none"] = p.backward_none;
+    prechecks.push_back({{"file", p.file}, {"details_file", p.details_file}, {"label", report_precheck_label(p)},
+                         {"apis", p.apis}, {"forward", counts(p.forward)}, {"backward", std::move(backward)},
+                         {"negative", p.negative()}, {"failing", std::move(apis)}});
+  }
   ojson run = {{"inputs", m.inputs}, {"warnings", m.warnings}, {"unread", m.unread}, {"stream", nullptr}};
   if (m.stream) {
     run["stream"] = {{"sessions", m.stream->sessions},
@@ -764,7 +1010,8 @@ std::string report_render_html(const report_model &m) {
                      {"upstream_dropped", m.stream->upstream_dropped},
                      {"events", m.stream->events}};
   }
-  data += ",\"nans\":" + json_text(nans) + ",\"gradsims\":" + json_text(gradsims) + ",\"run\":" + json_text(run);
+  data += ",\"nans\":" + json_text(nans) + ",\"gradsims\":" + json_text(gradsims) +
+          ",\"prechecks\":" + json_text(prechecks) + ",\"run\":" + json_text(run);
   data += ",\"negative\":";
   data += m.negative() ? "true" : "false";
   data += "}";
@@ -815,6 +1062,20 @@ std::vector<std::string> report_summary_lines(const report_model &m, const std::
     if (names.size() > 3) names.resize(3), names.push_back("…");
     lines.push_back(fmt::format("tprobe-report: gradsim{}: FAIL: first suspect step {} ({})", where,
                                 g.steps[*g.first_suspect_step], fmt::join(names, ", ")));
+  }
+  for (const auto &p : m.prechecks) {
+    std::string line = fmt::format(
+        "tprobe-report: precheck {}: {}: {} APIs; forward {} pass, {} warning, {} error, {} SKIP; backward {} pass, "
+        "{} warning, {} error, {} SKIP, {} none", report_precheck_label(p), p.negative() ? "FAIL" : "PASS", p.apis,
+        p.forward[0], p.forward[1], p.forward[2], p.forward[3], p.backward[0], p.backward[1], p.backward[2],
+        p.backward[3], p.backward_none);
+    if (!p.failing.empty() && p.failing.front().worst() != 's') {
+      const auto &a = p.failing.front();
+      line += fmt::format("; first {} {}", a.worst() == 'e' ? "error" : "warning", a.name);
+      if (!a.metric.empty())
+        line += fmt::format(" ({} {} {})", a.metric, a.value ? fmt::format("{:.6g}", *a.value) : "", a.rule);
+    }
+    lines.push_back(std::move(line));
   }
   if (m.stream)
     lines.push_back(fmt::format("tprobe-report: stream: {} records from {} producers, {} dropped upstream, {} gone "

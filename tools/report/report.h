@@ -12,6 +12,9 @@
 //   anomaly_analyze_*.json      tprobe nan-analyze / nan-live (msprobe-compat.md §4.2)
 //   similarities.csv            gradsim, msprobe's §5.2 format: "step,0,1,…", a row per
 //                               parameter, a last row "summary"; the rank from a rank{N}/ folder
+//   accuracy_checking_result_*.csv   the accuracy pre-check (tprobe precheck, msprobe's run_ut;
+//                               msprobe-next.md §1.9), read with accuracy_checking_details_* of the
+//                               same timestamp beside it, through core/precheck (read_csv_table)
 // and, for a compare, construct.json beside the NPU dump.json the result names (the module tree).
 // Anything else is ignored; finding nothing at all is a usage error.
 //
@@ -22,7 +25,10 @@
 // --highlight), a chart of a chosen metric along execution order (forward and backward apart) and
 // the module tree coloured by each module's worst row. Per NaN/Inf analysis: the first producer
 // per rank with its module path and stack. Per gradsim rank: the summary similarity and the suspect
-// parameters' curves with the suspect steps marked (msprobe's rule, below). Run info: the tprobe
+// parameters' curves with the suspect steps marked (msprobe's rule, below). Per pre-check: counts
+// by status (forward and backward) and the APIs that are not pass, errors first, each with its
+// worst details row and the metric that failed it (below), linked both ways with the rows of a
+// compare on the same page whose names start with the API's name. Run info: the tprobe
 // version, the inputs, dump paths and their dump.json task/level, and, when the report ran as a
 // manifest stage, the sessions' configs and the stream's record and drop counters.
 //
@@ -43,11 +49,19 @@
 // Suspect steps (gradsim, msprobe-compat.md §5.2 rule 7): a parameter's similarity below 0.97 at
 // the first step, or lower by more than 0.03 than at the step before.
 //
+// Pre-check verdict: FAIL when an API's forward or backward is error or warning (as a compare's
+// "Warning" row fails); SKIP does not fail. The metric that failed a details row follows msprobe's
+// legacy verdict (§1.7.2) in its order: cosine ≤ 0.99, binary error rate > 0, 双百 ≤ 0.99,
+// 双千 ≤ 0.999, 双万 ≤ 0.9999 (a ratio fails when it is not above 1 − its threshold); a row failed
+// by none of them (shape or dtype mismatch, a NaN cosine) is explained by its Message alone.
+//
 // Exit (main): 0 when no result is negative; 1 when one is (a failing or unreadable compare row, a
-// NaN/Inf producer, a suspect gradsim step, a result file that could not be read); 100 for bad
+// NaN/Inf producer, a suspect gradsim step, a pre-check API in error or warning, a result file
+// that could not be read); 100 for bad
 // options or nothing to report; 111 for files that cannot be read or written.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -111,6 +125,41 @@ struct report_gradsim {
   std::optional<size_t> first_suspect_step;  // index into steps, over every parameter
 };
 
+// One pre-check API that is not pass, with its worst details row.
+struct report_precheck_api {
+  std::string name;            // "Functional.linear.0" (the result file's API name)
+  char forward = 'p';          // p pass, w warning, e error, s SKIP
+  char backward = '-';         // the same, or '-' for no backward (msprobe's " ")
+  std::string message;         // the result file's Message (written for SKIP)
+  // The details row with the worst status (error > warning > SKIP > pass; the first in file order
+  // among equals); worst_row "" when the API has none (dropout writes no details row).
+  std::string worst_row;       // "Functional.linear.0.forward.output.0"
+  char worst_status = 'p';
+  std::string metric;          // "余弦相似度" (cosine), "二进制一致错误率", "双百指标", "双千指标",
+                               // "双万指标", or "" (the Message says why)
+  std::optional<double> value; // the metric's value
+  std::string rule;            // "≤ 0.99", "> 0", …: why the value fails
+  std::optional<double> cosine, max_abs_err;
+  std::string bench_dtype, device_dtype, shape, row_message;
+  // Compare rows whose NPU Name starts with name + ".": {compare index, rows, first row}.
+  struct compare_link {
+    size_t compare = 0, rows = 0, first = 0;
+  };
+  std::vector<compare_link> compare_rows;
+  [[nodiscard]] char worst() const;  // the worse of forward and backward
+};
+
+// One accuracy_checking_result_*.csv with its details file.
+struct report_precheck {
+  std::string file, details_file;  // details_file "" when there is none beside it
+  size_t apis = 0;
+  // Counts by status, in the order pass, warning, error, SKIP; backward_none: no backward.
+  size_t forward[4] = {0, 0, 0, 0}, backward[4] = {0, 0, 0, 0}, backward_none = 0;
+  std::vector<report_precheck_api> failing;  // not pass: errors, then warnings, then SKIP
+  [[nodiscard]] size_t errors() const { return forward[2] + backward[2]; }
+  [[nodiscard]] bool negative() const;      // an API in error or warning
+};
+
 // What a manifest stage learnt from its input stream.
 struct report_stream_info {
   nlohmann::ordered_json sessions = nlohmann::ordered_json::array();  // the session records' meta
@@ -123,6 +172,10 @@ struct report_model {
   std::vector<report_compare> compares;
   std::vector<report_nan> nans;
   std::vector<report_gradsim> gradsims;
+  std::vector<report_precheck> prechecks;
+  // Per compare (same index): {row, precheck index, index in its `failing`} for each row whose
+  // NPU Name starts with a listed pre-check API's name + "." (the links back), by row.
+  std::vector<std::vector<std::array<size_t, 3>>> compare_precheck;
   std::vector<std::string> inputs;    // what was read
   std::vector<std::string> warnings;  // what the page leaves out and why (a module tree)
   // Result files (by name: compare_result*, anomaly_analyze_*, similarities.csv) that could not be
@@ -151,10 +204,29 @@ const stage_description &report_stage_description();
 [[nodiscard]] report_compare report_read_compare_csv(const std::string &path);
 [[nodiscard]] report_nan report_read_nan(const std::string &path);
 [[nodiscard]] report_gradsim report_read_similarities(const std::string &path);
+// accuracy_checking_result_{ts}.csv, with accuracy_checking_details_{ts}.csv beside it when there
+// is one (read through core/precheck's read_csv_table: msprobe's BOM, CRLF and quoting).
+[[nodiscard]] report_precheck report_read_precheck(const std::string &result_csv);
+
+// The pre-check metric that failed one details row (header: the details file's), by msprobe's
+// legacy order (above): {metric, value, rule}, metric "" when none did.
+struct report_precheck_failure {
+  std::string metric;
+  std::optional<double> value;
+  std::string rule;
+};
+[[nodiscard]] report_precheck_failure report_precheck_failed_metric(const std::vector<std::string> &header,
+                                                                    const std::vector<std::string> &row);
+
+// Fills each pre-check API's compare_rows and m.compare_precheck (report_scan does, after sorting).
+void report_link_precheck(report_model &m);
 
 // "compare_live/step1/rank0": the result's folder, then the step and rank of its file name (else
 // the JSON's rank), so that several compares read apart on the page and in the summary.
 [[nodiscard]] std::string report_compare_label(const report_compare &c);
+
+// "precheck_out/20250101120000": the result's folder and its timestamp.
+[[nodiscard]] std::string report_precheck_label(const report_precheck &p);
 
 // msprobe's suspect-step rule over one parameter's similarities (indices of the suspect steps).
 [[nodiscard]] std::vector<size_t> report_suspect_steps(const std::vector<double> &similarity);

@@ -64,6 +64,10 @@ table.kv td { padding:2px 10px 2px 0; vertical-align:top; } table.kv td:first-ch
 table.plain { border-collapse:collapse; } table.plain td, table.plain th { border-bottom:1px solid #eee; padding:3px 8px; text-align:left; vertical-align:top; }
 .legend span { margin-right:14px; font-size:12.5px; } .legend i { display:inline-block; width:18px; height:3px; vertical-align:middle; margin-right:4px; }
 .warn { color:#a05a00; }
+table.pc-counts td, table.pc-counts th { text-align:right; } table.pc-counts td:first-child, table.pc-counts th:first-child { text-align:left; }
+td.pc-st { font-weight:700; } .pc-st.error { color:var(--red); } .pc-st.warning { color:var(--yellow); } .pc-st.SKIP { color:var(--grey); } .pc-st.pass { color:var(--green); }
+table.pc-apis td { max-width:420px; } table.pc-apis tr.flash td { animation: flash 1.6s ease-out; }
+a.pc-link { margin-left:6px; font-size:11px; font-weight:400; color:var(--red); }
 </style>
 </head>
 <body>
@@ -115,6 +119,10 @@ function num(v) {
 }
 const STATUS_NAME = { f: 'failing', e: 'not compared', u: 'unmatched', o: 'passing' };
 function plural(n, one, many) { return n + ' ' + (n === 1 ? one : (many || one + 's')); }
+// Sections call each other through these: a pre-check API shows its compare rows, a compare row
+// shows its pre-check API.
+const COMPARE_UI = [], PRECHECK_UI = [];
+function reEscape(t) { return t.replace(/[.*+?^${}()|[\]\\\/]/g, '\\$&'); }
 
 function decode(c) {
   const cols = [];
@@ -164,6 +172,9 @@ function renderCompare(c, ci, main) {
     sev[i] = (s === 'f' || h === 'r') ? 4 : h === 'y' ? 3 : s === 'e' ? 2 : s === 'u' ? 1 : 0;
   }
 
+  // Rows of a pre-check API that is not pass (report_link_precheck): row → [precheck, api].
+  const pcRow = new Map();
+  for (const [i, k, j] of (c.precheck || [])) pcRow.set(i, [k, j]);
   const state = { name: '', result: 'all', entries: null, entryLabel: '', sortCol: -1, sortDir: 1, page: 0, view: null, flash: -1 };
   const first = c.first_failing;
   if (first != null && first < n) {
@@ -188,6 +199,7 @@ function renderCompare(c, ci, main) {
   if (byColor.r) counts.append(el('span', { class: 'badge r', text: 'red: ' + byColor.r, onclick: () => setResult('c:r') }));
   if (byColor.y) counts.append(el('span', { class: 'badge y', text: 'yellow: ' + byColor.y, onclick: () => setResult('c:y') }));
   if (resultCol >= 0) for (const [k, cnt] of byValue) counts.append(el('span', { class: 'badge', text: names[resultCol] + ' = ' + (k === '' ? '(empty)' : k) + ': ' + cnt, onclick: () => setResult('v:' + k) }));
+  if (pcRow.size) counts.append(el('span', { class: 'badge f pc-badge', text: 'rows of pre-check APIs not pass: ' + pcRow.size, onclick: () => setResult('p:') }));
   sec.append(counts);
   if (!color) sec.append(el('div', { class: 'help', text: 'No red/yellow marks: run tprobe compare with --highlight for msprobe\'s highlighting.' }));
 
@@ -303,6 +315,7 @@ function renderCompare(c, ci, main) {
   if (byColor.r) resultSel.append(el('option', { value: 'c:r', text: 'red (highlight)' }));
   if (byColor.y) resultSel.append(el('option', { value: 'c:y', text: 'yellow (highlight)' }));
   if (resultCol >= 0) for (const k of byValue.keys()) resultSel.append(el('option', { value: 'v:' + k, text: names[resultCol] + ' = ' + (k === '' ? '(empty)' : k) }));
+  if (pcRow.size) resultSel.append(el('option', { value: 'p:', text: 'rows of pre-check APIs not pass' }));
   const chip = el('span', { class: 'module-filter' });
   const info = el('span', { class: 'page-info' });
   const prev = el('button', { class: 'prev', text: '‹ prev' }), next = el('button', { class: 'next', text: 'next ›' });
@@ -357,6 +370,7 @@ function renderCompare(c, ci, main) {
         if (kind === 's:' && status[i] !== want) continue;
         if (kind === 'c:' && color[i] !== want) continue;
         if (kind === 'v:' && String(cols[resultCol][i] == null ? '' : cols[resultCol][i]) !== want) continue;
+        if (kind === 'p:' && !pcRow.has(i)) continue;
       }
       if (q) { if (re ? !re.test(String(cols[0][i])) : lowerNames[i].indexOf(ql) < 0) continue; }
       out.push(i);
@@ -394,6 +408,13 @@ function renderCompare(c, ci, main) {
       const tr = el('tr', { 'data-row': i, 'data-status': status[i], class: cls.join(' ') || null });
       const mark = el('td', { class: 'mark' }, el('span', { class: 'st ' + status[i], title: STATUS_NAME[status[i]] }), String(i));
       if (i === first) mark.append(el('span', { class: 'ff-label', text: '◀ first failing' }));
+      const pc = pcRow.get(i);
+      if (pc) {
+        const a = D.prechecks[pc[0]].failing[pc[1]];
+        mark.append(el('a', { class: 'pc-link', href: '#pc-' + pc[0] + '-' + pc[1], 'data-precheck': pc[0], 'data-api': pc[1],
+          title: 'pre-check ' + a.name + ': ' + a.worst, text: 'pre-check ' + a.worst,
+          onclick: ev => { ev.preventDefault(); PRECHECK_UI[pc[0]].show(pc[1]); } }));
+      }
       tr.append(mark);
       for (let j = 0; j < cols.length; j++) {
         const v = cols[j][i], t = fmt(v);
@@ -426,6 +447,14 @@ function renderCompare(c, ci, main) {
     table.scrollIntoView({ block: 'nearest' });
   }
   refilter(true);
+  // A pre-check API's rows: the name filter as /^API\./, every result.
+  COMPARE_UI[ci] = {
+    showApi(api) {
+      nameIn.value = '/^' + reEscape(api) + '\\./'; resultSel.value = 'all'; state.entries = null; chip.textContent = '';
+      refilter(true);
+      table.scrollIntoView({ block: 'start' });
+    },
+  };
 
   // ---- module tree
   sec.append(el('h3', { text: 'Module tree (construct.json), each module coloured by its worst row' }));
@@ -567,6 +596,74 @@ function renderGradsim(g, k, main) {
   }
 }
 
+// ---------------------------------------------------------------- accuracy pre-check
+const PC_GLOSS = { '余弦相似度': 'cosine similarity', '二进制一致错误率': 'share of elements not bit-identical',
+  '双百指标': 'share of elements with relative error < 0.01', '双千指标': 'share of elements with relative error < 0.001',
+  '双万指标': 'share of elements with relative error < 0.0001' };
+function renderPrecheck(p, k, main) {
+  const sec = el('section', { class: 'precheck', id: 'pc-' + k, 'data-index': k });
+  main.append(sec);
+  sec.append(el('h2', { text: 'Accuracy pre-check ' + p.label + ' (run_ut)' }));
+  const f = p.forward, b = p.backward;
+  sec.append(el('div', { class: 'verdict-box ' + (p.negative ? 'fail' : 'pass'), text: p.negative
+    ? 'FAIL: ' + plural(p.failing.filter(a => a.worst === 'error').length, 'API') + ' in error, ' + p.failing.filter(a => a.worst === 'warning').length + ' in warning, of ' + plural(p.apis, 'API')
+    : 'PASS: no API in error or warning, of ' + plural(p.apis, 'API') + (f.SKIP + b.SKIP ? ' (' + (f.SKIP + b.SKIP) + ' SKIP)' : '') }));
+  sec.append(el('div', { class: 'help', text: 'From ' + p.file + (p.details_file ? ' and ' + p.details_file + '.' : ' (no details file beside it: no metrics).') +
+    ' Statuses are msprobe\'s: each API is run on the device and on the CPU in higher precision; a direction is error when an output is, else warning when an output is.' }));
+  const t = el('table', { class: 'plain pc-counts' });
+  t.append(el('tr', null, el('th', { text: '' }), ...['pass', 'warning', 'error', 'SKIP', 'no backward'].map(x => el('th', { text: x }))));
+  for (const [dir, c] of [['forward', f], ['backward', b]]) {
+    const tr = el('tr', { 'data-dir': dir }, el('td', { text: dir }));
+    for (const s of ['pass', 'warning', 'error', 'SKIP', 'none']) {
+      const v = c[s];
+      tr.append(el('td', { class: 'pc-st ' + (v ? s : ''), 'data-status': s, text: v == null ? '' : String(v) }));
+    }
+    t.append(tr);
+  }
+  sec.append(t);
+  if (!p.failing.length) return;
+  sec.append(el('h3', { text: 'APIs not pass (' + p.failing.length + '), errors first, each with its worst details row' }));
+  const table = el('table', { class: 'plain pc-apis' });
+  table.append(el('tr', null, ...['API', 'forward', 'backward', 'worst row', 'failed metric', 'cosine', 'max abs err', 'dtypes (bench → device), shape', 'msprobe message', 'compare rows'].map(x => el('th', { text: x }))));
+  sec.append(el('div', { class: 'table-wrap' }, table));
+  const rows = [];
+  let shown = 0;
+  const more = el('button', { class: 'linkish pc-more' });
+  sec.append(more);
+  function apiRow(a, j) {
+    const tr = el('tr', { id: 'pc-' + k + '-' + j, 'data-api': a.name, 'data-worst': a.worst });
+    const metric = a.metric ? el('span', { title: PC_GLOSS[a.metric] || '' }, el('b', { text: a.metric }), ' ' + fmt(a.value) + ' ' + a.rule + ' (' + (PC_GLOSS[a.metric] || '') + ')')
+      : el('span', { class: 'help', text: a.row ? (a.row_status === 'SKIP' ? 'SKIP' : 'none of the metrics: see the message') : 'no details row' });
+    const links = el('td', { class: 'pc-compare' });
+    for (const l of a.compare_rows) links.append(el('button', { class: 'linkish pc-goto', 'data-compare': l.compare,
+      text: 'compare ' + compareLabel(D.compares[l.compare]) + ': ' + plural(l.rows, 'row'),
+      onclick: () => COMPARE_UI[l.compare].showApi(a.name) }));
+    if (!a.compare_rows.length) links.append(el('span', { class: 'help', text: D.compares.length ? 'none named ' + a.name + '.*' : 'no compare in this report' }));
+    const msg = [a.row_message, a.message].filter(x => x && x.trim()).map(x => x.trim()).join('\n');
+    tr.append(el('td', { class: 'mono', text: a.name }), el('td', { class: 'pc-st ' + a.forward, text: a.forward }),
+      el('td', { class: 'pc-st ' + a.backward, text: a.backward || '—' }), el('td', { class: 'mono', text: a.row }),
+      el('td', { class: 'pc-metric' }, metric), el('td', { text: fmt(a.cosine) }), el('td', { text: fmt(a.max_abs_err) }),
+      el('td', { class: 'mono', text: a.row ? a.bench_dtype + ' → ' + a.device_dtype + ' ' + a.shape : '' }),
+      el('td', null, el('pre', { class: 'pc-message', text: msg })), links);
+    return tr;
+  }
+  function showTo(n) {
+    for (; shown < Math.min(n, p.failing.length); shown++) { const tr = apiRow(p.failing[shown], shown); rows.push(tr); table.append(tr); }
+    more.textContent = 'show ' + Math.min(500, p.failing.length - shown) + ' more of ' + (p.failing.length - shown);
+    more.style.display = shown < p.failing.length ? '' : 'none';
+  }
+  more.addEventListener('click', () => showTo(shown + 500));
+  showTo(500);
+  PRECHECK_UI[k] = {
+    show(j) {
+      showTo(j + 1);
+      const tr = rows[j];
+      tr.classList.remove('flash'); void tr.offsetWidth; tr.classList.add('flash');
+      tr.scrollIntoView({ block: 'center' });
+    },
+  };
+}
+
 // ---------------------------------------------------------------- run info
 function renderRun(main) {
   const sec = el('section', { class: 'run', id: 'run' });
@@ -628,13 +725,19 @@ D.gradsims.forEach((g, k) => {
   line('gradsim' + (g.rank ? ' ' + g.rank : '') + ': ' + (g.first_suspect == null ? 'no suspect step' : 'first suspect step ' + g.steps[g.first_suspect]), g.first_suspect == null ? 'pass' : 'fail', '#grad-' + k);
   nav.append(el('a', { href: '#grad-' + k, text: 'gradsim' + (g.rank ? ' ' + g.rank : '') }));
 });
+D.prechecks.forEach((p, k) => {
+  const n = s => p.forward[s] + p.backward[s];
+  line('pre-check ' + p.label + ': ' + n('error') + ' error, ' + n('warning') + ' warning, ' + n('SKIP') + ' SKIP (forward and backward) of ' + plural(p.apis, 'API'), p.negative ? 'fail' : 'pass', '#pc-' + k);
+  nav.append(el('a', { href: '#pc-' + k, text: 'pre-check ' + p.label }));
+});
 D.run.unread.forEach(why => line('not read: ' + why, 'error', '#run'));
-if (!D.compares.length && !D.nans.length && !D.gradsims.length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
+if (!D.compares.length && !D.nans.length && !D.gradsims.length && !D.prechecks.length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
 nav.append(el('a', { href: '#run', text: 'run info' }));
-overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf.' }));
+overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf; a pre-check fails when an API is error or warning.' }));
 D.compares.forEach((c, k) => renderCompare(c, k, main));
 D.nans.forEach((x, k) => renderNan(x, k, main));
 D.gradsims.forEach((g, k) => renderGradsim(g, k, main));
+D.prechecks.forEach((p, k) => renderPrecheck(p, k, main));
 renderRun(main);
 window.tprobeReadyAt = performance.now();
 document.body.setAttribute('data-ready', '1');

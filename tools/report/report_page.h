@@ -9,7 +9,9 @@
 // bench/bench_report.py): body[data-ready="1"] and window.tprobeReadyAt (performance.now() when the
 // first render finished), #verdict, section.cmp with .verdict-box, .goto-first, .name-filter,
 // .result-filter, table.rows th[data-col], tr[data-row] (tr.first-failing), .page-info,
-// .tree details.node[data-node] and svg.chart.
+// .tree details.node[data-node] and svg.chart; section.precheck with .verdict-box,
+// table.pc-counts tr[data-dir] td[data-status], table.pc-apis tr[data-api][data-worst] (id pc-K-J),
+// button.pc-goto[data-compare] (its compare rows), a.pc-link (a compare row's way back), .pc-badge.
 #pragma once
 
 #include <string_view>
