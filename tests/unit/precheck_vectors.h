@@ -18,7 +18,7 @@
 #include "precheck_metrics.h"
 #include "precheck_standard.h"
 
-namespace tprobe::precheck::test {
+namespace tprobe::precheck::vectors {
 
 // Values as a tensor of `dtype` holds them (rounded as torch.tensor(..., dtype=…) rounds).
 inline std::vector<double> rounded(const std::string &dtype, std::vector<double> v) {
@@ -166,4 +166,4 @@ inline void expect_table(const std::string &expected, const std::vector<std::str
   }
 }
 
-}  // namespace tprobe::precheck::test
+}  // namespace tprobe::precheck::vectors

@@ -15,7 +15,7 @@
 namespace tprobe::precheck {
 namespace {
 
-using test::tv;
+using vectors::tv;
 
 std::vector<std::vector<std::string>> detail_rows_of(const std::vector<api_judgement> &js, dialect d) {
   std::vector<std::vector<std::string>> rows;
@@ -37,17 +37,17 @@ std::vector<api_judgement> judge_all(const std::vector<api_replay> &replays, dia
 }
 
 TEST(PrecheckStandard, V1HeadEveryCellOfEveryRow) {
-  const auto js = judge_all(test::v1_replays(), dialect::msprobe_head);
-  test::expect_table(test::v1_head_details, detail_header(), detail_rows_of(js, dialect::msprobe_head));
-  test::expect_table(test::v1_head_result, result_header(), result_rows_of(js, dialect::msprobe_head));
+  const auto js = judge_all(vectors::v1_replays(), dialect::msprobe_head);
+  vectors::expect_table(vectors::v1_head_details, detail_header(), detail_rows_of(js, dialect::msprobe_head));
+  vectors::expect_table(vectors::v1_head_result, result_header(), result_rows_of(js, dialect::msprobe_head));
   // The result rows are exact, 3 cells each: no message unless SKIP.
   for (const auto &j : js) EXPECT_EQ(result_cells(j.result, dialect::msprobe_head).size(), 3u);
 }
 
 TEST(PrecheckStandard, V1Msprobe833UlpAbsoluteAndSpelling) {
-  const auto js = judge_all(test::v1_replays(), dialect::msprobe_8_3_3);
-  test::expect_table(test::v1_833_details, detail_header(), detail_rows_of(js, dialect::msprobe_8_3_3));
-  test::expect_table(test::v1_833_result, result_header(), result_rows_of(js, dialect::msprobe_8_3_3));
+  const auto js = judge_all(vectors::v1_replays(), dialect::msprobe_8_3_3);
+  vectors::expect_table(vectors::v1_833_details, detail_header(), detail_rows_of(js, dialect::msprobe_8_3_3));
+  vectors::expect_table(vectors::v1_833_result, result_header(), result_rows_of(js, dialect::msprobe_8_3_3));
   // The document's notes on V-1, spelled out.
   const detail_row &linear = js[0].details[0];
   EXPECT_DOUBLE_EQ(*linear.ulp_max, 1.0);
@@ -62,8 +62,8 @@ TEST(PrecheckStandard, V1Msprobe833UlpAbsoluteAndSpelling) {
 }
 
 TEST(PrecheckStandard, V2GpuRunAsMsprobe833JudgesIt) {
-  const auto js = judge_all(test::v1_replays(true), dialect::msprobe_8_3_3);
-  test::expect_table(test::v1_gpu_833_details, detail_header(), detail_rows_of(js, dialect::msprobe_8_3_3));
+  const auto js = judge_all(vectors::v1_replays(true), dialect::msprobe_8_3_3);
+  vectors::expect_table(vectors::v1_gpu_833_details, detail_header(), detail_rows_of(js, dialect::msprobe_8_3_3));
 }
 
 // test_compare.py::test_compare_core_wrapper: identical randn(100,100) float32 outputs.
@@ -353,7 +353,7 @@ TEST(PrecheckStandard, SkipRowsAndBackwardMessages) {
             (std::vector<std::string>{"Distributed.all_reduce.0", "SKIP", "SKIP", *r.skip_reason}));
 
   // A backward skip message replaces all backward rows with one SKIP row, and is the result's message.
-  r = test::v1_replays()[0];
+  r = vectors::v1_replays()[0];
   r.backward_skip = "Multiple backward is not supported.";
   j = judge_api(r, dialect::msprobe_head);
   ASSERT_EQ(j.details.size(), 2u);
