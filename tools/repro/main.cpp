@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     const repro_report r = repro_write(o);
     fmt::print("tprobe-repro: {} ({}): {} and {} tensor file{}{}\n", r.api, r.op, r.script, r.tensor_files.size(),
                r.tensor_files.size() == 1 ? "" : "s",
-               r.random_tensors ? fmt::format("; {} tensors drawn from their statistics (random mode)", r.random_tensors)
+               r.random_tensors ? fmt::format("; {} tensor{} drawn from their statistics (random mode)", r.random_tensors, r.random_tensors == 1 ? "" : "s")
                                 : "");
     return EXIT_OK;
   });

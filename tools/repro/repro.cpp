@@ -300,7 +300,8 @@ std::string repro_script_text(const std::string &api, const json &forward_in, co
   header += "# Run: python3 " + script_name + "   (torch and numpy; the tensor files lie beside it)\n";
   header += "# Written by `tprobe repro` (docs/stages/repro.md). It runs the operator on the CPU one precision\n";
   header += "# higher (the bench), on the CPU in the dumped dtypes and on CUDA/NPU when there is one, then\n";
-  header += "# compares each, and the dumped output, with the bench as msprobe's pre-check does. Exit 1: an error.\n";
+  header += "# compares each, and the dumped output, with the bench as msprobe's pre-check does. Exit 1: an error;\n";
+  header += "# exit 2: the bench itself could not run.\n";
   return header + engine.substr(0, marker) + out + engine.substr(marker + call_marker.size());
 }
 
