@@ -5,7 +5,9 @@ last stage of a manifest.
 The inputs are made here, not taken from a model: two small mix-level statistics dumps whose runs
 part at one operator (so compare fails there, with msprobe's red mark for a NaN maximum), one
 operator that turns finite inputs into inf (so nan-analyze names it), and a similarities.csv in
-msprobe's §5.2 format whose step 2 drops (so gradsim's rule flags it). Everything is checked
+msprobe's §5.2 format whose step 2 drops (so gradsim's rule flags it), and a pre-check's two CSV
+files in msprobe's layout (§1.9) with an error on layers.3's linear (linked to its compare rows) and
+a warning on layers.5's exp. Everything is checked
 against what the inputs imply, so each check can fail.
 
 Without chromium the browser test skips, unless CI is set: CI runs scripts/setup.sh, which
@@ -93,6 +95,42 @@ def write_similarities(path, drop_at):
             f.write(name + "," + ",".join(repr(v) for v in values) + "\r\n")
 
 
+DETAIL_HEADER = ["API Name", "Bench Dtype", "DEVICE Dtype", "Shape", "余弦相似度", "最大绝对误差", "双百指标", "双千指标",
+                 "双万指标", "二进制一致错误率", "误差均衡性", "均方根误差", "小值域错误占比", "相对误差最大值", "相对误差平均值",
+                 "inf/nan错误率", "相对误差错误率", "绝对误差错误率", "ULP误差最大值", "ULP误差平均值", "ULP误差大于阈值占比",
+                 "Status", "Message"]
+
+
+def write_precheck(folder, ts="20250101120000"):
+    """msprobe's accuracy_checking_result/details pair (utf-8-sig, csv.writer's CRLF and quoting,
+    " " for empty cells): Functional.linear.3 in error (cosine 0.5, backward), Torch.exp.5 in warning
+    (双千 0.99), Torch.relu.0 passing."""
+    import csv
+    os.makedirs(folder)
+
+    def detail(name, status, message, **metrics):
+        row = [" "] * len(DETAIL_HEADER)
+        row[:4] = [name, "torch.float32", "torch.float16", "(4, 8)"]
+        for k, v in metrics.items():
+            row[DETAIL_HEADER.index(k)] = "%.14f" % v
+        row[-2:] = [status, message]
+        return row
+    details = [detail("Torch.relu.0.forward.output.0", "pass", "\nMax abs error is less than 0.001\n", 余弦相似度=1.0),
+               detail("Functional.linear.3.forward.output.0", "pass", "\n", 余弦相似度=0.9999, 双百指标=1.0, 双千指标=1.0),
+               detail("Functional.linear.3.backward.output.0", "error", "\nCosine similarity is less than 0.99\n", 余弦相似度=0.5,
+                      最大绝对误差=3.0),
+               detail("Torch.exp.5.forward.output.0", "warning", "\nRelative error is greater than 0.001\n", 余弦相似度=0.9999,
+                      最大绝对误差=0.01, 双百指标=1.0, 双千指标=0.99)]
+    results = [["Torch.relu.0", "pass", " "], ["Functional.linear.3", "pass", "error"], ["Torch.exp.5", "warning", " "]]
+    for name, header, rows in (("details", DETAIL_HEADER, details),
+                               ("result", ["API name", "Forward Test Success", "Backward Test Success", "Message"], results)):
+        with open(os.path.join(folder, f"accuracy_checking_{name}_{ts}.csv"), "w", encoding="utf-8-sig", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+    return folder
+
+
 def run(*args, expect=None):
     p = subprocess.run([os.path.join(BIN_DIR, "tprobe"), *args], capture_output=True, text=True, timeout=120)
     if expect is not None and p.returncode != expect:
@@ -121,8 +159,9 @@ class ReportFixture(unittest.TestCase):
         run("nan-analyze", npu, "-o", cls.nan, expect=1)
         cls.grad = os.path.join(cls.tmp, "grad")
         write_similarities(os.path.join(cls.grad, "rank0", "similarities.csv"), drop_at=2)
+        cls.pre = write_precheck(os.path.join(cls.tmp, "pre"))
         cls.page = os.path.join(cls.tmp, "out", "report.html")
-        cls.report = run("report", cls.cmp, cls.nan, cls.grad, "-o", cls.page, expect=1)
+        cls.report = run("report", cls.cmp, cls.nan, cls.grad, cls.pre, "-o", cls.page, expect=1)
         result = [f for f in os.listdir(cls.cmp) if f.endswith(".json")][0]
         with open(os.path.join(cls.cmp, result)) as f:
             cls.result = json.load(f)
@@ -145,6 +184,9 @@ class TerminalSummary(ReportFixture):
         self.assertIn("tprobe-report: nan-analyze: FAIL: first producer rank_0 Torch.exp.5.forward in "
                       "Module.layers.5.Block.forward.0", lines)
         self.assertIn("tprobe-report: gradsim rank0: FAIL: first suspect step 2 (layers.3.weight, summary)", lines)
+        self.assertIn("tprobe-report: precheck pre/20250101120000: FAIL: 3 APIs; forward 2 pass, 1 warning, 0 error, 0 SKIP; "
+                      "backward 0 pass, 0 warning, 1 error, 0 SKIP, 2 none; first error Functional.linear.3 "
+                      "(余弦相似度 0.5 ≤ 0.99)", lines)
         self.assertEqual(lines[-1], f"tprobe-report: verdict: FAIL; report {self.page}")
 
     def test_clean_results_pass(self):
@@ -301,6 +343,43 @@ class Browser(ReportFixture):
             self.assertIn("hl-r", tr.get_attribute("class"))
             self.assertEqual(tr.find_element(By.TAG_NAME, "td").value_of_css_property("background-color"),
                              "rgba(255, 214, 214, 1)")
+
+    def test_precheck_counts_order_and_links(self):
+        d = self.driver
+        pre = d.find_element(By.CSS_SELECTOR, "section.precheck")
+        self.assertIn("FAIL: 1 API in error, 1 in warning, of 3 APIs", pre.find_element(By.CSS_SELECTOR, ".verdict-box").text)
+        cell = lambda direction, status: pre.find_element(
+            By.CSS_SELECTOR, f'table.pc-counts tr[data-dir="{direction}"] td[data-status="{status}"]').text
+        self.assertEqual([cell("forward", s) for s in ("pass", "warning", "error", "SKIP")], ["2", "1", "0", "0"])
+        self.assertEqual([cell("backward", s) for s in ("pass", "warning", "error", "SKIP", "none")], ["0", "0", "1", "0", "2"])
+        apis = pre.find_elements(By.CSS_SELECTOR, "table.pc-apis tr[data-api]")
+        self.assertEqual([(a.get_attribute("data-api"), a.get_attribute("data-worst")) for a in apis],
+                         [("Functional.linear.3", "error"), ("Torch.exp.5", "warning")])
+        self.assertIn("Functional.linear.3.backward.output.0", apis[0].text)
+        self.assertIn("余弦相似度 0.5 ≤ 0.99", apis[0].find_element(By.CSS_SELECTOR, ".pc-metric").text)
+        self.assertIn("双千指标 0.99 ≤ 0.999", apis[1].find_element(By.CSS_SELECTOR, ".pc-metric").text)
+        # from the API to its compare rows
+        expected = [r[0] for r in self.result["rows"] if r[0].startswith("Functional.linear.3.")]
+        self.assertTrue(expected)
+        apis[0].find_element(By.CSS_SELECTOR, "button.pc-goto").click()
+        self.wait_rows(lambda names: sorted(names) == sorted(expected))
+        # and back: each of those rows links to the API's line of the pre-check
+        links = self.sec.find_elements(By.CSS_SELECTOR, "table.rows tbody a.pc-link")
+        self.assertEqual(len(links), len(expected))
+        links[0].click()
+        WebDriverWait(d, 10).until(lambda d: "flash" in (apis[0].get_attribute("class") or ""))
+        self.assertEqual(apis[0].get_attribute("id"), "pc-0-0")
+        # the compare's badge filters to every row of a pre-check API not pass
+        both = [r[0] for r in self.result["rows"] if r[0].startswith(("Functional.linear.3.", "Torch.exp.5."))]
+        box = self.sec.find_element(By.CSS_SELECTOR, ".name-filter")
+        self.assertEqual(box.get_attribute("value"), "/^Functional\\.linear\\.3\\./")  # what the API's button set
+        d.execute_script("arguments[0].value = ''", box)
+        badge = self.sec.find_element(By.CSS_SELECTOR, ".pc-badge")
+        d.execute_script("arguments[0].scrollIntoView({block: 'center'})", badge)  # not under the sticky header
+        badge.click()
+        self.wait_rows(lambda names: sorted(names) == sorted(both))
+        severe = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+        self.assertEqual(severe, [])
 
     def test_module_tree(self):
         d = self.driver

@@ -452,7 +452,8 @@ function renderCompare(c, ci, main) {
     showApi(api) {
       nameIn.value = '/^' + reEscape(api) + '\\./'; resultSel.value = 'all'; state.entries = null; chip.textContent = '';
       refilter(true);
-      table.scrollIntoView({ block: 'start' });
+      const tr = tbody.querySelector('tr');  // mid-screen: not under the sticky header
+      (tr || table).scrollIntoView({ block: 'center' });
     },
   };
 
