@@ -226,6 +226,37 @@ TEST(DumpSemantics, DataModeTable) {
   EXPECT_TRUE(data_mode_filter::from_json(ojson("forward")).allows_everything());  // not a list: all
 }
 
+// A new entry as the writer begins it, the same as JSON (entry_skeleton_json, for the live stages
+// that rebuild dump.json's entries), and the session's data_mode (task structure: no values).
+TEST(DumpSemantics, EntrySkeletonAndSlotPlacement) {
+  const ojson no = false;
+  const data_mode_filter all;
+  EXPECT_EQ(entry_skeleton_json(entry_parse("Functional.gelu.0.forward"), all, &no).dump(),
+            R"({"input_args":[],"input_kwargs":{},"is_recompute":false,"output":[]})");
+  EXPECT_EQ(entry_skeleton_json(entry_parse("Module.fc.Linear.forward.0"), all, &no).dump(),
+            R"({"input_args":[],"input_kwargs":{},"output":[],"parameters":{}})");
+  EXPECT_EQ(entry_skeleton_json(entry_parse("Functional.gelu.0.backward"), data_mode_filter({"output"}), nullptr).dump(),
+            R"({"output":[]})");
+  EXPECT_EQ(entry_skeleton_json(entry_parse("x.0.debug"), all, nullptr).dump(), "{}");
+
+  const entry_name fwd = entry_parse("Functional.gelu.0.forward");
+  ojson e = entry_skeleton_json(fwd, all, &no);
+  entry_slot_json(e, fwd, slot_locate(fwd, "input.1")) = 1;
+  entry_slot_json(e, fwd, slot_locate(fwd, "kwargs.approximate")) = "none";
+  EXPECT_EQ(e.dump(), R"({"input_args":[null,1],"input_kwargs":{"approximate":"none"},"is_recompute":false,"output":[]})");
+  EXPECT_THROW(entry_slot_json(e, fwd, slot_location{"input_args", {std::string("k")}}), std::invalid_argument);
+  EXPECT_THROW(entry_slot_json(e, fwd, slot_location{"input_args", {int64_t{1} << 21}}), std::invalid_argument);
+  // A module forward keeps is_recompute last when its parameters come after it.
+  const entry_name mod = entry_parse("Module.fc.Linear.forward.0");
+  ojson m = {{"input_args", ojson::array()}, {"is_recompute", true}};
+  entry_slot_json(m, mod, slot_locate(mod, "parameters.weight")) = 2;
+  EXPECT_EQ(m.dump(), R"({"input_args":[],"parameters":{"weight":2},"is_recompute":true})");
+
+  EXPECT_TRUE(data_mode_of_session(ojson()).allows_everything());
+  EXPECT_FALSE(data_mode_of_session({{"data_mode", {"forward"}}}).backward());
+  EXPECT_FALSE(data_mode_of_session({{"task", "structure"}}).allows_entry(fwd));
+}
+
 TEST(DumpSemantics, StatsOptionsOfASession) {
   const stats_options plain = stats_options_of_session(ojson{{"precision", "low"}, {"task", "statistics"}});
   EXPECT_FALSE(plain.high_precision);

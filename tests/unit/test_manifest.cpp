@@ -228,6 +228,7 @@ TEST(ShippedPipelines, SayWhichTasksTheyDo) {
       {"gradsim-live.json", {"grad_probe"}},
       {"compare-live.json", {"tensor"}},
       {"nan-live.json", {"statistics", "tensor"}},
+      {"precheck-live.json", {"tensor"}},
   };
   for (const auto &[name, tasks] : expected) EXPECT_EQ(tprobe::manifest_load(dir + name).tasks, tasks) << name;
 }
