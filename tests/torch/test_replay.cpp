@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "precheck_verdict.h"
 #include "replay.h"
 
 namespace tprobe::precheck {
@@ -85,6 +86,34 @@ TEST(Replay, LinearForwardAndBackwardOnePrecisionHigher) {
   EXPECT_EQ(j.result.backward, status::pass);
 }
 
+TEST(Replay, BackwardPairsTprobesOneGradientPerArgument) {
+  // tprobe dumps layer_norm's input gradients one per argument up to the last tensor:
+  // [input, None (normalized_shape), weight, bias]; msprobe one per tensor.
+  memory_source src;
+  at::manual_seed(2);
+  auto x = at::randn({4, 6}).requires_grad_(), w = at::randn({6}).requires_grad_(), b = at::randn({6}).requires_grad_();
+  const auto y = at::layer_norm(x, {6}, w, b);
+  const auto gy = at::randn({4, 6});
+  y.backward(gy);
+  json fwd = {{"input_args", {tensor_entry(src, "x", x.detach(), true), scalar("torch.Size", {6}),
+                              tensor_entry(src, "w", w.detach(), true), tensor_entry(src, "b", b.detach(), true)}},
+              {"input_kwargs", json::object()},
+              {"output", {tensor_entry(src, "y", y.detach(), true)}}};
+  for (const bool per_argument : {true, false}) {
+    json grads = {tensor_entry(src, "gx", x.grad())};
+    if (per_argument) grads.push_back(nullptr);
+    grads.push_back(tensor_entry(src, "gw", w.grad()));
+    grads.push_back(tensor_entry(src, "gb", b.grad()));
+    json bwd = {{"input", {tensor_entry(src, "gy", gy)}}, {"output", grads}};
+    const auto r = replay_api("Functional.layer_norm.0", fwd, &bwd, src, {});
+    ASSERT_FALSE(r.skip_reason) << *r.skip_reason;
+    const api_judgement j = judge_api(r, dialect::msprobe_head);
+    ASSERT_EQ(j.details.size(), 4u);
+    EXPECT_EQ(j.result.backward, status::pass) << j.details[2].message;
+    EXPECT_EQ(j.details[2].shape, "(6,)");
+  }
+}
+
 TEST(Replay, AWrongDeviceOutputIsAnError) {
   memory_source src;
   at::manual_seed(1);
@@ -159,15 +188,21 @@ TEST(Replay, MsprobePythonFormsBind) {
 
 TEST(Replay, LowPrecisionBenchIsOneStepUp) {
   memory_source src;
-  const auto a = at::randn({8, 8}).to(at::kBFloat16), b = at::randn({8, 8}).to(at::kBFloat16);
-  json mm = {{"input_args", {tensor_entry(src, "a", a), tensor_entry(src, "b", b)}},
+  // F.linear: LibTorch's CPU bf16 kernel accumulates in fp32 and rounds once.
+  const auto a = at::randn({8, 16}).to(at::kBFloat16), w = at::randn({8, 16}).to(at::kBFloat16);
+  json mm = {{"input_args", {tensor_entry(src, "a", a), tensor_entry(src, "w", w)}},
              {"input_kwargs", json::object()},
-             {"output", {tensor_entry(src, "m", at::matmul(a, b))}}};
-  const auto r = replay_api("Torch.matmul.0", mm, nullptr, src, {});
+             {"output", {tensor_entry(src, "m", at::linear(a, w))}}};
+  const auto r = replay_api("Functional.linear.0", mm, nullptr, src, {});
   ASSERT_FALSE(r.skip_reason) << *r.skip_reason;
   EXPECT_EQ(tensor_at(r.forward_bench, 0).dtype, "torch.float32");
   EXPECT_EQ(tensor_at(r.forward_device, 0).dtype, "torch.bfloat16");
-  EXPECT_NE(judge_api(r, dialect::msprobe_8_3_3).result.forward, status::error);
+  // A kernel no worse than bf16 rounding is never an error, whatever stage 1 says.
+  for (const auto d : {dialect::msprobe_8_3_3, dialect::msprobe_head}) {
+    api_judgement j = judge_api(r, d);
+    judge_against_rounding(j, r, d);
+    EXPECT_NE(j.result.forward, status::error) << j.details.at(0).message;
+  }
 }
 
 TEST(Replay, RandomModeDrawsFromStatisticsWithExtremes) {

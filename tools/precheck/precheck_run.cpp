@@ -15,6 +15,7 @@
 #include "api_call.h"
 #include "dtype.h"
 #include "errors.h"
+#include "precheck_verdict.h"
 #include "pyjson.h"
 #include "safe_path.h"
 #include "torch_save.h"
@@ -169,6 +170,7 @@ api_judgement precheck_run::check(const std::string &full_name, const json &forw
   const api_replay replay =
       replay_api(full_name, forward, backward, source, options_.replay, options_.save_error_data ? &kept : nullptr);
   api_judgement judgement = judge_api(replay, options_.standard);
+  judge_against_rounding(judgement, replay, options_.standard);
   const status s = api_status(judgement.result);
   if (options_.save_error_data && (s == status::error || s == status::warning)) {
     const std::string dir = error_data_dir();

@@ -234,6 +234,14 @@ arg_value materialise(const json &entry, materialise_context &ctx) {
   return v;
 }
 
+void flatten_entries(const json &entry, std::vector<const json *> &out) {
+  if (entry.is_array()) {
+    for (const auto &e : entry) flatten_entries(e, out);
+  } else {
+    out.push_back(&entry);
+  }
+}
+
 // Numbers the positional tensors of the forward entry in order (msprobe's backward compares
 // [t.grad for t in args], kwargs excluded), so the grads pair with the dump's backward outputs
 // whatever order normalize_call gives the arguments.
@@ -245,6 +253,31 @@ int tag_tensor_slots(json &entry, int next) {
     entry["__tprobe_slot"] = next++;
   }
   return next;
+}
+
+// For each positional tensor (in tag_tensor_slots' order), the input_args position it sits in.
+std::vector<size_t> tensor_arg_positions(const json &input_args) {
+  std::vector<size_t> positions;
+  for (size_t i = 0; i < input_args.size(); ++i) {
+    json copy = input_args[i];
+    const int count = tag_tensor_slots(copy, 0);
+    positions.insert(positions.end(), static_cast<size_t>(count), i);
+  }
+  return positions;
+}
+
+// The dumped input gradients, one per positional tensor. msprobe dumps one per tensor argument;
+// tprobe one per argument up to the last tensor (layer_norm: [input, None for normalized_shape,
+// weight, bias]): a list as long as the tensors is read in tensor order, any other by position.
+std::vector<const json *> dumped_input_grads(const json &backward_output, const json &input_args) {
+  static const json none;
+  std::vector<const json *> flat;
+  flatten_entries(backward_output, flat);
+  const auto positions = tensor_arg_positions(input_args);
+  if (flat.size() == positions.size() || !backward_output.is_array()) return flat;
+  std::vector<const json *> by_position;
+  for (const size_t p : positions) by_position.push_back(p < backward_output.size() ? &backward_output[p] : &none);
+  return by_position;
 }
 
 // ---- binding to a schema ----------------------------------------------------------------------
@@ -530,14 +563,6 @@ output_value output_of(const c10::IValue &v) {
   return builtin_value{"<class '" + v.tagKind() + "'>", v.tagKind()};
 }
 
-void flatten_entries(const json &entry, std::vector<const json *> &out) {
-  if (entry.is_array()) {
-    for (const auto &e : entry) flatten_entries(e, out);
-  } else {
-    out.push_back(&entry);
-  }
-}
-
 bool entry_is_tensor(const json &e) {
   return e.is_object() && (e.value("type", "") == "torch.Tensor" || e.value("type", "") == "torch.nn.parameter.Parameter");
 }
@@ -754,7 +779,8 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
       const json &grads_in = (*backward).contains("input") ? (*backward)["input"] : json();
       std::vector<const json *> grad_entries, grad_outputs;
       flatten_entries(grads_in, grad_entries);
-      if ((*backward).contains("output")) flatten_entries((*backward)["output"], grad_outputs);
+      if ((*backward).contains("output"))
+        grad_outputs = dumped_input_grads((*backward)["output"], forward.value("input_args", json::array()));
       const auto grad_index = grad_index_of(parts ? parts->api : "");
       if (call.no_backward || forward.value("input_kwargs", json::object()).contains("out")) {
         replay.backward_skip = "This API does not support backward.";
