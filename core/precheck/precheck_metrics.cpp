@@ -262,13 +262,47 @@ double np_max(const std::vector<double> &v) {
   return m;
 }
 
+// numpy's pairwise_sum (loops_utils.h.src): 8 accumulators up to 128 elements, halves (multiples
+// of 8) above, in the accumulator type T.
+template <typename T>
+T pairwise_sum(const double *a, size_t n) {
+  if (n < 8) {
+    T res = 0;
+    for (size_t i = 0; i < n; ++i) res += static_cast<T>(a[i]);
+    return res;
+  }
+  if (n <= 128) {
+    T r[8];
+    for (size_t j = 0; j < 8; ++j) r[j] = static_cast<T>(a[j]);
+    size_t i = 8;
+    for (; i < n - (n % 8); i += 8)
+      for (size_t j = 0; j < 8; ++j) r[j] += static_cast<T>(a[i + j]);
+    T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res += static_cast<T>(a[i]);
+    return res;
+  }
+  size_t n2 = n / 2;
+  n2 -= n2 % 8;
+  return pairwise_sum<T>(a, n2) + pairwise_sum<T>(a + n2, n - n2);
+}
+
+// np.add.reduce: the reduction iterator hands the inner loop blocks of its buffer size (8192
+// elements), each summed pairwise, the block sums added in order.
+template <typename T>
+T np_sum(const std::vector<double> &v) {
+  constexpr size_t block = 8192;
+  T total = 0;
+  for (size_t at = 0; at < v.size(); at += block) total += pairwise_sum<T>(v.data() + at, std::min(block, v.size() - at));
+  return total;
+}
+
 double np_mean(const std::vector<double> &v, np_float t) {
   if (v.empty()) return nan_v;
-  double sum = 0;
-  for (double x : v) sum += x;
-  // float16 means accumulate in float32 and round back (numpy's _mean).
-  const np_float acc = np_promote(t, np_float::f32);
-  return np_round(t, np_round(acc, np_round(acc, sum) / static_cast<double>(v.size())));
+  const double n = static_cast<double>(v.size());
+  // numpy's _mean: the sum in the array's dtype (float16: in float32), then dtype(sum / count)
+  // with the division in float64.
+  if (t == np_float::f64) return np_sum<double>(v) / n;
+  return np_round(t, static_cast<double>(np_sum<float>(v)) / n);
 }
 
 double rmse_of(const std::vector<double> &abs_err, const std::vector<char> &mask, np_float t) {

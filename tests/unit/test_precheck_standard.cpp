@@ -156,6 +156,17 @@ TEST(PrecheckMetrics, AlgorithmNumbers) {
   EXPECT_TRUE(same.ok);
 }
 
+// np.mean of a float32 array sums pairwise in float32 within blocks of 8192: its answer (from
+// numpy 1.24) differs from the exact mean's float32 (0.1300000101327896) in the last bit.
+TEST(PrecheckMetrics, MeanAsNumpySumsIt) {
+  std::vector<double> v(20000);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = np_round(np_float::f32, static_cast<double>((i * 7919) % 1000) / 37.0 - 13.37);
+  EXPECT_EQ(np_mean(v, np_float::f32), 0.12999999523162842);
+  for (double &x : v) x = np_round(np_float::f16, x);
+  EXPECT_EQ(np_mean(v, np_float::f16), 0.1300048828125);
+}
+
 TEST(PrecheckMetrics, CosineEdgeCases) {
   const cosine_result same = cosine_sim({1, 2, 3}, {1, 2, 3}, true);
   EXPECT_EQ(*same.value, 1.0);
