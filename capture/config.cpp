@@ -710,6 +710,12 @@ const std::vector<std::string> &config_built_tasks() {
 
 void config_check_task_runs(const capture_config &cfg, const config_pipeline &pipeline) {
   const std::string source = cfg.source_name.empty() ? "config" : cfg.source_name;
+  // msprobe's pre-check is no capture task: it replays a dump afterwards (msprobe-next.md §1.1).
+  if (cfg.task == "run_ut")
+    throw usage_error(fmt::format("{}: task \"run_ut\" replays a dump, it captures nothing: dump with task "
+                                  "\"tensor\" (or \"statistics\") at level L1, then run `tprobe precheck DUMP "
+                                  "-config {}` (docs/stages/precheck.md)",
+                                  source, source));
   if (!contains(config_built_tasks(), cfg.task))
     throw usage_error(fmt::format("{}: task {} is not built in tprobe yet (built: {})", source, quote(cfg.task),
                                   fmt::join(config_built_tasks(), ", ")));

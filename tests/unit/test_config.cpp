@@ -992,3 +992,23 @@ TEST(CaptureFilter, SaveTensorAndCrc32) {
 
 }  // namespace
 }  // namespace tprobe
+
+namespace tprobe {
+namespace {
+
+// msprobe's pre-check task captures nothing: the capture refuses it with the way to run it.
+TEST(ConfigTasks, RunUtPointsToThePrecheck) {
+  capture_config cfg;
+  cfg.task = "run_ut";
+  cfg.source_name = "./config.json";
+  try {
+    config_check_task_runs(cfg, {});
+    FAIL() << "run_ut was accepted";
+  } catch (const usage_error &e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("./config.json: task \"run_ut\" replays a dump, it captures nothing"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("tprobe precheck DUMP -config ./config.json"));
+  }
+}
+
+}  // namespace
+}  // namespace tprobe
