@@ -243,5 +243,49 @@ TEST(Replay, UnreplayableApisSaySkipWithTheReason) {
   EXPECT_THAT(replay_api("Torch.tanh.0", bad, nullptr, src, {}).skip_reason.value_or(""), HasSubstr("bogus"));
 }
 
+TEST(Replay, BackwardPairsTheGradientsOfAListArgument) {
+  // torch.einsum("...", [q, k]): the operands are one list argument, and the capture dumps their
+  // gradients as [None (the equation), [gq, gk]]; they pair with the operands in order.
+  memory_source src;
+  at::manual_seed(3);
+  auto q = at::randn({2, 3, 4}).requires_grad_(), k = at::randn({2, 5, 4}).requires_grad_();
+  const auto y = at::einsum("btd,bsd->bts", {q, k});
+  const auto gy = at::randn({2, 3, 5});
+  y.backward(gy);
+  json fwd = {{"input_args", {scalar("str", "btd,bsd->bts"),
+                              json::array({tensor_entry(src, "q", q.detach(), true), tensor_entry(src, "k", k.detach(), true)})}},
+              {"input_kwargs", {{"path", nullptr}}},
+              {"output", {tensor_entry(src, "y", y.detach(), true)}}};
+  json bwd = {{"input", {tensor_entry(src, "gy", gy)}},
+              {"output", {nullptr, json::array({tensor_entry(src, "gq", q.grad()), tensor_entry(src, "gk", k.grad())})}}};
+  const auto r = replay_api("Torch.einsum.0", fwd, &bwd, src, {});
+  ASSERT_FALSE(r.skip_reason) << *r.skip_reason;
+  ASSERT_EQ(r.backward_device.size(), 2u);
+  EXPECT_EQ(tensor_at(r.backward_device, 1).shape, (std::vector<int64_t>{2, 5, 4}));
+  const api_judgement j = judge_api(r, dialect::msprobe_8_3_3);
+  EXPECT_EQ(j.result.forward, status::pass);
+  EXPECT_EQ(j.result.backward, status::pass) << j.details.back().message;
+}
+
+TEST(Replay, UninitializedInputsReplayOnlyWhereOverwritten) {
+  // The capture marks memory nothing had written ("uninitialized": true, no data, no statistics).
+  memory_source src;
+  const json garbage = {{"type", "torch.Tensor"}, {"dtype", "torch.float32"}, {"shape", {3}}, {"Max", nullptr},
+                        {"Min", nullptr}, {"Mean", nullptr}, {"Norm", nullptr}, {"requires_grad", false},
+                        {"uninitialized", true}};
+  const auto ones = at::ones({3});
+  // add_ reads it: nothing to replay it from.
+  json add = {{"input_args", {garbage, scalar("int", 1)}}, {"input_kwargs", json::object()},
+              {"output", {tensor_entry(src, "a", ones)}}};
+  EXPECT_THAT(replay_api("Tensor.add_.0", add, nullptr, src, {}).skip_reason.value_or(""),
+              HasSubstr("uninitialized memory"));
+  // fill_ overwrites it: replayed and judged.
+  json fill = {{"input_args", {garbage, scalar("float", 1.0)}}, {"input_kwargs", json::object()},
+               {"output", {tensor_entry(src, "f", ones)}}};
+  const auto r = replay_api("Tensor.fill_.0", fill, nullptr, src, {});
+  ASSERT_FALSE(r.skip_reason) << *r.skip_reason;
+  EXPECT_EQ(judge_api(r, dialect::msprobe_8_3_3).result.forward, status::pass);
+}
+
 }  // namespace
 }  // namespace tprobe::precheck

@@ -147,6 +147,16 @@ struct materialise_context {
 
 // The tensor of an entry: its data, or (random mode) drawn from its statistics.
 at::Tensor tensor_of(const json &entry, materialise_context &ctx) {
+  // Memory no operator had written (docs/pytorch.md "Uninitialized memory"): no data, no
+  // statistics. replay_api lets it through only where it is overwritten; zeros stand for it there.
+  if (entry.value("uninitialized", false)) {
+    std::vector<int64_t> dims;
+    if (entry.contains("shape") && entry["shape"].is_array())
+      for (const auto &d : entry["shape"]) dims.push_back(d.get<int64_t>());
+    const auto t = scalar_type_of(entry.value("dtype", ""));
+    if (!t) throw usage_error("dtype " + entry.value("dtype", std::string("(none)")) + " is not replayed");
+    return at::zeros(dims, at::TensorOptions().dtype(*t));
+  }
   const auto type = scalar_type_of(entry.value("dtype", ""));
   if (!type) throw usage_error("dtype " + entry.value("dtype", std::string("(none)")) + " is not replayed");
   std::vector<int64_t> shape;
@@ -275,8 +285,20 @@ std::vector<const json *> dumped_input_grads(const json &backward_output, const 
   flatten_entries(backward_output, flat);
   const auto positions = tensor_arg_positions(input_args);
   if (flat.size() == positions.size() || !backward_output.is_array()) return flat;
-  std::vector<const json *> by_position;
-  for (const size_t p : positions) by_position.push_back(p < backward_output.size() ? &backward_output[p] : &none);
+  // By position; a list argument (torch.einsum's operands, torch.cat's tensors) has its gradients
+  // in a list at its position, the k-th for its k-th tensor.
+  std::vector<const json *> by_position, here;
+  size_t current = std::numeric_limits<size_t>::max(), k = 0;
+  for (const size_t p : positions) {
+    if (p != current) {
+      here.clear();
+      if (p < backward_output.size()) flatten_entries(backward_output[p], here);
+      current = p;
+      k = 0;
+    }
+    by_position.push_back(k < here.size() ? here[k] : &none);
+    ++k;
+  }
   return by_position;
 }
 
@@ -585,6 +607,26 @@ std::optional<std::pair<output_value, at::Tensor>> dumped_output(const json &e, 
   return std::make_pair(output_value{builtin_value{"<class '" + type + "'>", value.dump()}}, at::Tensor());
 }
 
+bool holds_uninitialized(const json &entry) {
+  if (entry.is_array())
+    return std::any_of(entry.begin(), entry.end(), [](const json &e) { return holds_uninitialized(e); });
+  return entry.is_object() && entry.value("uninitialized", false);
+}
+
+// An uninitialized input is replayable only as a destination whose old values the operator never
+// reads: the `self` of copy_/fill_/zero_, or `out=`. Elsewhere (the capture cannot see a write made
+// outside the dispatcher, e.g. torch.tensor's) its values mattered and are unknown.
+std::optional<std::string> uninitialized_input(const normalized_call &call, std::string_view api) {
+  const bool overwrites = api == "copy_" || api == "fill_" || api == "zero_";
+  for (size_t i = 0; i < call.args.size(); ++i)
+    if (holds_uninitialized(call.args[i]) && !(overwrites && i == 0))
+      return fmt::format("input {} of {} was uninitialized memory when dumped (no data, no statistics); SKIP.", i, api);
+  for (const auto &[k, v] : call.kwargs.items())
+    if (holds_uninitialized(v) && k != "out" && !(overwrites && k == "self"))
+      return fmt::format("input {} of {} was uninitialized memory when dumped (no data, no statistics); SKIP.", k, api);
+  return std::nullopt;
+}
+
 uint64_t name_seed(uint64_t seed, const std::string &name) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a: a stable per-API stream, independent of order
   for (const unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
@@ -682,6 +724,10 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
     return replay;
   }
   const auto parts = api_name_split(full_name);
+  if (auto why = uninitialized_input(call, parts ? parts->api : full_name)) {
+    replay.skip_reason = std::move(*why);
+    return replay;
+  }
   const std::string op_name = call.op;
   const auto &handles = overloads_of(op_name);
   if (handles.empty()) {
