@@ -45,7 +45,8 @@ void judge_against_rounding(api_judgement &judgement, const api_replay &replay, 
   const std::string bare = bare_api_name(replay.full_name);
   bool changed = false;
   for (auto &row : judgement.details) {
-    if (row.verdict != status::error) continue;
+    const status stage1 = row.verdict;
+    if (stage1 != status::error && stage1 != status::warning) continue;
     const auto slot = row_slot(row.api_name, replay.full_name);
     if (!slot) continue;
     const auto &bench_list = slot->first ? replay.forward_bench : replay.backward_bench;
@@ -65,19 +66,22 @@ void judge_against_rounding(api_judgement &judgement, const api_replay &replay, 
     const precision_compare_result stage2 = api_precision_compare(npu, gpu, d);
     if (stage2.details.empty()) continue;
     const precision_detail &verdict = stage2.details.front();
+    std::string why = verdict.compare_message;
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    for (auto &c : why)
+      if (c == '\n') c = ' ';
     if (verdict.compare_result == "pass") {
-      row.verdict = status::warning;
-      row.message += fmt::format("tprobe: within msprobe's stage-2 thresholds ({}) of the bench rounded to {}: the "
-                                 "error is the dtype's own rounding, a warning.\n",
-                                 verdict.compare_algorithm, device->dtype);
+      row.verdict = status::pass;
+      row.message += fmt::format("tprobe: pass: within msprobe's stage-2 thresholds ({}) of the bench rounded to {}; "
+                                 "the stage-1 {} is the dtype's own rounding.\n",
+                                 verdict.compare_algorithm, device->dtype, stage1 == status::error ? "error" : "warning");
       changed = true;
     } else if (verdict.compare_result == "error") {
-      std::string why = verdict.compare_message;
-      while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-      for (auto &c : why)
-        if (c == '\n') c = ' ';
-      row.message += fmt::format("tprobe: worse than the bench rounded to {} by msprobe's stage-2 thresholds ({}{}{}).\n",
+      row.verdict = status::error;
+      row.message += fmt::format("tprobe: error: worse than the bench rounded to {} by msprobe's stage-2 thresholds "
+                                 "({}{}{}).\n",
                                  device->dtype, verdict.compare_algorithm, why.empty() ? "" : ": ", why);
+      changed = changed || stage1 != status::error;
     }
   }
   if (!changed) return;

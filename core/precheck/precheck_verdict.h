@@ -7,12 +7,13 @@
 // (api_precision_compare.h), the ratio of the device's error to a trusted device's.
 //
 // With no second device, tprobe takes as the trusted result the bench correctly rounded to the
-// device's dtype: what a perfect kernel of that dtype would return. A row in error by stage 1
-// stays an error only when stage 2, run with that rounded result in the trusted device's place,
-// says error too (the device is worse than rounding by msprobe's stage-2 thresholds); otherwise it
-// becomes a warning, and the message says which. Rows stage 1 passes or warns are not touched;
-// rows stage 2 cannot judge (float64, integers, SKIP) keep stage 1's verdict. So an API named in
-// error has a kernel measurably worse than its dtype's rounding, whatever the dtype.
+// device's dtype: what a perfect kernel of that dtype would return. A row stage 1 grades warning or
+// error is judged again by stage 2 with that rounded result in the trusted device's place: pass
+// when the device is within msprobe's stage-2 thresholds of correct rounding (its error is the
+// dtype's own), error when it is worse; the message says which. Rows stage 1 passes are not
+// touched; rows stage 2 cannot judge (float64, integers, SKIP) keep stage 1's verdict. So an API
+// named in error has a kernel measurably worse than its dtype's rounding, and a bfloat16 run of
+// correct kernels passes.
 #pragma once
 
 #include "precheck_standard.h"

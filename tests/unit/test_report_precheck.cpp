@@ -200,7 +200,7 @@ TEST(ReportPrecheck, ReadsMsprobesVerbatimFiles) {
   EXPECT_EQ(a.device_dtype, "torch.bfloat16");
   EXPECT_EQ(a.shape, "(4,)");
   EXPECT_NE(a.row_message.find("Relative error is greater than 0.001"), std::string::npos);
-  EXPECT_FALSE(m.negative());  // a warning does not fail, as tprobe-precheck exits 0 on warnings (bf16 rounding)
+  EXPECT_TRUE(m.negative());  // a warning fails, as tprobe-precheck exits 1 on it
   EXPECT_EQ(m.inputs, (std::vector<std::string>{tmp / "pre/accuracy_checking_result_20250101120000.csv",
                                                 tmp / "pre/accuracy_checking_details_20250101120000.csv"}));
 }

@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
 
     const auto report = precheck::precheck_offline(o);
     const auto &c = report.counts;
-    if (c.first_not_pass) fmt::print("tprobe-precheck: first API in error: {}\n", *c.first_not_pass);
+    if (c.first_not_pass) fmt::print("tprobe-precheck: first API not pass: {}\n", *c.first_not_pass);
     fmt::print("tprobe-precheck: {} APIs: {} pass, {} warning, {} error, {} SKIP", c.total(), c.pass, c.warning,
                c.error, c.skip);
     for (const auto &f : report.files) fmt::print("; {}", f.result_csv);

@@ -195,15 +195,15 @@ void precheck_run::write(const api_judgement &judgement) {
     case status::error: ++counts_.error; break;
     case status::skip: ++counts_.skip; break;
   }
-  if (s == status::error && !counts_.first_not_pass) {
+  if ((s == status::error || s == status::warning) && !counts_.first_not_pass) {
     std::string why;
     for (const auto &d : judgement.details) {
-      if (d.verdict != status::error) continue;
+      if (d.verdict != s) continue;
       std::string message = d.message;
       std::replace(message.begin(), message.end(), '\n', ' ');
       while (!message.empty() && message.front() == ' ') message.erase(0, 1);
       while (!message.empty() && message.back() == ' ') message.pop_back();
-      why = fmt::format("{}: {}", d.api_name, message.empty() ? "error" : message);
+      why = fmt::format("{} {}: {}", d.api_name, s == status::error ? "error" : "warning", message);
       break;
     }
     counts_.first_not_pass = why.empty() ? row.api_name : fmt::format("{} ({})", row.api_name, why);
@@ -302,7 +302,8 @@ precheck_offline_report precheck_offline(const precheck_offline_options &o,
         done[i].reset();
         lock.unlock();
         run.write(j);
-        if (on_failure && api_status(j.result) == status::error) on_failure(dump_json, j);
+        const status s = api_status(j.result);
+        if (on_failure && (s == status::error || s == status::warning)) on_failure(dump_json, j);
       }
     } catch (...) {
       failure = std::current_exception();

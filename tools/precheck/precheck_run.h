@@ -9,9 +9,8 @@
 //     auto j = run.check(name, forward, backward, source);   // lists, replay, judge; thread-safe
 //     run.write(j);                              // rows, counts, first failure; serialised by caller
 //
-// Counts and the first API that is not pass are kept for the summary line; warnings are counted
-// but only errors fail a run (precheck_counts::failed): msprobe's stage-1 Status grades every
-// bf16/fp16 API whose rounding exceeds the thousandth standard as a warning.
+// Counts and the first API that is not pass are kept for the summary line; an API that is not
+// pass (warning or error, after tprobe's verdict: precheck_verdict.h) fails the run.
 #pragma once
 
 #include <cstdint>
@@ -49,9 +48,9 @@ struct precheck_options {
 
 struct precheck_counts {
   size_t pass = 0, warning = 0, error = 0, skip = 0;
-  std::optional<std::string> first_not_pass;  // "Functional.gelu.0 (forward error: …)"
+  std::optional<std::string> first_not_pass;  // "Functional.gelu.0 (Functional.gelu.0.forward.output.0: …)"
   [[nodiscard]] size_t total() const { return pass + warning + error + skip; }
-  [[nodiscard]] bool failed() const { return error > 0; }
+  [[nodiscard]] bool failed() const { return error + warning > 0; }
 };
 
 // The status that counts for an API: error > warning > pass, SKIP when nothing was compared.
@@ -104,7 +103,7 @@ struct precheck_offline_report {
 // usage_error (none found, not a dump.json) or system_error.
 [[nodiscard]] std::vector<std::string> precheck_dump_files(const std::string &dump);
 
-// Runs the pre-check over a dump; `on_failure` is called (from the writing thread) for each API
+// Runs the pre-check over a dump; `on_failure` is called (from the writing thread) for each API not pass
 // that is an error, as soon as its row is written.
 [[nodiscard]] precheck_offline_report precheck_offline(
     const precheck_offline_options &o, const std::function<void(const std::string &dump_json, const api_judgement &)> &on_failure = {});

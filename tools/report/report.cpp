@@ -58,7 +58,7 @@ char report_precheck_api::worst() const {
 }
 
 bool report_precheck::negative() const {
-  return errors() > 0;  // as tprobe-precheck: a warning is a dtype's rounding beyond the thousandth standard
+  return forward[1] + forward[2] + backward[1] + backward[2] > 0;  // warning or error, as tprobe-precheck exits
 }
 
 bool report_model::negative() const {
