@@ -85,7 +85,7 @@ class PrecheckLive(CaptureTest):
         run = self.run_live(True, "wrong")
         out = run.result.stdout
         self.assertIn("tprobe-precheck-live: first API in error: step 0 rank -1 Functional.gelu.0 "
-                      "(Functional.gelu.0.forward.output.0: ", out)
+                      "(Functional.gelu.0.forward.output.0", out)
         # gelu of each of the two steps, and nothing else.
         self.assertIn(" 2 error,", out)
         self.assertIn('stage "precheck" (tprobe-precheck-live) found what it looks for (exit 1)', run.result.stderr)

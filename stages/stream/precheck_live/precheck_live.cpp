@@ -323,7 +323,10 @@ class live_precheck {
       }
       const record_leaf_names names = record_leaf_names_of(h, sess_->framework);
       leaf = tensor_leaf_json(record_tensor_facts(h, names, data_name));
-      if (api->forward && h.requires_grad && slot_io_of(h.slot) == slot_io::output) call->expects_backward = true;
+      // A backward entry comes only for outputs that require grad, and only where data_mode lets
+      // backward entries through.
+      if (api->forward && h.requires_grad && slot_io_of(h.slot) == slot_io::output && sess_->data_mode.backward())
+        call->expects_backward = true;
     } else {
       leaf = record_leaf_json(r, sess_->framework);
     }
