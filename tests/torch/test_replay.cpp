@@ -287,5 +287,18 @@ TEST(Replay, UninitializedInputsReplayOnlyWhereOverwritten) {
   EXPECT_EQ(judge_api(r, dialect::msprobe_8_3_3).result.forward, status::pass);
 }
 
+TEST(Replay, AMemoryFormatArgumentTakesTheSchemaDefault) {
+  // x.contiguous() is dumped with memory_format={"type": "torch.memory_format", "format": …}; the
+  // schema's MemoryFormat takes no None, so the default stands for it.
+  memory_source src;
+  const auto x = at::randn({3, 4}).t();
+  json fwd = {{"input_args", {tensor_entry(src, "x", x)}},
+              {"input_kwargs", {{"memory_format", {{"type", "torch.memory_format"}, {"format", "contiguous_format"}}}}},
+              {"output", {tensor_entry(src, "y", x.contiguous())}}};
+  const auto r = replay_api("Tensor.contiguous.0", fwd, nullptr, src, {});
+  ASSERT_FALSE(r.skip_reason) << *r.skip_reason;
+  EXPECT_EQ(judge_api(r, dialect::msprobe_8_3_3).result.forward, status::pass);
+}
+
 }  // namespace
 }  // namespace tprobe::precheck

@@ -490,6 +490,12 @@ torch::jit::Stack bind_arguments(const c10::FunctionSchema &schema, const std::v
       value = &it->second;
       used.insert(a.name());
     }
+    // torch.memory_format / device / layout entries materialise as None (they say how a result is
+    // stored, not what it is); a schema that takes no None there (Tensor.contiguous's
+    // memory_format) gets its default.
+    if (value && value->k == arg_value::kind::none && a.default_value() &&
+        a.type()->kind() != c10::TypeKind::OptionalType)
+      value = nullptr;
     if (value) {
       try {
         stack.push_back(convert(*value, a.type(), a, ctx));
