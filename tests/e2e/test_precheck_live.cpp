@@ -1,6 +1,6 @@
 // The real tprobe-precheck-live binary over real sockets: its input on tcp loopback with CurveZMQ
 // (docs/network.md: the way a stage on another host is reached), a producer sending one step of
-// two API calls, one of them a wrong gelu: the first API in error on stdout, the CSV files under
+// two API calls, one of them a wrong gelu: the first API not pass on stdout, the CSV files under
 // step0/rank0, exit 1; with no buffer every call is skipped and counted, exit 0. Skipped where
 // LibTorch is not found (the stage is not built).
 #include <cmath>
@@ -125,7 +125,7 @@ TEST_F(PrecheckLiveE2e, NamesTheWrongKernelAndWritesTheFilesOverCurveTcp) {
   test::temp_dir dir;
   const auto [status, out] = run(dir, {"--jobs", "2"});
   EXPECT_EQ(status, 1) << out;
-  EXPECT_NE(out.find("tprobe-precheck-live: first API in error: step 0 rank 0 Functional.gelu.0 "
+  EXPECT_NE(out.find("tprobe-precheck-live: first API not pass: step 0 rank 0 Functional.gelu.0 "
                      "(Functional.gelu.0.forward.output.0"),
             std::string::npos)
       << out;

@@ -1,7 +1,7 @@
 """The live accuracy pre-check on a real training (pipelines/precheck-live.json): the rows that
 tprobe-precheck-live writes while the script trains equal, byte for byte, those of `tprobe precheck`
 over the dump the same run wrote (one library behind both front doors), and an ATen CPU kernel
-overridden with a wrong one (torch.library) is named as the first API in error."""
+overridden with a wrong one (torch.library) is named as the first API not pass."""
 
 import glob
 import os
@@ -77,14 +77,14 @@ class PrecheckLive(CaptureTest):
         run = self.run_live(False, "clean")
         self.assertIn("tprobe-precheck-live: 34 APIs:", run.result.stdout)
         self.assertIn(" 0 error,", run.result.stdout)
-        self.assertNotIn("first API in error", run.result.stdout)
+        self.assertNotIn("first API not pass", run.result.stdout)
         self.assertNotIn("not checked", run.result.stdout)
         self.assert_rows_equal_offline(run)
 
     def test_a_wrong_cpu_kernel_is_named(self):
         run = self.run_live(True, "wrong")
         out = run.result.stdout
-        self.assertIn("tprobe-precheck-live: first API in error: step 0 rank -1 Functional.gelu.0 "
+        self.assertIn("tprobe-precheck-live: first API not pass: step 0 rank -1 Functional.gelu.0 "
                       "(Functional.gelu.0.forward.output.0", out)
         # gelu of each of the two steps, and nothing else.
         self.assertIn(" 2 error,", out)

@@ -145,7 +145,7 @@ TEST(PrecheckLive, RowsEqualTheOfflineRowsOverTheSameRunsDump) {
   EXPECT_EQ(b.live.checked, 2u);
   EXPECT_EQ(b.live.fell_behind, 0u);
   EXPECT_EQ(b.live.counts.pass, 2u) << b.live.counts.first_not_pass.value_or("");
-  EXPECT_FALSE(b.live.first_error);
+  EXPECT_FALSE(b.live.first_not_pass_line);
   EXPECT_TRUE(b.emitted.empty());
   ASSERT_EQ(b.live.folders.size(), 1u);
   for (const char *kind : {"accuracy_checking_result_", "accuracy_checking_details_"}) {
@@ -165,19 +165,19 @@ TEST(PrecheckLive, AWrongKernelIsNamedAndSentDownstream) {
   std::string named;
   precheck_live_options o;
   o.jobs = 2;
-  o.on_first_error = [&](int64_t, int32_t, const precheck::api_judgement &j) { named = j.result.api_name; };
+  o.on_first_not_pass = [&](int64_t, int32_t, const precheck::api_judgement &j) { named = j.result.api_name; };
   const both b = run_both(dir, true, o);
   EXPECT_EQ(named, "Functional.gelu.0");
-  ASSERT_TRUE(b.live.first_error);
-  EXPECT_EQ(b.live.first_error->rfind("step 0 rank -1 Functional.gelu.0 (Functional.gelu.0.forward.output.0", 0), 0u)
-      << *b.live.first_error;
+  ASSERT_TRUE(b.live.first_not_pass_line);
+  EXPECT_EQ(b.live.first_not_pass_line->rfind("step 0 rank -1 Functional.gelu.0 (Functional.gelu.0.forward.output.0", 0), 0u)
+      << *b.live.first_not_pass_line;
   EXPECT_EQ(b.live.counts.error, 1u);
   EXPECT_TRUE(b.live.counts.failed());
   ASSERT_EQ(b.emitted.size(), 1u);
   const auto &m = b.emitted[0].header.meta;
-  EXPECT_EQ(m["event"], "first_api_error");
+  EXPECT_EQ(m["event"], "first_api_not_pass");
   EXPECT_EQ(m["api"], "Functional.gelu.0");
-  EXPECT_EQ(m["line"], *b.live.first_error);
+  EXPECT_EQ(m["line"], *b.live.first_not_pass_line);
   for (const char *kind : {"accuracy_checking_result_", "accuracy_checking_details_"})
     EXPECT_EQ(test::read_file(only_file(b.live_dir, kind)), test::read_file(only_file(b.offline_dir, kind))) << kind;
 }

@@ -458,14 +458,14 @@ class live_precheck {
         pc::precheck_run &run = *s.f->run;
         run.write(*s.judgement);
         ++res_.checked;
-        if (!res_.first_error && run.counts().first_not_pass) {
-          res_.first_error = fmt::format("step {} rank {} {}", s.f->step, s.f->rank, *run.counts().first_not_pass);
+        if (!res_.first_not_pass_line && run.counts().first_not_pass) {
+          res_.first_not_pass_line = fmt::format("step {} rank {} {}", s.f->step, s.f->rank, *run.counts().first_not_pass);
           if (o_.log) {
-            fmt::print(o_.log, "tprobe-precheck-live: first API in error: {}\n", *res_.first_error);
+            fmt::print(o_.log, "tprobe-precheck-live: first API not pass: {}\n", *res_.first_not_pass_line);
             std::fflush(o_.log);
           }
-          event_ = {s.f->step, s.f->rank, s.call->name, *res_.first_error};
-          if (o_.on_first_error) o_.on_first_error(s.f->step, s.f->rank, *s.judgement);
+          event_ = {s.f->step, s.f->rank, s.call->name, *res_.first_not_pass_line};
+          if (o_.on_first_not_pass) o_.on_first_not_pass(s.f->step, s.f->rank, *s.judgement);
         }
       }
       s.call->slot = nullptr;
@@ -486,7 +486,7 @@ class live_precheck {
     r.header.step = ev.step;
     r.header.rank = ev.rank;
     r.header.entry = ev.api + ".forward";
-    r.header.meta = {{"event", "first_api_error"}, {"step", ev.step}, {"rank", ev.rank}, {"api", ev.api}, {"line", ev.line}};
+    r.header.meta = {{"event", "first_api_not_pass"}, {"step", ev.step}, {"rank", ev.rank}, {"api", ev.api}, {"line", ev.line}};
     io_.send(r);
   }
 

@@ -29,11 +29,13 @@
 // records ignored, no row), counted in result.fell_behind, so the check samples the calls when
 // the replay cannot keep up. Replay threads run at nice +10, below the training.
 //
-// The first API judged error is printed at once on `log`
-//   tprobe-precheck-live: first API in error: step 0 rank -1 Functional.gelu.0 (…output.0: …)
-// and sent downstream as a value record with meta {"event": "first_api_error", "step", "rank",
-// "api", "line"} (at the next record received, or at the end). Rows are counted as offline
-// (precheck_counts: only errors fail).
+// The first API not pass (error or warning, precheck_run's verdict) is printed on `log` as soon
+// as its row is written, rows going in arrival order (so it is the first in the file, the line
+// tprobe-precheck prints for the same dump):
+//   tprobe-precheck-live: first API not pass: step 0 rank -1 Functional.gelu.0 (…output.0 error: …)
+// and sent downstream as a value record with meta {"event": "first_api_not_pass", "step", "rank",
+// "api", "line"} (at the next record received, or at the end). Counts as offline
+// (precheck_counts::failed: any API not pass).
 //
 // Errors: framing_error (a malformed record), usage_error (bad options), system_error (files; an
 // exception of a replay ends the run, as it ends tprobe-precheck, once the stream has ended).
@@ -57,9 +59,9 @@ struct precheck_live_options {
   unsigned jobs = 1;                    // replay threads
   uint64_t max_buffer_bytes = 1024ull << 20;
   precheck::precheck_options run;       // standard, lists, -save_error_data, -f, seed
-  std::FILE *log = nullptr;             // the first-error line
-  // Called once, from a replay thread, with the first API judged error (after the line).
-  std::function<void(int64_t step, int32_t rank, const precheck::api_judgement &)> on_first_error;
+  std::FILE *log = nullptr;             // the first-not-pass line
+  // Called once, from the thread that writes its row, with the first API not pass (after the line).
+  std::function<void(int64_t step, int32_t rank, const precheck::api_judgement &)> on_first_not_pass;
 };
 
 struct precheck_live_folder {
@@ -78,7 +80,7 @@ struct precheck_live_result {
   uint64_t refused = 0;      // records the writer refuses too (a path that clashes with the entry)
   uint64_t peak_buffer_bytes = 0;
   precheck::precheck_counts counts;  // over every folder; first_not_pass prefixed "step S rank R"
-  std::optional<std::string> first_error;  // the line printed
+  std::optional<std::string> first_not_pass_line;  // the line printed
   std::vector<precheck_live_folder> folders;
 };
 
