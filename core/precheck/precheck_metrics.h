@@ -9,11 +9,16 @@
 // it (np_round). Reductions (mean) add in double and round once, which differs from numpy's
 // pairwise float32 sums by a few float32 ulps only.
 //
-// Arrays are std::vector<double> holding values exactly representable in their numpy dtype.
-// Masks are std::vector<char> (0/1). Thread-safe: pure functions.
+// Arrays are doubles holding values exactly representable in their numpy dtype, read through
+// spans (float_view) so that a caller's values are never copied; masks are std::vector<char> (0/1).
+// The metrics of a standard are taken in one pass with no array as large as the input (numpy's
+// block-wise pairwise sums fed from a one-block buffer: the same sums): outputs of tens of MB are
+// the pre-check's common case, and temporaries that size cost more than the arithmetic.
+// Thread-safe: pure functions.
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,14 +43,23 @@ struct float_arrays {
   std::string device_dtype;  // the device's torch dtype before the bf16 → float32 step
 };
 
+// The same pair without owning the values (what the metrics read); a float_arrays converts to it.
+struct float_view {
+  np_float bench = np_float::f32, device = np_float::f32;
+  std::span<const double> b, d;
+  std::string_view device_dtype;
+  float_view() = default;
+  float_view(const float_arrays &a) : bench(a.bench), device(a.device), b(a.b), d(a.d), device_dtype(a.device_dtype) {}  // NOLINT
+};
+
 // ---- compare/algorithm.py ----------------------------------------------------------------------
 
 // finfo(bench).eps, or 2^-8 when the device dtype is bfloat16 (CompareConst.BFLOAT16_EPS).
-[[nodiscard]] double bench_eps(const float_arrays &a);
-[[nodiscard]] std::vector<double> abs_err_of(const float_arrays &a);             // |d − b|
-[[nodiscard]] std::vector<double> abs_bench_with_eps_of(const float_arrays &a);  // |b| + eps
+[[nodiscard]] double bench_eps(const float_view &a);
+[[nodiscard]] std::vector<double> abs_err_of(const float_view &a);             // |d − b|
+[[nodiscard]] std::vector<double> abs_bench_with_eps_of(const float_view &a);  // |b| + eps
 // |abs_err / abs_bench_with_eps| (get_rel_err_origin).
-[[nodiscard]] std::vector<double> rel_err_origin_of(const float_arrays &a, const std::vector<double> &abs_err,
+[[nodiscard]] std::vector<double> rel_err_origin_of(const float_view &a, const std::vector<double> &abs_err,
                                                     const std::vector<double> &abs_bench_eps);
 
 // cosine_sim: value nullopt is msprobe's " ". nan_passes: [HEAD] a NaN cosine is ok.
@@ -54,8 +68,12 @@ struct cosine_result {
   bool ok = false;
   std::string message;
 };
-[[nodiscard]] cosine_result cosine_sim(const std::vector<double> &bench, const std::vector<double> &device,
+[[nodiscard]] cosine_result cosine_sim(std::span<const double> bench, std::span<const double> device,
                                        bool nan_passes);
+[[nodiscard]] inline cosine_result cosine_sim(const std::vector<double> &bench, const std::vector<double> &device,
+                                              bool nan_passes) {
+  return cosine_sim(std::span<const double>(bench), std::span<const double>(device), nan_passes);
+}
 
 // get_rel_err_ratio: count(rel < t) / n (1 when empty), ok iff ratio > 1 − t.
 struct ratio_result {
@@ -65,14 +83,16 @@ struct ratio_result {
 [[nodiscard]] ratio_result rel_err_ratio(const std::vector<double> &rel, double threshold);
 
 // np.max (NaN if any element is NaN); arrays are never empty here.
-[[nodiscard]] double np_max(const std::vector<double> &v);
+[[nodiscard]] double np_max(std::span<const double> v);
+[[nodiscard]] inline double np_max(const std::vector<double> &v) { return np_max(std::span<const double>(v)); }
 // np.mean of an array of dtype t (0 elements: NaN).
-[[nodiscard]] double np_mean(const std::vector<double> &v, np_float t);
+[[nodiscard]] double np_mean(std::span<const double> v, np_float t);
+[[nodiscard]] inline double np_mean(const std::vector<double> &v, np_float t) { return np_mean(std::span<const double>(v), t); }
 
 // get_rmse: sqrt(mean(where(mask, 0, abs_err)^2) · (n / (n − count(mask) + 1e-4) + 1e-4)).
 [[nodiscard]] double rmse_of(const std::vector<double> &abs_err, const std::vector<char> &mask, np_float t);
 // get_error_balance: |count(d − b.astype(d) > 0) − count(… < 0)| / n.
-[[nodiscard]] double error_balance_of(const float_arrays &a);
+[[nodiscard]] double error_balance_of(const float_view &a);
 // get_small_value_err_ratio: count(small & greater) / count(small), 0 when no small value.
 [[nodiscard]] double small_value_err_ratio_of(const std::vector<char> &small, const std::vector<char> &greater);
 // check_norm_value: count(normal & rel > rtol) / count(normal), 0 when no normal value.
@@ -81,9 +101,12 @@ struct ratio_result {
 [[nodiscard]] double max_rel_err_of(const std::vector<double> &rel);
 [[nodiscard]] double mean_rel_err_of(const std::vector<double> &rel, np_float t);
 // compare_bool_tensor's error rate: count(b != d) / n.
-[[nodiscard]] double binary_error_rate(const std::vector<double> &b, const std::vector<double> &d);
+[[nodiscard]] double binary_error_rate(std::span<const double> b, std::span<const double> d);
+[[nodiscard]] inline double binary_error_rate(const std::vector<double> &b, const std::vector<double> &d) {
+  return binary_error_rate(std::span<const double>(b), std::span<const double>(d));
+}
 // ULP errors per element (get_ulp_err) for a float16/bfloat16/float32 device dtype.
-[[nodiscard]] std::vector<double> ulp_err_of(const float_arrays &a);
+[[nodiscard]] std::vector<double> ulp_err_of(const float_view &a);
 
 // ---- StandardConfig (precision_standard/standard_config.py), keyed by the device torch dtype ----
 
@@ -99,18 +122,27 @@ struct ratio_result {
 struct benchmark_metrics {
   double small_value_err_ratio = 0, max_rel_error = 0, mean_rel_error = 0, rmse = 0, eb = 0;
 };
-[[nodiscard]] benchmark_metrics benchmark_metrics_of(const float_arrays &a);
+[[nodiscard]] benchmark_metrics benchmark_metrics_of(const float_view &a);
 
 struct absolute_metrics {
   double inf_nan_error_ratio = 0, rel_err_ratio = 0, abs_err_ratio = 0;
   double eb = 0;  // accumulative only
 };
-[[nodiscard]] absolute_metrics absolute_threshold_metrics_of(const float_arrays &a);
-[[nodiscard]] absolute_metrics accumulative_error_metrics_of(const float_arrays &a);
+[[nodiscard]] absolute_metrics absolute_threshold_metrics_of(const float_view &a);
+[[nodiscard]] absolute_metrics accumulative_error_metrics_of(const float_view &a);
 
 struct ulp_metrics {
   double max_ulp_error = 0, mean_ulp_error = 0, ulp_error_proportion = 0;
 };
-[[nodiscard]] ulp_metrics ulp_metrics_of(const float_arrays &a);
+[[nodiscard]] ulp_metrics ulp_metrics_of(const float_view &a);
+
+// ---- the legacy verdict's numbers (Comparator._compare_float_tensor, Step B) ---------------------
+
+// max(abs_err) and get_rel_err_ratio of rel_err_origin at 0.01, 0.001 and 0.0001, in one pass.
+struct legacy_metrics {
+  double max_abs_err = 0;
+  ratio_result hundredth, thousandth, ten_thousandth;
+};
+[[nodiscard]] legacy_metrics legacy_metrics_of(const float_view &a);
 
 }  // namespace tprobe::precheck

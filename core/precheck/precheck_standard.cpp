@@ -102,8 +102,8 @@ detail_row with(detail_row r, status s, std::string message) {
 }
 
 // Step A: the dispatched standard's metrics into the row (Comparator._perform_comparison).
-void new_standard_metrics(detail_row &r, std::string_view standard, const float_arrays &a,
-                          const std::vector<double> &rel_err_origin) {
+void new_standard_metrics(detail_row &r, std::string_view standard, const float_view &a,
+                          const legacy_metrics &legacy) {
   if (standard == "benchmark") {
     const benchmark_metrics m = benchmark_metrics_of(a);
     r.small_value_err_ratio = m.small_value_err_ratio;
@@ -126,7 +126,7 @@ void new_standard_metrics(detail_row &r, std::string_view standard, const float_
     r.ulp_mean = m.mean_ulp_error;
     r.ulp_over_threshold = m.ulp_error_proportion;
   } else if (standard == "thousandth_threshold") {
-    r.ratio_thousandth = rel_err_ratio(rel_err_origin, 0.001).ratio;
+    r.ratio_thousandth = legacy.thousandth.ratio;
   }
 }
 
@@ -136,21 +136,25 @@ detail_row judge_float(detail_row r, std::string_view bare_api, const tensor_val
                        const tensor_values &device, dialect d, bool fp8_input) {
   const std::string &dtype = device.dtype;
   const bool bf16 = dtype == "torch.bfloat16";
-  float_arrays a;
+  // The values are read in place (float_view): outputs of tens of MB are common, a copy costs.
+  float_view a;
   a.device_dtype = dtype;
   a.device = *np_float_of(dtype);
   a.bench = bf16 ? np_float::f32 : np_float_of(bench.dtype).value_or(np_float::f32);
   a.b = bench.values;
   a.d = device.values;
-  if (bf16)
-    for (double &x : a.b) x = np_round(np_float::f32, x);  // bench.to(float32)
-  const auto abs_err = abs_err_of(a);
-  const auto rel_err_origin = rel_err_origin_of(a, abs_err, abs_bench_with_eps_of(a));
+  std::vector<double> bench_f32;
+  if (bf16) {
+    bench_f32.reserve(bench.values.size());
+    for (const double x : bench.values) bench_f32.push_back(np_round(np_float::f32, x));  // bench.to(float32)
+    a.b = bench_f32;
+  }
+  const legacy_metrics legacy = legacy_metrics_of(a);
 
   std::string message;
   if (contains(new_standard_dtypes, dtype)) {
     const std::string_view in_dtype = fp8_input ? "torch.float8_e4m3fn" : "torch.float32";
-    new_standard_metrics(r, standard_of(bare_api, dtype, in_dtype, d), a, rel_err_origin);
+    new_standard_metrics(r, standard_of(bare_api, dtype, in_dtype, d), a, legacy);
   } else {
     message += fmt::format("The data type {} is not supported for new precision standard.", dtype);
   }
@@ -162,7 +166,7 @@ detail_row judge_float(detail_row r, std::string_view bare_api, const tensor_val
     return with(r, status::error,
                 message + "Cosine similarity is less than 0.99, consider as error, skip other check and set to SPACE.\n");
 
-  const double max_abs = np_max(abs_err);
+  const double max_abs = legacy.max_abs_err;
   r.max_abs_err = max_abs;
   if (max_abs < 0.001)
     return with(r, status::pass,
@@ -170,13 +174,13 @@ detail_row judge_float(detail_row r, std::string_view bare_api, const tensor_val
 
   const bool half = dtype == "torch.float16" || bf16;
   if (half) {
-    const ratio_result hundred = rel_err_ratio(rel_err_origin, 0.01);
+    const ratio_result &hundred = legacy.hundredth;
     r.ratio_hundredth = hundred.ratio;
     if (!hundred.ok)
       return with(r, status::error,
                   message + "Relative error is greater than 0.01, consider as error, skip other check and set to SPACE.\n");
   }
-  const ratio_result thousand = rel_err_ratio(rel_err_origin, 0.001);
+  const ratio_result &thousand = legacy.thousandth;
   r.ratio_thousandth = thousand.ratio;
   if (half) {
     if (thousand.ok)
@@ -185,7 +189,7 @@ detail_row judge_float(detail_row r, std::string_view bare_api, const tensor_val
     return with(r, status::warning,
                 message + "Relative error is greater than 0.001, consider as warning, skip other check and set to SPACE.\n");
   }
-  const ratio_result ten_thousand = rel_err_ratio(rel_err_origin, 0.0001);
+  const ratio_result &ten_thousand = legacy.ten_thousandth;
   r.ratio_ten_thousandth = ten_thousand.ratio;
   if (dtype == "torch.float32" || dtype == "torch.float64") {
     if (!thousand.ok)
