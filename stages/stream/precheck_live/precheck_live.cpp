@@ -153,6 +153,7 @@ class live_precheck {
     const unsigned jobs = std::max(1u, o_.jobs);
     if (jobs > 1) at::set_num_threads(1);  // parallel over APIs, not inside each operator (as offline)
     for (unsigned i = 0; i < jobs; ++i) workers_.push_back(quiet_thread([this] { work(); }));
+    writer_ = quiet_thread([this] { write_rows(); });
     try {
       while (record *r = io_.next()) {
         ++res_.records;
@@ -367,9 +368,11 @@ class live_precheck {
     c.handed = true;
     ++res_.fell_behind;
     release(c);
-    std::lock_guard lock(mutex_);
-    if (c.slot) c.slot->done = true;
-    write_ready();
+    {
+      std::lock_guard lock(mutex_);
+      if (c.slot) c.slot->done = true;
+    }
+    rows_ready_.notify_one();
   }
 
   void release(api_call &c) {
@@ -384,14 +387,19 @@ class live_precheck {
     call->forward_ended = true;
     if (call->decided || call->dropped || call->forward.is_null()) return;
     call->decided = true;
-    std::lock_guard lock(mutex_);
-    if (!f.run) f.run = std::make_unique<pc::precheck_run>(o_.run, folder_path(f));
-    if (!f.run->wanted(call->name, call->forward)) {
-      ++res_.not_wanted;
-      call->handed = true;
-      release(*call);
-      return;
+    {
+      // wanted() reads what write() adds to (the run's names written): one at a time. The
+      // writer thread holds this lock for one row at most, never for a replay.
+      std::lock_guard files(files_mutex_);
+      if (!f.run) f.run = std::make_unique<pc::precheck_run>(o_.run, folder_path(f));
+      if (!f.run->wanted(call->name, call->forward)) {
+        ++res_.not_wanted;
+        call->handed = true;
+        release(*call);
+        return;
+      }
     }
+    std::lock_guard lock(mutex_);
     slots_.push_back({&f, call, std::nullopt, false});
     call->slot = &slots_.back();
   }
@@ -446,30 +454,40 @@ class live_precheck {
       if (error && !failure_) failure_ = error;
       slot->judgement = std::move(j);
       slot->done = true;
-      write_ready();
+      rows_ready_.notify_one();
     }
   }
 
-  // Writes the rows whose turn it is (with mutex_ held): rows go in order, from any thread.
-  void write_ready() {
-    while (!slots_.empty() && slots_.front().done) {
-      row_slot &s = slots_.front();
-      if (s.judgement && !failure_) {
+  // The writer thread: rows in order as their turn comes, each written outside mutex_, so that the
+  // stage's own thread (which reads the stream) never waits for a file.
+  void write_rows() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      rows_ready_.wait(lock, [&] { return (!slots_.empty() && slots_.front().done) || (writer_stopping_ && slots_.empty()); });
+      if (slots_.empty()) return;
+      row_slot s = std::move(slots_.front());
+      slots_.pop_front();
+      s.call->slot = nullptr;
+      const bool write = s.judgement && !failure_;
+      lock.unlock();
+      if (write) {
+        std::lock_guard files(files_mutex_);
         pc::precheck_run &run = *s.f->run;
         run.write(*s.judgement);
         ++res_.checked;
         if (!res_.first_not_pass_line && run.counts().first_not_pass) {
-          res_.first_not_pass_line = fmt::format("step {} rank {} {}", s.f->step, s.f->rank, *run.counts().first_not_pass);
+          const std::string line = fmt::format("step {} rank {} {}", s.f->step, s.f->rank, *run.counts().first_not_pass);
+          res_.first_not_pass_line = line;
           if (o_.log) {
-            fmt::print(o_.log, "tprobe-precheck-live: first API not pass: {}\n", *res_.first_not_pass_line);
+            fmt::print(o_.log, "tprobe-precheck-live: first API not pass: {}\n", line);
             std::fflush(o_.log);
           }
-          event_ = {s.f->step, s.f->rank, s.call->name, *res_.first_not_pass_line};
           if (o_.on_first_not_pass) o_.on_first_not_pass(s.f->step, s.f->rank, *s.judgement);
+          std::lock_guard events(mutex_);
+          event_ = {s.f->step, s.f->rank, s.call->name, line};
         }
       }
-      s.call->slot = nullptr;
-      slots_.pop_front();
+      lock.lock();
     }
   }
 
@@ -499,6 +517,14 @@ class live_precheck {
     for (auto &t : workers_)
       if (t.joinable()) t.join();
     workers_.clear();
+    {
+      // Every call handed is judged now; one never handed (the stream broke off) has no row.
+      std::lock_guard lock(mutex_);
+      for (auto &slot : slots_) slot.done = true;
+      writer_stopping_ = true;
+    }
+    rows_ready_.notify_all();
+    if (writer_.joinable()) writer_.join();
   }
 
   struct pending {
@@ -519,14 +545,16 @@ class live_precheck {
 
   // Shared with the replay threads.
   std::mutex mutex_;
-  std::condition_variable work_ready_;
+  std::condition_variable work_ready_, rows_ready_;
+  std::mutex files_mutex_;  // each folder's precheck_run: wanted() on this thread, write() on the writer's
   std::deque<row_slot *> queue_;
   std::deque<row_slot> slots_;  // rows to write, in order (references stay valid: push_back, pop_front)
-  bool stopping_ = false;
+  bool stopping_ = false, writer_stopping_ = false;
   std::exception_ptr failure_;
   std::optional<pending> event_;
   bool event_sent_ = false;
   std::vector<std::thread> workers_;
+  std::thread writer_;
 };
 
 }  // namespace
