@@ -373,8 +373,12 @@ class Cli(PrecheckTest):
         bad_config = os.path.join(_root, "bad-config.json")
         with open(bad_config, "w") as f:
             json.dump({"task": "run_ut", "run_ut": {"white_list": ["gelu"], "whitelist": ["linear"]}}, f)
+        typo_config = os.path.join(_root, "typo-config.json")
+        with open(typo_config, "w") as f:  # msprobe refuses an API it does not know: a typo would skip all
+            json.dump({"task": "run_ut", "run_ut": {"white_list": ["gelu", "no_such_api"]}}, f)
         missing = os.path.join(_root, "no-such-dump")
         for args, code, named in (
+                (["precheck", rank, "-config", typo_config], 100, "no such API: no_such_api"),
                 (["precheck", missing], 111, missing),
                 (["precheck", os.path.join(rank, "construct.json")], 100, "construct.json"),
                 (["precheck", rank, "-config", bad_config], 100, "whitelist"),

@@ -7,10 +7,14 @@
 #include <condition_variable>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "api_call.h"
 #include "dtype.h"
@@ -89,6 +93,23 @@ void save_part(const std::string &dir, const std::string &full_name, const char 
   }
 }
 
+// Whether a white/black list name is an API tprobe knows: an ATen operator, or a Python name that
+// api_call.h maps to one (msprobe's own lists also name NPU fused operators: npu_*).
+bool api_name_known(const std::string &name) {
+  static std::once_flag once;
+  static std::set<std::string> operators;
+  std::call_once(once, [] {
+    for (const auto &op : c10::Dispatcher::singleton().getAllOpNames())
+      if (op.name.starts_with("aten::")) operators.insert(op.name);
+  });
+  if (name.starts_with("npu_")) return true;
+  for (const char *prefix : {"Functional.", "Tensor.", "Torch."}) {
+    const normalized_call call = normalize_call(prefix + name + ".0", json::object());
+    if (!call.skip && operators.count(call.op)) return true;
+  }
+  return false;
+}
+
 bool is_dump_json(const fs::path &p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec);
@@ -110,6 +131,17 @@ precheck_lists precheck_lists_load(const std::string &config_path) {
       throw usage_error(fmt::format("{}: unknown field \"{}\" (white_list, black_list, error_data_path)", where, k));
   lists.white_list = string_list(section, "white_list", where);
   lists.black_list = string_list(section, "black_list", where);
+  // msprobe refuses a name it does not wrap ("Invalid api in white_list"): a typo would otherwise
+  // skip every API and pass.
+  for (const char *key : {"white_list", "black_list"}) {
+    std::vector<std::string> unknown;
+    for (const auto &name : key[0] == 'w' ? lists.white_list : lists.black_list)
+      if (!api_name_known(name)) unknown.push_back(name);
+    if (!unknown.empty())
+      throw usage_error(fmt::format("{}: field \"{}\": no such API: {} (bare names of ATen operators or of "
+                                    "torch.nn.functional/torch.Tensor APIs: linear, conv2d, __add__)",
+                                    where, key, fmt::join(unknown, ", ")));
+  }
   if (section.contains("error_data_path")) {
     if (!section["error_data_path"].is_string())
       throw usage_error(where + ": field \"error_data_path\" must be a path");
