@@ -14,6 +14,7 @@
 #include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Dispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
@@ -311,6 +312,7 @@ struct bind_context {
   at::ScalarType bench_float = at::kDouble;  // what low float tensors become on the bench
   std::vector<std::pair<int, at::Tensor>> *grad_leaves = nullptr;  // (slot, leaf)
   bool in_place = false;
+  bool probe = false;  // only whether the arguments fit the schema: tensors are passed as they are
 };
 
 struct bind_failure {
@@ -323,6 +325,7 @@ c10::TypePtr unwrap_symint(const c10::TypePtr &t) {
 }
 
 at::Tensor prepared_tensor(const arg_value &v, bind_context &ctx) {
+  if (ctx.probe) return v.tensor;  // a probe converts nothing: the copies would be thrown away
   at::Tensor t = v.tensor;
   if (ctx.s == side::bench && raisable(t.scalar_type())) t = t.to(ctx.bench_float);
   else t = t.clone();
@@ -558,9 +561,13 @@ tensor_values values_of(const at::Tensor &t_in, const std::string &dtype) {
   v.shape = t_in.sizes().vec();
   at::Tensor t = t_in.detach();
   if (t.is_complex()) t = at::real(t);
-  t = t.to(at::kDouble).contiguous();
-  const double *p = t.data_ptr<double>();
-  v.values.assign(p, p + t.numel());
+  // Converted as the vector is built (assign from the tensor's own elements): no float64 tensor in
+  // between and no zero-filled vector first; outputs of tens of MB are common.
+  t = t.contiguous();
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, t.scalar_type(), "values_of", [&] {
+    const scalar_t *p = t.data_ptr<scalar_t>();
+    v.values.assign(p, p + t.numel());
+  });
   return v;
 }
 
@@ -767,6 +774,7 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
     for (const auto &h : handles) {
       try {
         bind_context probe = bench_ctx;
+        probe.probe = true;
         (void)bind_arguments(h.schema(), args, kwargs, probe);
         chosen = &h;
         break;
