@@ -112,6 +112,10 @@ struct api_replay {
   std::optional<std::string> backward_skip;  // set: one backward SKIP row carrying it
   std::vector<output_value> backward_bench, backward_device;  // input gradients, args order
   bool fp8_input = false;  // the inputs were fp8 (see judge_output)
+  // Set ("torch.bfloat16") when the device ran the API under autocast: its float inputs were cast
+  // to this dtype, so its results (input gradients included) carry this dtype's rounding
+  // (precheck_verdict.h rounds the trusted result to it).
+  std::string autocast_dtype;
 };
 
 struct api_judgement {

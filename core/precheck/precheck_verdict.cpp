@@ -57,11 +57,20 @@ void judge_against_rounding(api_judgement &judgement, const api_replay &replay, 
     if (!bench || !device || bench->values.size() != device->values.size()) continue;
     if (device->dtype != "torch.float16" && device->dtype != "torch.bfloat16" && device->dtype != "torch.float32")
       continue;
-    tensor_values rounded{device->dtype, device->shape, bench->values};
-    for (auto &v : rounded.values) v = round_to_dtype(v, device->dtype);
+    // Under autocast the device computed in the autocast dtype even where it returns float32
+    // (input gradients): a perfect kernel's result carries that dtype's rounding.
+    const std::string rounding = !replay.autocast_dtype.empty() && device->dtype == "torch.float32"
+                                     ? replay.autocast_dtype : device->dtype;
+    tensor_values rounded{rounding, device->shape, bench->values};
+    for (auto &v : rounded.values) v = round_to_dtype(v, rounding);
     const detail_row reference = judge_output(row.api_name, bare, *bench, rounded, d);
-    // Stage 2 with the rounded result as the trusted device's.
-    csv_table npu{detail_header(), {detail_cells(row, d)}};
+    // Stage 2 with the rounded result as the trusted device's; an autocast row is measured as the
+    // dtype it was computed in (its ULPs and thresholds are that dtype's, not float32's).
+    const detail_row measured =
+        rounding == device->dtype ? row
+                                  : judge_output(row.api_name, bare, *bench,
+                                                 tensor_values{rounding, device->shape, device->values}, d);
+    csv_table npu{detail_header(), {detail_cells(measured, d)}};
     csv_table gpu{detail_header(), {detail_cells(reference, d)}};
     const precision_compare_result stage2 = api_precision_compare(npu, gpu, d);
     if (stage2.details.empty()) continue;
@@ -74,13 +83,13 @@ void judge_against_rounding(api_judgement &judgement, const api_replay &replay, 
       row.verdict = status::pass;
       row.message += fmt::format("tprobe: pass: within msprobe's stage-2 thresholds ({}) of the bench rounded to {}; "
                                  "the stage-1 {} is the dtype's own rounding.\n",
-                                 verdict.compare_algorithm, device->dtype, stage1 == status::error ? "error" : "warning");
+                                 verdict.compare_algorithm, rounding, stage1 == status::error ? "error" : "warning");
       changed = true;
     } else if (verdict.compare_result == "error") {
       row.verdict = status::error;
       row.message += fmt::format("tprobe: error: worse than the bench rounded to {} by msprobe's stage-2 thresholds "
                                  "({}{}{}).\n",
-                                 device->dtype, verdict.compare_algorithm, why.empty() ? "" : ": ", why);
+                                 rounding, verdict.compare_algorithm, why.empty() ? "" : ": ", why);
       changed = changed || stage1 != status::error;
     }
   }

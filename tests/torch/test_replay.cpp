@@ -114,6 +114,33 @@ TEST(Replay, BackwardPairsTprobesOneGradientPerArgument) {
   }
 }
 
+TEST(Replay, AutocastStartsFromTheInputsTheKernelReceived) {
+  // Under autocast(bfloat16) F.linear gets float32 tensors, casts them, returns bfloat16; its input
+  // gradients are float32 carrying bfloat16 rounding. Correct kernels pass.
+  memory_source src;
+  at::manual_seed(3);
+  const auto x = at::randn({16, 32}), w = at::randn({24, 32});
+  const auto xb = x.to(at::kBFloat16).requires_grad_(), wb = w.to(at::kBFloat16).requires_grad_();
+  const auto y = at::linear(xb, wb);
+  const auto gy = at::randn({16, 24}).to(at::kBFloat16);
+  y.backward(gy);
+  json fwd = {{"input_args", {tensor_entry(src, "x", x, true), tensor_entry(src, "w", w, true)}},
+              {"input_kwargs", json::object()},
+              {"output", {tensor_entry(src, "y", y.detach(), true)}}};
+  json bwd = {{"input", {tensor_entry(src, "gy", gy)}},
+              {"output", {tensor_entry(src, "gx", xb.grad().to(at::kFloat)), tensor_entry(src, "gw", wb.grad().to(at::kFloat))}}};
+  const auto r = replay_api("Functional.linear.0", fwd, &bwd, src, {});
+  ASSERT_FALSE(r.skip_reason) << *r.skip_reason;
+  EXPECT_EQ(r.autocast_dtype, "torch.bfloat16");
+  EXPECT_EQ(tensor_at(r.forward_bench, 0).dtype, "torch.float32");  // one step above the kernel's bf16
+  for (const auto d : {dialect::msprobe_8_3_3, dialect::msprobe_head}) {
+    api_judgement j = judge_api(r, d);
+    judge_against_rounding(j, r, d);
+    EXPECT_EQ(j.result.forward, status::pass) << j.details.at(0).message;
+    EXPECT_EQ(j.result.backward, status::pass) << j.details.at(1).message;
+  }
+}
+
 TEST(Replay, AWrongDeviceOutputIsAnError) {
   memory_source src;
   at::manual_seed(1);

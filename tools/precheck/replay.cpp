@@ -663,6 +663,33 @@ run_result run(const c10::OperatorHandle &handle, const std::vector<arg_value> &
   return r;
 }
 
+// The dtype autocast ran an operator in: its first float output's dumped dtype, when that is
+// float16/bfloat16 and a float input is wider (float32/float64); nullopt otherwise.
+std::optional<at::ScalarType> autocast_dtype_of(const json &forward, const std::vector<arg_value> &args,
+                                                const std::map<std::string, arg_value> &kwargs) {
+  std::vector<const json *> outputs;
+  if (forward.contains("output")) flatten_entries(forward["output"], outputs);
+  std::optional<at::ScalarType> out;
+  for (const json *e : outputs) {
+    if (!entry_is_tensor(*e)) continue;
+    const auto t = scalar_type_of(e->value("dtype", ""));
+    if (t && at::isFloatingType(*t)) {
+      out = t;
+      break;
+    }
+  }
+  if (!out || (*out != at::kHalf && *out != at::kBFloat16)) return std::nullopt;
+  bool wider = false;
+  std::function<void(const arg_value &)> scan = [&](const arg_value &v) {
+    if (v.k == arg_value::kind::tensor && (v.tensor.scalar_type() == at::kFloat || v.tensor.scalar_type() == at::kDouble))
+      wider = true;
+    for (const auto &e : v.items) scan(e);
+  };
+  for (const auto &a : args) scan(a);
+  for (const auto &[k, v] : kwargs) scan(v);
+  return wider ? out : std::nullopt;
+}
+
 // msprobe's torch_ut_setting.json: which output a multi-output API's backward starts from.
 std::optional<size_t> grad_index_of(std::string_view api) {
   if (api == "topk" || api == "npu_fusion_attention") return 0;
@@ -756,6 +783,21 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
     for (const auto &[k, v] : call.kwargs.items()) kwargs.emplace(k, materialise(v, mctx));
 
     // The bench's float dtype (msprobe's generate_cpu_params): one low dtype → one step up; several → fp32.
+    // Autocast (AMP): an operator whose dumped output is float16/bfloat16 while float inputs are
+    // float32 ran on its inputs cast to the output's dtype. The bench starts from those inputs, as
+    // the kernel received them: the rounding of the inputs is autocast's, not the kernel's.
+    const std::optional<at::ScalarType> autocast = autocast_dtype_of(forward, args, kwargs);
+    if (autocast) {
+      std::function<void(arg_value &)> cast = [&](arg_value &v) {
+        if (v.k == arg_value::kind::tensor && at::isFloatingType(v.tensor.scalar_type()) &&
+            v.tensor.scalar_type() != *autocast)
+          v.tensor = v.tensor.to(*autocast);
+        for (auto &e : v.items) cast(e);
+      };
+      for (auto &a : args) cast(a);
+      for (auto &[k, v] : kwargs) cast(v);
+      replay.autocast_dtype = dtype_text(*autocast);
+    }
     std::set<at::ScalarType> low;
     std::function<void(const arg_value &)> collect = [&](const arg_value &v) {
       if (v.k == arg_value::kind::tensor && raisable(v.tensor.scalar_type())) low.insert(v.tensor.scalar_type());
