@@ -16,6 +16,8 @@
 #   dump_path/transformer_mix_{fp32,bf16}/, output/compare_transformer_mix/
 #                                  the transformer at level mix (modules and operators), compared:
 #                                  its construct.json gives the report its module tree
+#   output/precheck_transformer_bf16/  tprobe precheck of the bf16 transformer's tensor dump (msprobe's
+#                                  run_ut, no reference run): accuracy_checking_{result,details}_{ts}.csv
 #   output/report.html             tprobe report over every result above: open it first
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -92,6 +94,19 @@ compare resnet18 "$dp/resnet18_bf16/step0" "$dp/resnet18_fp32/step0"
 compare transformer "$dp/transformer_bf16/step0" "$dp/transformer_fp32/step0"
 compare transformer_mix "$dp/transformer_mix_bf16/step0" "$dp/transformer_mix_fp32/step0"
 
+# Pre-check (msprobe's run_ut) of the bfloat16 transformer's tensor dump, no reference run: every
+# API replayed on the CPU one precision higher; exit 1 would name a kernel worse than bf16 rounding.
+out="$root/output/precheck_transformer_bf16"
+rm -rf "$out"
+echo "demo: tprobe precheck $dp/transformer_bf16/step0/rank -o $out -j $(nproc)"
+status=0
+build/bin/tprobe precheck "$dp/transformer_bf16/step0/rank" -o "$out" -j "$(nproc)" || status=$?
+case $status in
+  0) echo "demo: precheck: every API replayed passes msprobe's standards" ;;
+  1) echo "demo: precheck: an API is not pass (see the report)" ;;
+  *) echo "demo: precheck failed with status $status" >&2; exit "$status" ;;
+esac
+
 # Live: pipelines/compare-live.json with its result folder set, bfloat16 (run b) as NPU.
 out="$root/output/compare_live"
 rm -rf "$out"
@@ -125,10 +140,10 @@ done
 
 # The report: every result above on one page, and its verdicts in a few lines (exit 1: differences
 # found, as expected for bfloat16 against float32).
-echo "demo: tprobe report output/compare_* -o output/report.html"
+echo "demo: tprobe report output/compare_* output/precheck_transformer_bf16 -o output/report.html"
 status=0
 build/bin/tprobe report output/compare_resnet18 output/compare_transformer output/compare_transformer_mix \
-  output/compare_live -o "$root/output/report.html" --title "tprobe demo: bfloat16 against float32" || status=$?
+  output/compare_live output/precheck_transformer_bf16 -o "$root/output/report.html" --title "tprobe demo: bfloat16 against float32" || status=$?
 case $status in
   0|1) ;;
   *) echo "demo: tprobe report failed with status $status" >&2; exit "$status" ;;
