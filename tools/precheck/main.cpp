@@ -11,22 +11,21 @@
 namespace {
 
 const tprobe::stage_description &description() {
-  static const tprobe::stage_description d{
-      "precheck",
-      "replay every API of a dump on the CPU one precision higher and judge it by msprobe's standards (run_ut)",
-      false,
-      false,
-      {
-          {"output", "string", "./", "folder for accuracy_checking_{result,details}_{ts}.csv", {}, {}, "-o"},
-          {"jobs", "int", "1", "APIs replayed in parallel (one core each)", 1, 1024, "-j"},
-          {"resume", "string", "", "an accuracy_checking_result_{ts}.csv to append to, skipping the APIs it holds"},
-          {"config", "string", "", "msprobe config.json whose run_ut (or acc_check) section gives white_list, "
-                                   "black_list, error_data_path"},
-          {"save-error-data", "bool", "false", "save the tensors of APIs that are not pass (ut_error_data{ts}/)"},
-          {"filter-duplicates", "bool", "false", "drop a call whose API and arguments (but Max/Min) an earlier call had"},
-          {"msprobe-version", "string", "8.3.3", "the msprobe whose standards and spellings to follow: 8.3.3 or head"},
-          {"seed", "int", "1234", "seed of the random inputs of a statistics dump", 0, 4294967295.0},
-      }};
+  static const tprobe::stage_description d = [] {
+    tprobe::stage_description d{
+        "precheck",
+        "replay every API of a dump on the CPU one precision higher and judge it by msprobe's standards (run_ut)",
+        false,
+        false,
+        {
+            {"output", "string", "./", "folder for accuracy_checking_{result,details}_{ts}.csv", {}, {}, "-o"},
+            {"jobs", "int", "1", "APIs replayed in parallel (one core each)", 1, 1024, "-j"},
+            {"resume", "string", "", "an accuracy_checking_result_{ts}.csv to append to, skipping the APIs it holds"},
+        }};
+    const auto &shared = tprobe::precheck::precheck_run_option_specs();
+    d.options.insert(d.options.end(), shared.begin(), shared.end());
+    return d;
+  }();
   return d;
 }
 
@@ -73,13 +72,8 @@ int main(int argc, char **argv) {
     if (o.dump.empty()) throw usage_error("DUMP is required (a dump.json, rank folder or step folder; or -api_info)");
     o.output_dir = values.text("output");
     o.jobs = static_cast<unsigned>(values.integer("jobs"));
+    o.run = precheck::precheck_run_options_of(values);
     o.run.resume_csv = values.text("resume");
-    o.run.save_error_data = values.flag("save-error-data");
-    o.run.filter_duplicates = values.flag("filter-duplicates");
-    o.run.standard = precheck::dialect_parse(values.text("msprobe-version"));
-    o.run.replay.seed = static_cast<uint64_t>(values.integer("seed"));
-    if (!values.text("config").empty()) o.run.lists = precheck::precheck_lists_load(values.text("config"));
-
     const auto report = precheck::precheck_offline(o);
     const auto &c = report.counts;
     if (c.first_not_pass) fmt::print("tprobe-precheck: first API not pass: {}\n", *c.first_not_pass);

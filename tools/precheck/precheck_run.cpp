@@ -22,6 +22,7 @@
 #include "precheck_verdict.h"
 #include "pyjson.h"
 #include "safe_path.h"
+#include "stage_main.h"
 #include "torch_save.h"
 
 namespace tprobe::precheck {
@@ -60,24 +61,6 @@ json without_extremes(json v) {
   return v;
 }
 
-std::optional<tprobe::dtype> tprobe_dtype_of(at::ScalarType t) {
-  switch (t) {
-    case at::kHalf: return tprobe::dtype::float16;
-    case at::kBFloat16: return tprobe::dtype::bfloat16;
-    case at::kFloat: return tprobe::dtype::float32;
-    case at::kDouble: return tprobe::dtype::float64;
-    case at::kChar: return tprobe::dtype::int8;
-    case at::kShort: return tprobe::dtype::int16;
-    case at::kInt: return tprobe::dtype::int32;
-    case at::kLong: return tprobe::dtype::int64;
-    case at::kByte: return tprobe::dtype::uint8;
-    case at::kBool: return tprobe::dtype::boolean;
-    case at::kComplexFloat: return tprobe::dtype::complex64;
-    case at::kComplexDouble: return tprobe::dtype::complex128;
-    default: return std::nullopt;
-  }
-}
-
 // msprobe's UtDataProcessor.save_tensors_in_element: {full}.{part}.{index}.pt, None and scalars
 // taking an index too.
 void save_part(const std::string &dir, const std::string &full_name, const char *part,
@@ -85,7 +68,7 @@ void save_part(const std::string &dir, const std::string &full_name, const char 
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i].defined()) continue;
     const at::Tensor t = tensors[i].detach().cpu().contiguous();
-    const auto type = tprobe_dtype_of(t.scalar_type());
+    const auto type = tprobe_dtype(t.scalar_type());
     if (!type) continue;
     const auto shape = t.sizes().vec();
     torch_save_write(fmt::format("{}/{}.{}.{}.pt", dir, full_name, part, i), *type, shape,
@@ -151,6 +134,28 @@ precheck_lists precheck_lists_load(const std::string &config_path) {
       throw usage_error(fmt::format("{}: field \"error_data_path\": {} is not a folder", where, lists.error_data_path));
   }
   return lists;
+}
+
+const std::vector<stage_option_spec> &precheck_run_option_specs() {
+  static const std::vector<stage_option_spec> specs{
+      {"config", "string", "", "msprobe config.json whose run_ut (or acc_check) section gives white_list, "
+                               "black_list, error_data_path"},
+      {"save-error-data", "bool", "false", "save the tensors of APIs that are not pass (ut_error_data{ts}/)"},
+      {"filter-duplicates", "bool", "false", "drop a call whose API and arguments (but Max/Min) an earlier call had"},
+      {"msprobe-version", "string", "8.3.3", "the msprobe whose standards and spellings to follow: 8.3.3 or head"},
+      {"seed", "int", "1234", "seed of the random inputs of a statistics dump", 0, 4294967295.0},
+  };
+  return specs;
+}
+
+precheck_options precheck_run_options_of(const stage_option_values &values) {
+  precheck_options o;
+  o.save_error_data = values.flag("save-error-data");
+  o.filter_duplicates = values.flag("filter-duplicates");
+  o.standard = dialect_parse(values.text("msprobe-version"));
+  o.replay.seed = static_cast<uint64_t>(values.integer("seed"));
+  if (!values.text("config").empty()) o.lists = precheck_lists_load(values.text("config"));
+  return o;
 }
 
 status api_status(const result_row &row) {

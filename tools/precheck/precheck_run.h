@@ -27,6 +27,11 @@
 #include "precheck_standard.h"
 #include "replay.h"
 
+namespace tprobe {
+struct stage_option_spec;     // stages/common/stage_main.h
+class stage_option_values;
+}  // namespace tprobe
+
 namespace tprobe::precheck {
 
 // msprobe's run_ut / acc_check config section (config.json "run_ut" or "acc_check").
@@ -52,6 +57,12 @@ struct precheck_counts {
   [[nodiscard]] size_t total() const { return pass + warning + error + skip; }
   [[nodiscard]] bool failed() const { return error + warning > 0; }
 };
+
+// The options both front doors (tprobe-precheck, tprobe-precheck-live) take for a run, in their
+// option tables: config, save-error-data, filter-duplicates, msprobe-version, seed; and the
+// precheck_options they give (the config's lists loaded: usage_error naming it).
+[[nodiscard]] const std::vector<stage_option_spec> &precheck_run_option_specs();
+[[nodiscard]] precheck_options precheck_run_options_of(const stage_option_values &values);
 
 // The status that counts for an API: error > warning > pass, SKIP when nothing was compared.
 [[nodiscard]] status api_status(const result_row &row);

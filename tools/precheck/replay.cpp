@@ -698,6 +698,32 @@ std::optional<size_t> grad_index_of(std::string_view api) {
 
 }  // namespace
 
+std::optional<at::ScalarType> torch_scalar_type(tprobe::dtype t) {
+  switch (t) {
+    case tprobe::dtype::float64: return at::kDouble;
+    case tprobe::dtype::float32: return at::kFloat;
+    case tprobe::dtype::float16: return at::kHalf;
+    case tprobe::dtype::bfloat16: return at::kBFloat16;
+    case tprobe::dtype::int8: return at::kChar;
+    case tprobe::dtype::int16: return at::kShort;
+    case tprobe::dtype::int32: return at::kInt;
+    case tprobe::dtype::int64: return at::kLong;
+    case tprobe::dtype::uint8: return at::kByte;
+    case tprobe::dtype::boolean: return at::kBool;
+    case tprobe::dtype::complex64: return at::kComplexFloat;
+    case tprobe::dtype::complex128: return at::kComplexDouble;
+  }
+  return std::nullopt;
+}
+
+std::optional<tprobe::dtype> tprobe_dtype(at::ScalarType t) {
+  for (const auto d : {tprobe::dtype::float64, tprobe::dtype::float32, tprobe::dtype::float16, tprobe::dtype::bfloat16,
+                       tprobe::dtype::int8, tprobe::dtype::int16, tprobe::dtype::int32, tprobe::dtype::int64,
+                       tprobe::dtype::uint8, tprobe::dtype::boolean, tprobe::dtype::complex64, tprobe::dtype::complex128})
+    if (torch_scalar_type(d) == t) return d;
+  return std::nullopt;
+}
+
 at::Tensor load_tensor_file(const std::string &path, const std::string &dtype) {
   const auto type = scalar_type_of(dtype);
   if (!type) throw usage_error(path + ": dtype " + dtype + " is not replayed");
@@ -706,23 +732,10 @@ at::Tensor load_tensor_file(const std::string &path, const std::string &dtype) {
     npy_array a = npy_read(path);
     const auto stored = a.type();
     if (!stored || a.fortran_order) throw usage_error(path + ": descr " + a.descr + " is not replayed");
-    at::ScalarType st;
-    switch (*stored) {
-      case tprobe::dtype::float16: st = at::kHalf; break;
-      case tprobe::dtype::float32: st = at::kFloat; break;
-      case tprobe::dtype::float64: st = at::kDouble; break;
-      case tprobe::dtype::int8: st = at::kChar; break;
-      case tprobe::dtype::int16: st = at::kShort; break;
-      case tprobe::dtype::int32: st = at::kInt; break;
-      case tprobe::dtype::int64: st = at::kLong; break;
-      case tprobe::dtype::uint8: st = at::kByte; break;
-      case tprobe::dtype::boolean: st = at::kBool; break;
-      case tprobe::dtype::complex64: st = at::kComplexFloat; break;
-      case tprobe::dtype::complex128: st = at::kComplexDouble; break;
-      default: throw usage_error(path + ": descr " + a.descr + " is not replayed");
-    }
+    const auto st = torch_scalar_type(*stored);
+    if (!st) throw usage_error(path + ": descr " + a.descr + " is not replayed");
     auto owner = std::make_shared<npy_array>(std::move(a));
-    t = at::from_blob(owner->data.data(), owner->shape, [owner](void *) {}, at::TensorOptions().dtype(st));
+    t = at::from_blob(owner->data.data(), owner->shape, [owner](void *) {}, at::TensorOptions().dtype(*st));
   } else if (path.ends_with(".pt")) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw system_error_from_errno("open", path, errno);

@@ -32,6 +32,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "dtype.h"
 #include "precheck_standard.h"
 
 namespace tprobe::precheck {
@@ -56,6 +57,10 @@ class dump_folder_source : public tensor_source {
  private:
   std::string tensor_dir_;
 };
+
+// tprobe's dtypes (core/dtype.h: the wire's and .npy's) and LibTorch's, both ways.
+[[nodiscard]] std::optional<at::ScalarType> torch_scalar_type(tprobe::dtype t);
+[[nodiscard]] std::optional<tprobe::dtype> tprobe_dtype(at::ScalarType t);
 
 // A tensor file (.npy or .pt) as a CPU tensor of `dtype` ("torch.bfloat16": an .npy holds bf16 as
 // float32); throws usage_error / system_error naming the file.

@@ -18,11 +18,7 @@ int main(int argc, char **argv) {
     o.output_dir = values.text("output-dir");
     o.jobs = static_cast<unsigned>(values.integer("jobs"));
     o.max_buffer_bytes = static_cast<uint64_t>(values.integer("max-buffer-mib")) << 20;
-    o.run.save_error_data = values.flag("save-error-data");
-    o.run.filter_duplicates = values.flag("filter-duplicates");
-    o.run.standard = precheck::dialect_parse(values.text("msprobe-version"));
-    o.run.replay.seed = static_cast<uint64_t>(values.integer("seed"));
-    if (!values.text("config").empty()) o.run.lists = precheck::precheck_lists_load(values.text("config"));
+    o.run = precheck::precheck_run_options_of(values);
     o.log = stdout;
 
     stage_install_signal_handlers();

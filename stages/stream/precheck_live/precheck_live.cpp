@@ -27,25 +27,24 @@
 namespace tprobe {
 
 const stage_description &precheck_live_stage_description() {
-  static const stage_description d{
-      "precheck-live",
-      "replay every API call of the stream on the CPU one precision higher and judge it by msprobe's standards "
-      "(run_ut), live; the CSV files of tprobe precheck at the end",
-      true,
-      true,
-      {
-          {"output-dir", "string", "./output", "folder for step{S}/rank{R}/accuracy_checking_{result,details}_{ts}.csv"},
-          {"jobs", "int", "1", "APIs replayed in parallel (one core each, at nice +10)", 1, 1024},
-          {"max-buffer-mib", "int", "1024",
-           "tensor data held for calls not yet replayed; past it whole calls are skipped (sampled) and counted", 0,
-           1048576},
-          {"config", "string", "", "msprobe config.json whose run_ut (or acc_check) section gives white_list, "
-                                   "black_list, error_data_path"},
-          {"save-error-data", "bool", "false", "save the tensors of APIs that are not pass (ut_error_data{ts}/)"},
-          {"filter-duplicates", "bool", "false", "drop a call whose API and arguments (but Max/Min) an earlier call had"},
-          {"msprobe-version", "string", "8.3.3", "the msprobe whose standards and spellings to follow: 8.3.3 or head"},
-          {"seed", "int", "1234", "seed of the random inputs of a statistics dump", 0, 4294967295.0},
-      }};
+  static const stage_description d = [] {
+    stage_description d{
+        "precheck-live",
+        "replay every API call of the stream on the CPU one precision higher and judge it by msprobe's standards "
+        "(run_ut), live; the CSV files of tprobe precheck at the end",
+        true,
+        true,
+        {
+            {"output-dir", "string", "./output", "folder for step{S}/rank{R}/accuracy_checking_{result,details}_{ts}.csv"},
+            {"jobs", "int", "1", "APIs replayed in parallel (one core each, at nice +10)", 1, 1024},
+            {"max-buffer-mib", "int", "1024",
+             "tensor data held for calls not yet replayed; past it whole calls are skipped (sampled) and counted", 0,
+             1048576},
+        }};
+    const auto &shared = precheck::precheck_run_option_specs();  // the run's options, as tprobe-precheck's
+    d.options.insert(d.options.end(), shared.begin(), shared.end());
+    return d;
+  }();
   return d;
 }
 
@@ -53,24 +52,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 namespace pc = precheck;
-
-std::optional<at::ScalarType> scalar_type_of(dtype t) {
-  switch (t) {
-    case dtype::float64: return at::kDouble;
-    case dtype::float32: return at::kFloat;
-    case dtype::float16: return at::kHalf;
-    case dtype::bfloat16: return at::kBFloat16;
-    case dtype::int8: return at::kChar;
-    case dtype::int16: return at::kShort;
-    case dtype::int32: return at::kInt;
-    case dtype::int64: return at::kLong;
-    case dtype::uint8: return at::kByte;
-    case dtype::boolean: return at::kBool;
-    case dtype::complex64: return at::kComplexFloat;
-    case dtype::complex128: return at::kComplexDouble;
-  }
-  return std::nullopt;
-}
 
 // One API call ("Functional.gelu.0") as it is assembled: its forward and backward entries as the
 // writer puts them in dump.json, and the data of its saved tensors by data_name.
@@ -351,7 +332,7 @@ class live_precheck {
       drop(c);
       return false;
     }
-    const auto type = scalar_type_of(h.type);
+    const auto type = pc::torch_scalar_type(h.type);
     if (!type) throw framing_error(r.describe() + ": no LibTorch dtype for " + std::string(dtype_name(h.type)));
     at::Tensor t = at::empty(h.shape, at::TensorOptions().dtype(*type));
     if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
