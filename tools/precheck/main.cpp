@@ -52,6 +52,7 @@ constexpr tprobe::msprobe_flag msprobe_flags[] = {
 int main(int argc, char **argv) {
   using namespace tprobe;
   return stage_main_guard("tprobe-precheck", [&] {
+    precheck::precheck_tune_allocator();
     const auto &d = description();
     CLI::App app{d.summary, "tprobe-precheck"};
     stage_option_values values;

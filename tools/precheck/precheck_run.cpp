@@ -1,5 +1,6 @@
 #include "precheck_run.h"
 
+#include <malloc.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -134,6 +135,11 @@ precheck_lists precheck_lists_load(const std::string &config_path) {
       throw usage_error(fmt::format("{}: field \"error_data_path\": {} is not a folder", where, lists.error_data_path));
   }
   return lists;
+}
+
+void precheck_tune_allocator() {
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_TOP_PAD, 256 << 20);
 }
 
 const std::vector<stage_option_spec> &precheck_run_option_specs() {

@@ -6,6 +6,7 @@
 int main(int argc, char **argv) {
   using namespace tprobe;
   return stage_main_guard("tprobe-precheck-live", [&] {
+    precheck::precheck_tune_allocator();
     const auto &d = precheck_live_stage_description();
     CLI::App app{d.summary, "tprobe-precheck-live"};
     stage_common_args common;
