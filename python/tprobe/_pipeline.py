@@ -117,7 +117,11 @@ class DirectPipeline:
                     print("tprobe: the pipeline still runs 60 s later; killing it", file=sys.stderr)
                     self.process.kill()
                     self.process.wait()
-        self._stderr.join(timeout=10)
+        # The last lines (a stage's fatal line, the launcher's verdict) may still be in the pipe when
+        # the launcher has exited: on a loaded host the relay thread can be seconds behind, and the
+        # interpreter's exit would drop them with the daemon thread. Every writer of the pipe has
+        # exited (the launcher waits for its stages), so its end comes as soon as it is read.
+        self._stderr.join(timeout=120)
         if self.process.returncode != 0:
             self._show_all()
         return self.process.returncode

@@ -422,7 +422,9 @@ TEST(pipeline, run_refuses_a_task_the_manifest_cannot_do_before_the_command_star
       {"free_benchmark", R"("free_benchmark": {"fuzz_level": "L1"})", statistics,
        config + ": task \"free_benchmark\" is not built in tprobe yet (built: statistics, tensor, overflow_check, "
                 "grad_probe, structure)"},
-      {"run_ut", R"("run_ut": {"white_list": []})", statistics, config + ": task \"run_ut\" is not built in tprobe yet"},
+      {"run_ut", R"("run_ut": {"white_list": []})", statistics,
+       config + ": task \"run_ut\" replays a dump, it captures nothing: dump with task \"tensor\" (or \"statistics\") "
+                "at level L1, then run `tprobe precheck DUMP -config " + config + "`"},
   };
   for (const auto &c : cases) {
     SCOPED_TRACE(c.task + " under " + c.manifest);
