@@ -311,7 +311,6 @@ struct bind_context {
   side s;
   at::ScalarType bench_float = at::kDouble;  // what low float tensors become on the bench
   std::vector<std::pair<int, at::Tensor>> *grad_leaves = nullptr;  // (slot, leaf)
-  bool in_place = false;
   bool probe = false;  // only whether the arguments fit the schema: tensors are passed as they are
 };
 
@@ -821,7 +820,6 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
     bind_context bench_ctx{side::bench};
     bench_ctx.bench_float = low.size() == 1 ? raised(*low.begin()) : at::kFloat;
     if (parts && parts->api == "type_as") bench_ctx.bench_float = low.empty() ? at::kFloat : *low.begin();
-    bench_ctx.in_place = call.in_place;
 
     // The first overload the arguments fit.
     const c10::OperatorHandle *chosen = nullptr;
@@ -862,7 +860,6 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
     std::optional<run_result> device_run;
     if (!all_dumped || mctx.random_used) {
       bind_context device_ctx{side::device};
-      device_ctx.in_place = call.in_place;
       try {
         device_run = run(*chosen, args, kwargs, device_ctx);
       } catch (const c10::Error &e) {
