@@ -327,6 +327,39 @@ typedef struct tprobe_grad_numbers {
 } tprobe_grad_numbers;
 int tprobe_capture_grad_numbers(tprobe_session *session, const char *param, const tprobe_grad_numbers *numbers);
 
+/* ---- Task free_benchmark (msprobe 8.3.3's 无标杆比对; the semantics are core/free_benchmark.h's) ----
+ *
+ * With "task": "free_benchmark" the session captures no dump entries: the framework re-runs the
+ * selected API calls itself (perturbed, in higher precision or on the CPU, in the training process
+ * where the tensors are), compares, and hands over only the calls whose outputs part, one row
+ * each (capture/free_benchmark_record.h); tprobe-free-benchmark writes
+ * {dump_path}/step{N}/rank{R}/free_benchmark.csv. The session fills in the row's rank, pert_mode
+ * and step (the current one). Like dump entries, rows need the capture started, this rank and
+ * this step. */
+
+/* TPROBE_OK when the API call `api_name` ("Torch.matmul.0.forward"; for fuzz_stage backward its
+   backward name, "Torch.matmul.0.backward") is to be fuzzed now: task free_benchmark, started,
+   this rank and step, and free_benchmark.scope / list; TPROBE_SKIPPED otherwise. */
+int tprobe_fuzz_query(tprobe_session *session, const char *api_name);
+
+#define TPROBE_FUZZ_RATIO 0            /* max_rel = ratio - 1 */
+#define TPROBE_FUZZ_SYMBOL_FLIPPING 1  /* max_rel "symbol_flipping" */
+#define TPROBE_FUZZ_NO_RATIO 2         /* max_rel empty (pert_mode to_cpu) */
+
+typedef struct tprobe_fuzz_row {
+  const char *api_name;  /* "Torch.matmul.0.forward" */
+  const char *stage;     /* "forward" | "backward" */
+  int verdict;           /* TPROBE_FUZZ_* */
+  double ratio;          /* TPROBE_FUZZ_RATIO: the largest ratio of the two outputs */
+  const char *dtype;     /* the original output's, as torch prints it: "torch.float16" */
+  int ndim;
+  const int64_t *shape;
+  int64_t output_index;  /* the element of a list or tuple output; -1 when the output is one tensor */
+} tprobe_fuzz_row;
+
+/* Queues one row. TPROBE_SKIPPED when the session does not want it now (as tprobe_fuzz_query). */
+int tprobe_capture_fuzz_row(tprobe_session *session, const tprobe_fuzz_row *row);
+
 #ifdef __cplusplus
 }
 #endif

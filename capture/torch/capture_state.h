@@ -7,6 +7,7 @@
 //                       batches, in capture order
 //   backward_link.cpp   backward entries from the autograd graph
 //   op_callbacks.cpp    the RecordFunction callbacks: operators named, arguments and results
+//   free_benchmark.cpp  task free_benchmark: selected calls re-run and compared (fuzz.h)
 // Every member function except the callbacks' entry points runs with `mutex` held.
 #pragma once
 
@@ -20,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -28,6 +30,8 @@
 #include <torch/csrc/autograd/function.h>
 
 #include "backward_link.h"
+#include "free_benchmark.h"
+#include "fuzz.h"
 #include "device_stats.h"
 #include "op_callbacks.h"
 #include "torch_capture.h"
@@ -50,6 +54,8 @@ bool recomputing();
 // A C API call's TPROBE_ERROR as an exception naming `what` and tprobe_last_error().
 [[noreturn]] void fail_c_api(const char *what);
 int checked(int rc, const char *what);
+
+struct fuzz_backward_check;
 
 struct state {
   std::mutex mutex;
@@ -229,6 +235,23 @@ struct state {
   // An operator while the capture is off and the gap is watched (watch_on, above).
   void watch_op(const at::RecordFunction &fn, const op_info &info);
   void op_end(const at::RecordFunction &fn, op_context &ctx);
+
+  // ---- task free_benchmark (free_benchmark.cpp) ----
+
+  // Set for task free_benchmark: the operator callbacks re-run the selected calls instead of
+  // capturing them (no dump entries at all).
+  std::optional<free_benchmark_settings> fuzz;
+  std::unique_ptr<free_benchmark_preheat> preheat;  // if_preheat
+  std::unordered_set<std::string> fuzz_warned;      // APIs whose re-run failed, said once each
+  uint64_t fuzz_reruns = 0, fuzz_found = 0, fuzz_failures = 0;
+  // At a selected call's start (the name counted as op_begin counts it): its arguments kept.
+  std::unique_ptr<at::ObserverContext> fuzz_begin(const at::RecordFunction &fn, const op_info &info, int depth);
+  // At its end, without the mutex held while the call re-runs.
+  void fuzz_end(const at::RecordFunction &fn, op_context &ctx);
+  void fuzz_link_backward(op_context &ctx, const c10::OperatorHandle &op, const std::vector<c10::IValue> &outputs);
+  void fuzz_backward_compare(fuzz_backward_check &check);
+  void fuzz_warn(const std::string &api, const std::string &what);
+  void fuzz_rows(const std::string &api, const char *stage, const std::vector<fuzz_finding> &findings);
 };
 
 // The process's state, never destroyed: operators and hooks may run during exit.

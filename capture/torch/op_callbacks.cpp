@@ -35,6 +35,7 @@ const op_info &state::info_of(const at::RecordFunction &fn) {
   info->nested = op_name_of(name, true);
   for (op_name *n : {&info->outer, &info->nested}) n->counter = n->prefix + "." + n->api + ".";
   info->has_schema = true;
+  if (const auto name_of = fn.operator_name()) info->operator_name = *name_of;
   info->zero_fills = std::string_view(name) == "aten::zero_" || std::string_view(name) == "aten::zeros" ||
                      std::string_view(name) == "aten::zeros_like" || std::string_view(name) == "aten::new_zeros";
   // Some operators write arguments their schema does not mark: a collective its buffers (c10d's
@@ -285,7 +286,8 @@ std::unique_ptr<at::ObserverContext> on_function_start(const at::RecordFunction 
   }
   const op_info &info = s.info_of(fn);
   std::unique_ptr<at::ObserverContext> ctx;
-  if (capturing) ctx = s.op_begin(fn, info, depth, recompute);
+  if (capturing && s.fuzz) ctx = recompute ? nullptr : s.fuzz_begin(fn, info, depth);
+  else if (capturing) ctx = s.op_begin(fn, info, depth, recompute);
   else s.watch_op(fn, info);
   if (info.has_schema && depth + 1 == s.options.op_depth && may_quiet(s)) {
     tl_quiet_depth = absolute_depth;
@@ -304,7 +306,10 @@ void on_function_end(const at::RecordFunction &fn, at::ObserverContext *ctx) {
     tl_quiet_depth = -1;
     at::enableRecordFunction(true);
   }
-  if (ctx) the_state().op_end(fn, *static_cast<op_context *>(ctx));
+  if (!ctx) return;
+  auto &c = *static_cast<op_context *>(ctx);
+  if (c.fuzz) the_state().fuzz_end(fn, c);
+  else the_state().op_end(fn, c);
 }
 
 std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction &fn) {

@@ -5,10 +5,12 @@
 // op_callbacks.cpp), and its backward linked (backward_link.h).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <ATen/core/Generator.h>
 #include <ATen/record_function.h>
 
 #include "backward_link.h"
@@ -35,6 +37,17 @@ struct op_info {
   // Its tensor results are all zero bytes (aten::zero_, zeros, zeros_like, new_zeros): their
   // statistics need no read (tprobe_capture_tensor_zeroed).
   bool zero_fills = false;
+  // The dispatcher's name of the operator (task free_benchmark re-runs it); none without a schema.
+  std::optional<c10::OperatorName> operator_name;
+};
+
+// A call task free_benchmark re-runs (free_benchmark.cpp): its arguments as they were at its
+// start, and the random generators' states then.
+struct fuzz_call {
+  std::vector<c10::IValue> args;
+  std::vector<at::Generator> generators;
+  std::vector<at::Tensor> rng_states;
+  uint64_t sequence_begin = 0;
 };
 
 struct op_context : at::ObserverContext {
@@ -48,6 +61,7 @@ struct op_context : at::ObserverContext {
   // A collective: its arguments, whose values after the communication are its output.
   bool collective = false;
   std::vector<c10::IValue> arguments;
+  std::shared_ptr<fuzz_call> fuzz;  // task free_benchmark: the call is re-run at its end
 };
 
 // A collective's output waits for the communication (see state::collect_collectives).

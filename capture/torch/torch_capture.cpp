@@ -176,6 +176,18 @@ std::string open(const open_options &options) {
   s.allow_forward = modes.forward();
   s.backward_values = modes.backward();
   s.allow_backward = modes.backward() || s.level_modules;  // level_modules: L0 or mix, which have a construct.json
+  // Task free_benchmark: the callbacks re-run the selected calls (free_benchmark.cpp), nothing is dumped.
+  s.fuzz.reset();
+  s.preheat.reset();
+  s.fuzz_warned.clear();
+  if (cfg.value("task", "") == "free_benchmark") {
+    s.fuzz = free_benchmark_settings_from_json(cfg.value("free_benchmark", nlohmann::ordered_json::object()),
+                                              "the session's free_benchmark");
+    if (s.fuzz->preheat()) s.preheat = std::make_unique<free_benchmark_preheat>(s.fuzz->preheat_step, s.fuzz->max_sample);
+    if (s.fuzz->fix())
+      std::fprintf(stderr, "tprobe: free_benchmark handler fix: the outputs of the selected APIs are replaced by their "
+                           "%s re-run in this training\n", s.fuzz->pert_mode.c_str());
+  }
   s.options = options;
   s.session = session;
   s.failure.clear();
@@ -407,6 +419,8 @@ std::string counters() {
          {"device_capture_ns", s.device.capture_ns}, {"device_collect_ns", s.device.collect_ns},
          {"device_deferred", s.device.deferred}, {"device_flushes", s.device.flushes},
          {"device_unread", s.device.unread},   {"device_flush_ns", s.device.flush_ns},
+         {"fuzz_reruns", s.fuzz_reruns}, {"fuzz_found", s.fuzz_found},
+         {"fuzz_failures", s.fuzz_failures},
          {"errors", s.errors},
          {"error", s.failure}};
   return j.dump();
