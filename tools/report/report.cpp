@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -22,6 +23,7 @@
 
 #include "dump_semantics.h"
 #include "errors.h"
+#include "free_benchmark.h"
 #include "precheck_files.h"
 #include "pyjson.h"
 #include "report_page.h"
@@ -39,14 +41,15 @@ using ojson = nlohmann::ordered_json;
 const stage_description &report_stage_description() {
   static const stage_description d{
       "report",
-      "one self-contained HTML page and a terminal summary of compare, nan-analyze, gradsim and pre-check results",
+      "one self-contained HTML page and a terminal summary of compare, nan-analyze, gradsim, pre-check and "
+      "free_benchmark results",
       true,
       false,
       {
           {"output", "string", "report.html", "the HTML page to write", {}, {}, "-o"},
           {"results", "list", "", "result folders or files (compare_result*.json, anomaly_analyze_*.json, "
-                                  "similarities.csv, accuracy_checking_result_*.csv); as a manifest stage, "
-                                  "announced result folders join them"},
+                                  "similarities.csv, accuracy_checking_result_*.csv, a dump's step*/rank*/free_benchmark.csv); as a "
+                                  "manifest stage, announced result folders join them"},
           {"title", "string", "tprobe report", "the page's title"},
       }};
   return d;
@@ -71,6 +74,8 @@ bool report_model::negative() const {
     if (!n.ranks.empty()) return true;
   for (const auto &g : gradsims)
     if (g.first_suspect_step) return true;
+  for (const auto &f : free_benchmarks)
+    if (f.negative()) return true;
   return false;
 }
 
@@ -627,6 +632,102 @@ void report_link_precheck(report_model &m) {
   }
 }
 
+// ---- task free_benchmark ----
+
+namespace {
+
+// An integer cell as Python's csv writes one ("0", "-3"), nothing else.
+std::optional<int64_t> integer_cell(const std::string &cell) {
+  int64_t v = 0;
+  const char *end = cell.data() + cell.size();
+  const auto [p, ec] = std::from_chars(cell.data(), end, v);
+  if (cell.empty() || ec != std::errc() || p != end) return std::nullopt;
+  return v;
+}
+
+// msprobe's nine columns, from the writer's own header (core/free_benchmark.h).
+const std::vector<std::string> &free_benchmark_columns() {
+  static const std::vector<std::string> columns = [] {
+    std::string h = free_benchmark_csv_header();
+    while (!h.empty() && (h.back() == '\n' || h.back() == '\r')) h.pop_back();
+    std::vector<std::string> c;
+    for (size_t at = 0;;) {
+      const size_t comma = h.find(',', at);
+      c.push_back(h.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    return c;
+  }();
+  return columns;
+}
+
+// The number in a folder name after `prefix` ("step12" → 12), else -1 ("rank": not distributed).
+int64_t folder_number(const fs::path &folder, std::string_view prefix) {
+  const std::string name = folder.filename().string();
+  if (!starts_with(name, prefix)) return -1;
+  const auto n = integer_cell(name.substr(prefix.size()));
+  return n ? *n : -1;
+}
+
+}  // namespace
+
+report_free_benchmark report_read_free_benchmark(const std::string &path) {
+  const precheck::csv_table t = precheck::read_csv_table(path);  // usage_error: empty, a quote left open
+  const auto &columns = free_benchmark_columns();
+  if (t.header != columns)
+    throw usage_error(fmt::format("{}: not msprobe's free_benchmark.csv: its header is \"{}\", not \"{}\"", path,
+                                  fmt::join(t.header, ","), fmt::join(columns, ",")));
+  report_free_benchmark f;
+  f.file = path;
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const auto &cells = t.rows[i];
+    // Row numbers count the header as row 1, as a spreadsheet shows the file.
+    auto bad = [&](const std::string &what) { return usage_error(fmt::format("{}: row {}: {}", path, i + 2, what)); };
+    if (cells.size() != columns.size())
+      throw bad(fmt::format("{} cells, not {} (a truncated or foreign file)", cells.size(), columns.size()));
+    report_free_benchmark_row r;
+    const auto rank = integer_cell(cells[0]), step = integer_cell(cells[3]);
+    if (!rank) throw bad(fmt::format("rank \"{}\" is not an integer", cells[0]));
+    if (!step) throw bad(fmt::format("step \"{}\" is not an integer", cells[3]));
+    r.rank = *rank;
+    r.step = *step;
+    r.pert_mode = cells[1];
+    r.stage = cells[2];
+    if (r.stage != "forward" && r.stage != "backward")
+      throw bad(fmt::format("stage \"{}\" is neither forward nor backward", r.stage));
+    r.api_name = cells[4];
+    if (r.api_name.empty() || r.pert_mode.empty()) throw bad("empty api_name or pert_mode");
+    r.max_rel = cells[5];
+    if (!r.max_rel.empty() && r.max_rel != "symbol_flipping") {
+      std::optional<double> v;
+      try {
+        v = precheck::parse_float_cell(r.max_rel);
+      } catch (const usage_error &) {
+      }
+      if (!v) throw bad(fmt::format("max_rel \"{}\" is neither a number, symbol_flipping nor empty", r.max_rel));
+      r.max_rel_value = v;
+    }
+    r.dtype = cells[6];
+    r.shape = cells[7];
+    if (!cells[8].empty()) {
+      r.output_index = integer_cell(cells[8]);
+      if (!r.output_index) throw bad(fmt::format("output_index \"{}\" is neither empty nor an integer", cells[8]));
+    }
+    f.rows.push_back(std::move(r));
+  }
+  return f;
+}
+
+std::string report_free_benchmark_label(const report_free_benchmark &f) {
+  // "dump/step2/rank0": the dump folder, then the step and rank folders the file lies in
+  const fs::path rank = fs::path(f.file).parent_path(), step = rank.parent_path();
+  std::string label = step.parent_path().filename().string();
+  for (const auto &part : {step.filename().string(), rank.filename().string()})
+    if (!part.empty()) label += (label.empty() ? "" : "/") + part;
+  return label;
+}
+
 // ---- scanning ----
 
 namespace {
@@ -654,6 +755,16 @@ report_model scan_results(const report_options &o, bool require) {
       if (fs::is_directory(p, ec)) {
         // gradsim writes rank{N}/similarities.csv; a step folder's rank folders hold other results
         if (depth == 0 && starts_with(name, "rank")) self(p, depth + 1, self);
+        // A dump folder's step{N}/rank{R}/: free_benchmark.csv alone (the rest is the dump itself)
+        if (depth == 0 && starts_with(name, "step")) {
+          std::vector<fs::path> ranks;
+          for (const auto &e : fs::directory_iterator(p, ec))
+            if (starts_with(e.path().filename().string(), "rank")) ranks.push_back(e.path());
+          if (ec) throw system_error(fmt::format("unable to list {}: {}", p.string(), ec.message()));
+          std::sort(ranks.begin(), ranks.end());
+          for (const auto &r : ranks)
+            if (fs::is_regular_file(r / "free_benchmark.csv", ec)) add(r / "free_benchmark.csv");
+        }
       } else {
         add(p);
       }
@@ -692,6 +803,8 @@ report_model scan_results(const report_options &o, bool require) {
         m.inputs.push_back(f.string());
         if (!m.prechecks.back().details_file.empty()) m.inputs.push_back(m.prechecks.back().details_file);
         continue;
+      } else if (name == "free_benchmark.csv") {
+        m.free_benchmarks.push_back(report_read_free_benchmark(f.string()));
       } else {
         continue;
       }
@@ -701,10 +814,12 @@ report_model scan_results(const report_options &o, bool require) {
     }
   }
   for (auto &c : m.compares) attach_construct(c, &m.warnings);
-  if (require && m.compares.empty() && m.nans.empty() && m.gradsims.empty() && m.prechecks.empty()) {
+  if (require && m.compares.empty() && m.nans.empty() && m.gradsims.empty() && m.prechecks.empty() &&
+      m.free_benchmarks.empty()) {
     std::string why = m.unread.empty() ? "" : " (not read: " + m.unread.front() + ")";
     throw usage_error(fmt::format("no result found in {} (compare_result*.json/.csv, anomaly_analyze_*.json, "
-                                  "rank*/similarities.csv, accuracy_checking_result_*.csv){}", fmt::join(o.results, ", "), why));
+                                  "rank*/similarities.csv, accuracy_checking_result_*.csv, "
+                                  "step*/rank*/free_benchmark.csv){}", fmt::join(o.results, ", "), why));
   }
   // Ranks in order, so the page and the summary read rank0, rank1, …
   auto rank_key = [](const std::string &r) {
@@ -715,6 +830,13 @@ report_model scan_results(const report_options &o, bool require) {
                    [&](const auto &a, const auto &b) { return rank_key(a.rank) < rank_key(b.rank); });
   std::stable_sort(m.gradsims.begin(), m.gradsims.end(),
                    [&](const auto &a, const auto &b) { return rank_key(a.rank) < rank_key(b.rank); });
+  // Free benchmark files by step, then rank (step10 after step9, the folder "rank" first)
+  auto step_rank = [](const report_free_benchmark &f) {
+    const fs::path rank = fs::path(f.file).parent_path();
+    return std::make_pair(folder_number(rank.parent_path(), "step"), folder_number(rank, "rank"));
+  };
+  std::stable_sort(m.free_benchmarks.begin(), m.free_benchmarks.end(),
+                   [&](const auto &a, const auto &b) { return step_rank(a) < step_rank(b); });
   report_link_precheck(m);
   return m;
 }
@@ -1001,6 +1123,16 @@ std::string report_render_html(const report_model &m) {
                          {"apis", p.apis}, {"forward", counts(p.forward)}, {"backward", std::move(backward)},
                          {"negative", p.negative()}, {"failing", std::move(apis)}});
   }
+  // Free benchmark rows column-free: [step, rank, api, pert_mode, stage, max_rel, dtype, shape,
+  // output_index, file index], max_rel as written (the page sorts on its number).
+  ojson free_benchmark = {{"files", ojson::array()}, {"rows", ojson::array()}};
+  for (size_t k = 0; k < m.free_benchmarks.size(); ++k) {
+    const auto &f = m.free_benchmarks[k];
+    free_benchmark["files"].push_back({{"file", f.file}, {"label", report_free_benchmark_label(f)}, {"rows", f.rows.size()}});
+    for (const auto &r : f.rows)
+      free_benchmark["rows"].push_back(ojson::array({r.step, r.rank, r.api_name, r.pert_mode, r.stage, r.max_rel, r.dtype,
+                                                     r.shape, r.output_index ? ojson(*r.output_index) : ojson(nullptr), k}));
+  }
   ojson run = {{"inputs", m.inputs}, {"warnings", m.warnings}, {"unread", m.unread}, {"stream", nullptr}};
   if (m.stream) {
     run["stream"] = {{"sessions", m.stream->sessions},
@@ -1011,7 +1143,8 @@ std::string report_render_html(const report_model &m) {
                      {"events", m.stream->events}};
   }
   data += ",\"nans\":" + json_text(nans) + ",\"gradsims\":" + json_text(gradsims) +
-          ",\"prechecks\":" + json_text(prechecks) + ",\"run\":" + json_text(run);
+          ",\"prechecks\":" + json_text(prechecks) + ",\"free_benchmark\":" + json_text(free_benchmark) +
+          ",\"run\":" + json_text(run);
   data += ",\"negative\":";
   data += m.negative() ? "true" : "false";
   data += "}";
@@ -1075,6 +1208,23 @@ std::vector<std::string> report_summary_lines(const report_model &m, const std::
       if (!a.metric.empty())
         line += fmt::format(" ({} {} {})", a.metric, a.value ? fmt::format("{:.6g}", *a.value) : "", a.rule);
     }
+    lines.push_back(std::move(line));
+  }
+  if (!m.free_benchmarks.empty()) {
+    // One line over every file: a long run has a file per step and rank.
+    size_t rows = 0;
+    const report_free_benchmark_row *first = nullptr;
+    for (const auto &f : m.free_benchmarks) {
+      rows += f.rows.size();
+      if (!first && !f.rows.empty()) first = &f.rows.front();
+    }
+    std::string line = fmt::format("tprobe-report: free_benchmark: {}: {} inconsistent API call{} in {} free_benchmark.csv "
+                                   "file{}", rows ? "FAIL" : "PASS", rows, rows == 1 ? "" : "s",
+                                   m.free_benchmarks.size(), m.free_benchmarks.size() == 1 ? "" : "s");
+    if (first)
+      line += fmt::format("; first step {} rank {} {} ({}, max_rel {}{})", first->step, first->rank, first->api_name,
+                          first->pert_mode, first->max_rel.empty() ? "none" : first->max_rel,
+                          first->dtype.empty() ? "" : ", " + first->dtype);
     lines.push_back(std::move(line));
   }
   if (m.stream)

@@ -15,6 +15,10 @@
 //   accuracy_checking_result_*.csv   the accuracy pre-check (tprobe precheck, msprobe's run_ut;
 //                               msprobe-next.md §1.9), read with accuracy_checking_details_* of the
 //                               same timestamp beside it, through core/precheck (read_csv_table)
+//   step*/rank*/free_benchmark.csv   task free_benchmark's inconsistent API calls (tprobe-free-
+//                               benchmark, msprobe 8.3.3's 无标杆比对; msprobe-next.md §2.7): a dump
+//                               folder given is searched in its step*/rank*/ folders for this file
+//                               only (a step folder given: its rank*/; a rank folder: itself)
 // and, for a compare, construct.json beside the NPU dump.json the result names (the module tree).
 // Anything else is ignored; finding nothing at all is a usage error.
 //
@@ -28,7 +32,9 @@
 // parameters' curves with the suspect steps marked (msprobe's rule, below). Per pre-check: counts
 // by status (forward and backward) and the APIs that are not pass, errors first, each with its
 // worst details row and the metric that failed it (below), linked both ways with the rows of a
-// compare on the same page whose names start with the API's name. Run info: the tprobe
+// compare on the same page whose names start with the API's name. Free benchmark: every row of
+// the free_benchmark.csv files found (step, rank, API, pert_mode, stage, max_rel, dtype, shape,
+// output index), by step and rank, in a filterable table. Run info: the tprobe
 // version, the inputs, dump paths and their dump.json task/level, and, when the report ran as a
 // manifest stage, the sessions' configs and the stream's record and drop counters.
 //
@@ -55,9 +61,16 @@
 // 双千 ≤ 0.999, 双万 ≤ 0.9999 (a ratio fails when it is not above 1 − its threshold); a row failed
 // by none of them (shape or dtype mismatch, a NaN cosine) is explained by its Message alone.
 //
+// Free benchmark verdict: FAIL when a free_benchmark.csv holds a row (msprobe writes a row only for
+// an API call whose perturbed output parted from the original: each is an inconsistency); a file
+// with its header alone is a pass. The file is read strictly (its header exactly msprobe's nine
+// columns, nine cells a row, rank and step integers, stage forward or backward, max_rel a number,
+// "symbol_flipping" or empty, output_index empty or an integer): anything else is a file not read,
+// named in one line, which fails the verdict too.
+//
 // Exit (main): 0 when no result is negative; 1 when one is (a failing or unreadable compare row, a
-// NaN/Inf producer, a suspect gradsim step, a pre-check API in error or warning, a result file
-// that could not be read); 100 for bad
+// NaN/Inf producer, a suspect gradsim step, a pre-check API in error or warning, a free_benchmark
+// row, a result file that could not be read); 100 for bad
 // options or nothing to report; 111 for files that cannot be read or written.
 #pragma once
 
@@ -160,6 +173,23 @@ struct report_precheck {
   [[nodiscard]] bool negative() const;      // an API in error or warning
 };
 
+// One row of a free_benchmark.csv (msprobe's UnequalRow, core/free_benchmark.h), cells as written.
+struct report_free_benchmark_row {
+  int64_t rank = 0, step = 0;
+  std::string pert_mode, stage, api_name;
+  std::string max_rel;                // a number, "symbol_flipping", or "" (to_cpu)
+  std::optional<double> max_rel_value;  // the number, when it is one
+  std::string dtype, shape;           // "torch.float16", "torch.Size([4096, 4, 192])"
+  std::optional<int64_t> output_index;
+};
+
+// One {dump_path}/step{N}/rank{R}/free_benchmark.csv.
+struct report_free_benchmark {
+  std::string file;
+  std::vector<report_free_benchmark_row> rows;  // file order (arrival order)
+  [[nodiscard]] bool negative() const { return !rows.empty(); }
+};
+
 // What a manifest stage learnt from its input stream.
 struct report_stream_info {
   nlohmann::ordered_json sessions = nlohmann::ordered_json::array();  // the session records' meta
@@ -173,6 +203,7 @@ struct report_model {
   std::vector<report_nan> nans;
   std::vector<report_gradsim> gradsims;
   std::vector<report_precheck> prechecks;
+  std::vector<report_free_benchmark> free_benchmarks;  // by step, then rank (the folder names)
   // Per compare (same index): {row, precheck index, index in its `failing`} for each row whose
   // NPU Name starts with a listed pre-check API's name + "." (the links back), by row.
   std::vector<std::vector<std::array<size_t, 3>>> compare_precheck;
@@ -207,6 +238,11 @@ const stage_description &report_stage_description();
 // accuracy_checking_result_{ts}.csv, with accuracy_checking_details_{ts}.csv beside it when there
 // is one (read through core/precheck's read_csv_table: msprobe's BOM, CRLF and quoting).
 [[nodiscard]] report_precheck report_read_precheck(const std::string &result_csv);
+
+// A free_benchmark.csv, strictly (above): usage_error "FILE: row N: …" for a malformed one.
+[[nodiscard]] report_free_benchmark report_read_free_benchmark(const std::string &path);
+// "dump/step2/rank0": the file's dump folder, step and rank folders.
+[[nodiscard]] std::string report_free_benchmark_label(const report_free_benchmark &f);
 
 // The pre-check metric that failed one details row (header: the details file's), by msprobe's
 // legacy order (above): {metric, value, rule}, metric "" when none did.

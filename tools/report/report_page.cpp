@@ -665,6 +665,78 @@ function renderPrecheck(p, k, main) {
   };
 }
 
+// ---------------------------------------------------------------- task free_benchmark
+// D.free_benchmark: {files: [{file, label, rows}], rows: [[step, rank, api, pert_mode, stage,
+// max_rel, dtype, shape, output_index, file], …]}, by step and rank, each file in arrival order.
+const FB_COLS = ['step', 'rank', 'API', 'pert_mode', 'stage', 'max_rel', 'dtype', 'shape', 'output'];
+function fbKey(row, c) {
+  if (c === 5) return row[5] === 'symbol_flipping' ? Infinity : row[5] === '' ? -Infinity : Number(row[5]);
+  return row[c] == null ? -Infinity : row[c];
+}
+function renderFreeBenchmark(fb, main) {
+  const sec = el('section', { class: 'free-benchmark', id: 'fb' });
+  main.append(sec);
+  sec.append(el('h2', { text: 'Free benchmark (无标杆比对, task free_benchmark)' }));
+  const n = fb.rows.length;
+  sec.append(el('div', { class: 'verdict-box ' + (n ? 'fail' : 'pass'), text: n
+    ? 'FAIL: ' + plural(n, 'inconsistent API call') + ' in ' + plural(fb.files.filter(f => f.rows).length, 'file') + ' of ' + plural(fb.files.length, 'file')
+    : 'PASS: no inconsistent API call in ' + plural(fb.files.length, 'free_benchmark.csv file') }));
+  sec.append(el('div', { class: 'help', text: 'Each row is an API call that was run a second time with a perturbed input (pert_mode), ' +
+    'and whose two outputs parted: max_rel is the largest ratio of the two minus 1 (over msprobe\'s threshold: float16 0.002, ' +
+    'bfloat16 0.004, float32 and others 0.0002; 0 for no_change), symbol_flipping when an element changed sign, empty for to_cpu ' +
+    '(the CPU result failed its tolerances). dtype and shape are the original output\'s; output is the element of a list output.' }));
+  const files = el('details', { class: 'fb-files' }, el('summary', { text: plural(fb.files.length, 'file') }));
+  const ul = el('ul');
+  for (const f of fb.files) ul.append(el('li', { class: 'mono', text: f.file + ': ' + plural(f.rows, 'row') }));
+  files.append(ul);
+  sec.append(files);
+  if (!n) return;
+  const filter = el('input', { type: 'search', class: 'fb-filter', placeholder: 'filter by API name (substring)' });
+  sec.append(filter);
+  const table = el('table', { class: 'plain fb-rows' });
+  const head = el('tr');
+  table.append(head);
+  sec.append(el('div', { class: 'table-wrap' }, table));
+  const more = el('button', { class: 'linkish fb-more' });
+  sec.append(more);
+  let order = fb.rows.map((_, i) => i), shown = 0, sortCol = null, desc = false;
+  FB_COLS.forEach((name, c) => head.append(el('th', { 'data-col': c, text: name, title: 'sort', onclick: () => {
+    desc = sortCol === c ? !desc : c === 5;  // max_rel: largest first
+    sortCol = c;
+    redraw();
+  } })));
+  function visible() {
+    const q = filter.value.trim();
+    let idx = order.filter(i => !q || fb.rows[i][2].includes(q));
+    if (sortCol != null) idx = idx.slice().sort((a, b) => {
+      const x = fbKey(fb.rows[a], sortCol), y = fbKey(fb.rows[b], sortCol);
+      return (x < y ? -1 : x > y ? 1 : a - b) * (desc ? -1 : 1);
+    });
+    return idx;
+  }
+  let idx = [];
+  function showTo(k) {
+    for (; shown < Math.min(k, idx.length); shown++) {
+      const r = fb.rows[idx[shown]];
+      const tr = el('tr', { 'data-api': r[2], 'data-step': r[0], 'data-rank': r[1] });
+      r.slice(0, 9).forEach((v, c) => tr.append(el('td', { class: c === 2 || c === 7 ? 'mono' : c === 5 ? 'fb-max-rel' : null,
+        text: v == null ? '' : c === 5 && v === '' ? '(to_cpu)' : String(v) })));
+      table.append(tr);
+    }
+    more.textContent = 'show ' + Math.min(500, idx.length - shown) + ' more of ' + (idx.length - shown);
+    more.style.display = shown < idx.length ? '' : 'none';
+  }
+  function redraw() {
+    for (const tr of [...table.querySelectorAll('tr[data-api]')]) tr.remove();
+    idx = visible();
+    shown = 0;
+    showTo(500);
+  }
+  more.addEventListener('click', () => showTo(shown + 500));
+  filter.addEventListener('input', redraw);
+  redraw();
+}
+
 // ---------------------------------------------------------------- run info
 function renderRun(main) {
   const sec = el('section', { class: 'run', id: 'run' });
@@ -731,14 +803,20 @@ D.prechecks.forEach((p, k) => {
   line('pre-check ' + p.label + ': ' + n('error') + ' error, ' + n('warning') + ' warning, ' + n('SKIP') + ' SKIP (forward and backward) of ' + plural(p.apis, 'API'), p.negative ? 'fail' : 'pass', '#pc-' + k);
   nav.append(el('a', { href: '#pc-' + k, text: 'pre-check ' + p.label }));
 });
+if (D.free_benchmark.files.length) {
+  const n = D.free_benchmark.rows.length;
+  line('free_benchmark: ' + plural(n, 'inconsistent API call') + ' in ' + plural(D.free_benchmark.files.length, 'free_benchmark.csv file'), n ? 'fail' : 'pass', '#fb');
+  nav.append(el('a', { href: '#fb', text: 'free_benchmark' }));
+}
 D.run.unread.forEach(why => line('not read: ' + why, 'error', '#run'));
-if (!D.compares.length && !D.nans.length && !D.gradsims.length && !D.prechecks.length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
+if (!D.compares.length && !D.nans.length && !D.gradsims.length && !D.prechecks.length && !D.free_benchmark.files.length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
 nav.append(el('a', { href: '#run', text: 'run info' }));
-overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf; a pre-check fails when an API is error or warning.' }));
+overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf; a pre-check fails when an API is error or warning; free_benchmark fails when a free_benchmark.csv holds a row (msprobe writes only inconsistent API calls).' }));
 D.compares.forEach((c, k) => renderCompare(c, k, main));
 D.nans.forEach((x, k) => renderNan(x, k, main));
 D.gradsims.forEach((g, k) => renderGradsim(g, k, main));
 D.prechecks.forEach((p, k) => renderPrecheck(p, k, main));
+if (D.free_benchmark.files.length) renderFreeBenchmark(D.free_benchmark, main);
 renderRun(main);
 window.tprobeReadyAt = performance.now();
 document.body.setAttribute('data-ready', '1');

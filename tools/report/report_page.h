@@ -11,7 +11,9 @@
 // .result-filter, table.rows th[data-col], tr[data-row] (tr.first-failing), .page-info,
 // .tree details.node[data-node] and svg.chart; section.precheck with .verdict-box,
 // table.pc-counts tr[data-dir] td[data-status], table.pc-apis tr[data-api][data-worst] (id pc-K-J),
-// button.pc-goto[data-compare] (its compare rows), a.pc-link (a compare row's way back), .pc-badge.
+// button.pc-goto[data-compare] (its compare rows), a.pc-link (a compare row's way back), .pc-badge;
+// section.free-benchmark (#fb) with .verdict-box, input.fb-filter, table.fb-rows th[data-col]
+// (sorts) and tr[data-api][data-step][data-rank], button.fb-more.
 #pragma once
 
 #include <string_view>
