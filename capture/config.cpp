@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "errors.h"
+#include "free_benchmark.h"
 
 namespace tprobe {
 namespace {
@@ -307,43 +308,13 @@ void parse_overflow_check_section(const ordered_json &section, const std::string
   }
 }
 
-int64_t expect_positive(const ordered_json &v, const std::string &where) {
-  int64_t n = expect_int(v, where);
-  if (n <= 0) fail(where, fmt::format("{} is invalid: must be > 0", n));
-  return n;
-}
-
-// Validated so that msprobe configs for this task are checked; the capture does not run it.
+// msprobe's FreeBenchmarkCheckConfig and ListScope rules live once, in core/free_benchmark.h
+// (the capture and the stages read the validated section back from the session meta).
 void parse_free_benchmark_section(const ordered_json &section, const std::string &source, capture_config &cfg) {
-  auto where = [&](const char *key) { return field_where(source, std::string("free_benchmark.") + key); };
-  if (auto *v = get(section, "scope")) cfg.scope = parse_scope(*v, where("scope"));
-  if (auto *v = get(section, "list")) cfg.list = expect_string_list(*v, where("list"));
-  std::string fuzz_device = "npu", pert_mode = "improve_precision", handler_type = "check", fuzz_stage = "forward";
-  bool if_preheat = false;
-  if (auto *v = get(section, "fuzz_device")) fuzz_device = expect_one_of(*v, {"npu", "cpu"}, where("fuzz_device"));
-  if (auto *v = get(section, "pert_mode")) {
-    pert_mode = expect_one_of(
-        *v, {"improve_precision", "add_noise", "no_change", "bit_noise", "change_value", "to_cpu"}, where("pert_mode"));
-  }
-  if (auto *v = get(section, "handler_type")) handler_type = expect_one_of(*v, {"check", "fix"}, where("handler_type"));
-  if (auto *v = get(section, "fuzz_level")) (void)expect_one_of(*v, {"L1"}, where("fuzz_level"));
-  if (auto *v = get(section, "fuzz_stage")) fuzz_stage = expect_one_of(*v, {"forward", "backward"}, where("fuzz_stage"));
-  if (auto *v = get(section, "if_preheat")) if_preheat = expect_bool(*v, where("if_preheat"));
-  if (auto *v = get(section, "preheat_step")) (void)expect_positive(*v, where("preheat_step"));
-  if (auto *v = get(section, "max_sample")) (void)expect_positive(*v, where("max_sample"));
-
-  if (!cfg.scope.empty() && !cfg.list.empty()) fail(where("scope"), "cannot be combined with free_benchmark.list");
-  if (fuzz_stage == "backward" && cfg.list.empty()) fail(where("list"), "must not be empty when fuzz_stage is \"backward\"");
-  if ((fuzz_device == "cpu") != (pert_mode == "to_cpu")) {
-    fail(where("fuzz_device"), "\"cpu\" is required by, and only allowed with, pert_mode \"to_cpu\"");
-  }
-  if (handler_type == "fix") {
-    if (fuzz_stage != "forward") fail(where("handler_type"), "\"fix\" requires fuzz_stage \"forward\"");
-    if (pert_mode != "improve_precision" && pert_mode != "to_cpu") {
-      fail(where("handler_type"), "\"fix\" requires pert_mode \"improve_precision\" or \"to_cpu\"");
-    }
-    if (if_preheat) fail(where("handler_type"), "\"fix\" cannot be used with if_preheat");
-  }
+  const free_benchmark_settings s = free_benchmark_settings_from_json(section, source);
+  cfg.scope = s.scope;
+  cfg.list = s.list;
+  cfg.free_benchmark = free_benchmark_settings_to_json(s);
 }
 
 void parse_run_ut_section(const ordered_json &section, const std::string &source) {
@@ -387,6 +358,10 @@ void parse_task_section(const ordered_json &doc, const std::string &source, capt
   const ordered_json *section = get(doc, cfg.task);
   if (!section && cfg.task == "grad_probe") {  // msprobe's defaults
     parse_grad_probe_section(ordered_json::object(), source, cfg);
+    return;
+  }
+  if (!section && cfg.task == "free_benchmark") {
+    parse_free_benchmark_section(ordered_json::object(), source, cfg);
     return;
   }
   if (!section) return;
@@ -444,7 +419,8 @@ void validate_cross_fields(capture_config &cfg, const std::string &source) {
       fail(field_where(source, cfg.task + ".list"),
            fmt::format("must contain exactly one API name at level \"L2\", got {}", cfg.list.size()));
     }
-  } else if (!cfg.scope.empty()) {
+  } else if (!cfg.scope.empty() && cfg.task != "free_benchmark") {
+    // free_benchmark's scope is ListScope's: exact names, checked against no pattern.
     check_scope_names(cfg, source);
   }
   if (cfg.async_dump && cfg.summary_mode == "md5") {
@@ -474,6 +450,10 @@ ordered_json document_from_fields(const capture_config &cfg) {
   if (cfg.task == "statistics" || cfg.task == "tensor" || cfg.task == "free_benchmark") {
     section["scope"] = cfg.scope;
     section["list"] = cfg.list;
+  }
+  if (cfg.task == "free_benchmark" && cfg.free_benchmark.is_object()) {
+    for (const auto &[key, value] : cfg.free_benchmark.items())
+      if (key != "scope" && key != "list") section[key] = value;
   }
   if (cfg.task == "statistics" || cfg.task == "tensor") {
     section["data_mode"] = cfg.data_mode;
@@ -513,6 +493,7 @@ nlohmann::ordered_json capture_config::session_meta() const {
   meta["tensor_format"] = tensor_format;
   if (!nan_analyze.is_null()) meta["nan_analyze"] = nan_analyze;
   if (!grad_probe.is_null()) meta["grad_probe"] = grad_probe;
+  if (!free_benchmark.is_null()) meta["free_benchmark"] = free_benchmark;
   return meta;
 }
 
@@ -704,7 +685,8 @@ config_overrides config_overrides_from_env() {
 const std::vector<std::string> &config_task_names() { return task_names; }
 
 const std::vector<std::string> &config_built_tasks() {
-  static const std::vector<std::string> built{"statistics", "tensor", "overflow_check", "grad_probe", "structure"};
+  static const std::vector<std::string> built{"statistics", "tensor",         "overflow_check",
+                                              "grad_probe", "free_benchmark", "structure"};
   return built;
 }
 

@@ -50,7 +50,9 @@ struct capture_config {
   std::string precision = "low";  // "high": statistics in float32
 
   // From the section named by `task` (statistics, tensor; scope and list also free_benchmark).
-  std::vector<std::string> scope;        // empty or exactly {start, end} entry names
+  // scope: empty or exactly {start, end} entry names; free_benchmark's: any number of exact API
+  // names (msprobe's ListScope).
+  std::vector<std::string> scope;
   std::vector<std::string> list;         // substrings of entry names
   std::vector<std::string> tensor_list;  // statistics: these entries also get tensors saved
   std::vector<std::string> data_mode{"all"};
@@ -75,6 +77,10 @@ struct capture_config {
   // (grad_probe_settings_from_json) in the capture and, through the session meta, in the stages.
   // Null for other tasks.
   nlohmann::ordered_json grad_probe;
+  // free_benchmark: the task's section as validated by core/free_benchmark.h
+  // (free_benchmark_settings_from_json, msprobe's rules), every field with its default filled in
+  // (free_benchmark_settings_to_json); scope and list are also copied above. Null for other tasks.
+  nlohmann::ordered_json free_benchmark;
 
   nlohmann::ordered_json source;  // the document as given, before overrides
   std::string source_name;        // the input named in messages, e.g. the file's path
@@ -82,7 +88,7 @@ struct capture_config {
   // The effective config as a map, for dump headers and the stages: task, level, framework
   // ("pytorch"), dump_path, rank, step, precision, summary_mode, data_mode, scope, list,
   // tensor_list, async_dump, tensor_format (the writer reads it), nan_analyze (when set), grad_probe
-  // (task grad_probe).
+  // (task grad_probe), free_benchmark (task free_benchmark).
   [[nodiscard]] nlohmann::ordered_json session_meta() const;
 };
 
@@ -124,9 +130,9 @@ void config_apply_overrides(capture_config &cfg, const config_overrides &overrid
 [[nodiscard]] config_overrides config_overrides_from_env();
 
 // Tasks. msprobe's eight are parsed and validated (config_task_names); the capture runs
-// config_built_tasks() (statistics, tensor, overflow_check, grad_probe, structure). A task not
-// built is refused, never captured as another: free_benchmark and run_ut need the training
-// process to perturb or re-run operators, exception_dump is MindSpore's.
+// config_built_tasks() (statistics, tensor, overflow_check, grad_probe, free_benchmark,
+// structure). A task not built is refused, never captured as another: run_ut replays a dump
+// afterwards (tprobe precheck), exception_dump is MindSpore's.
 [[nodiscard]] const std::vector<std::string> &config_task_names();
 [[nodiscard]] const std::vector<std::string> &config_built_tasks();
 
@@ -144,7 +150,7 @@ struct config_pipeline {
 // Whether `cfg` (overrides applied) can run: its task is built, and is one of the pipeline's.
 // Throws usage_error, one line naming the config, the task and, for a mismatch, the manifest and
 // the tasks it can do:
-//   config.json: task "free_benchmark" is not built in tprobe yet (built: statistics, tensor, …)
+//   config.json: task "exception_dump" is not built in tprobe yet (built: statistics, tensor, …)
 //   config.json: task "overflow_check" is not one that pipelines/statistics.json can do (its tasks: statistics, tensor, structure)
 void config_check_task_runs(const capture_config &cfg, const config_pipeline &pipeline);
 

@@ -25,6 +25,7 @@
 #include "safe_path.h"
 #include "endpoint.h"
 #include "errors.h"
+#include "free_benchmark_record.h"
 #include "grad_record.h"
 #include "part_runner.h"
 #include "pyjson.h"
@@ -321,6 +322,7 @@ struct tprobe_session {
   size_t entries_this_step = 0;
   tprobe_session_counts counts{};
   std::optional<grad_probe_settings> grad;  // task grad_probe
+  std::optional<free_benchmark_settings> fuzz;  // task free_benchmark
 
   // Strided tensors up to this size get their statistics in place, through this buffer (kept, so
   // its pages fault once); larger ones travel to the statistics stage rather than hold that much
@@ -779,6 +781,8 @@ struct tprobe_session {
     config_check_dump_path_usable(config);
     filter = std::make_unique<capture_filter>(config);
     if (config.task == "grad_probe") grad = grad_probe_settings_from_json(config.grad_probe, config.source_name);
+    if (config.task == "free_benchmark")
+      fuzz = free_benchmark_settings_from_json(config.free_benchmark, config.source_name);
     if (options.pipeline_timeout_ms == 0)
       options.pipeline_timeout_ms =
           config.pipeline_timeout_s < 0 ? -1 : static_cast<int>(config.pipeline_timeout_s * 1000);
@@ -1172,6 +1176,49 @@ struct tprobe_session {
     if (std::string problem = dump_name_problem(param); !problem.empty())
       throw usage_error(fmt::format("parameter name \"{}\" {}", param, problem));
     return true;
+  }
+
+  // Task free_benchmark: the framework re-runs the calls; rows need what dump entries need (the
+  // capture started, this rank, this step) and the section's scope and list.
+  bool fuzz_wanted(const char *api_name) {
+    if (!api_name || !*api_name) throw usage_error("API name is empty");
+    if (!fuzz) return false;
+    poll_control();
+    return active() && fuzz->wants(api_name);
+  }
+
+  int capture_fuzz_row(const tprobe_fuzz_row &c) {
+    if (!fuzz_wanted(c.api_name)) {
+      ++counts.skipped;
+      return TPROBE_SKIPPED;
+    }
+    const std::string_view stage = c.stage ? c.stage : "";
+    if (stage != "forward" && stage != "backward")
+      throw usage_error(fmt::format("free_benchmark row of {}: stage \"{}\" is not forward or backward", c.api_name, stage));
+    free_benchmark_row row;
+    switch (c.verdict) {
+      case TPROBE_FUZZ_RATIO: row.verdict = free_benchmark_row::kind::ratio; break;
+      case TPROBE_FUZZ_SYMBOL_FLIPPING: row.verdict = free_benchmark_row::kind::symbol_flipping; break;
+      case TPROBE_FUZZ_NO_RATIO: row.verdict = free_benchmark_row::kind::none; break;
+      default: throw usage_error(fmt::format("free_benchmark row of {}: verdict {} is not a TPROBE_FUZZ_* value", c.api_name, c.verdict));
+    }
+    if (c.ndim < 0 || (c.ndim > 0 && !c.shape))
+      throw usage_error(fmt::format("free_benchmark row of {}: shape is missing", c.api_name));
+    for (int i = 0; i < c.ndim; ++i) {
+      if (c.shape[i] < 0) throw usage_error(fmt::format("free_benchmark row of {}: negative dimension in shape", c.api_name));
+      row.shape.push_back(c.shape[i]);
+    }
+    if (c.output_index < -1)
+      throw usage_error(fmt::format("free_benchmark row of {}: output_index {} is not -1 or an index", c.api_name, c.output_index));
+    if (c.output_index >= 0) row.output_index = c.output_index;
+    row.rank = options.rank < 0 ? 0 : options.rank;  // msprobe's get_dist_rank(): 0 when not distributed
+    row.pert_mode = fuzz->pert_mode;
+    row.stage = std::string(stage);
+    row.step = step;
+    row.api_name = c.api_name;
+    if (row.verdict == free_benchmark_row::kind::ratio) row.ratio = c.ratio;
+    row.dtype = c.dtype ? c.dtype : "";
+    return enqueue(free_benchmark_record_make(header(record_kind::tensor), row)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 
   int capture_grad(const char *param, const grad_numbers &n, std::vector<std::byte> bits, const char *device) {
@@ -1582,6 +1629,24 @@ int tprobe_capture_grad_numbers(tprobe_session *s, const char *param, const tpro
       bits.assign(b, b + grad_sign_bytes(n.numel));
     }
     return s->capture_grad(param, n, std::move(bits), c->device);
+  });
+}
+
+}  // extern "C"
+
+// ---- Task free_benchmark (tprobe_capture.h, core/free_benchmark.h) ----
+extern "C" {
+
+int tprobe_fuzz_query(tprobe_session *s, const char *api_name) {
+  if (!s) return null_session();
+  return guarded([&] { return s->fuzz_wanted(api_name) ? TPROBE_OK : TPROBE_SKIPPED; });
+}
+
+int tprobe_capture_fuzz_row(tprobe_session *s, const tprobe_fuzz_row *row) {
+  if (!s) return null_session();
+  return guarded([&] {
+    if (!row) throw usage_error("tprobe_capture_fuzz_row: row is NULL");
+    return s->capture_fuzz_row(*row);
   });
 }
 

@@ -90,8 +90,8 @@ typedef struct tprobe_session tprobe_session;
 /* Opens a session. config_path NULL: the environment variable TPROBE_CONFIG. The environment
    variables TPROBE_TASK, TPROBE_LEVEL and TPROBE_DUMP_PATH (set by a manifest's "capture" section)
    override the file. Every config field is validated; a bad one fails the call with a message
-   naming the file and the field. A task tprobe does not build (free_benchmark, run_ut,
-   exception_dump), or one the pipeline's manifest cannot do (TPROBE_PIPELINE_TASKS, set by
+   naming the file and the field. A task tprobe does not build (run_ut, exception_dump), or one
+   the pipeline's manifest cannot do (TPROBE_PIPELINE_TASKS, set by
    `tprobe run`), fails it too (config.h, config_check_task_runs). options may be NULL (defaults). */
 int tprobe_session_open(const char *config_path, const tprobe_open_options *options, tprobe_session **session);
 

@@ -408,7 +408,7 @@ TEST(pipeline, run_refuses_a_task_the_manifest_cannot_do_before_the_command_star
   test::write_file(dir / "config.json", "{}");
   const std::string config = std::filesystem::canonical(dir / "config.json");  // as the launcher names it
   struct refusal {
-    std::string task, section, manifest, message;
+    std::string task, section, manifest, message, level = "L1";
   };
   const std::vector<refusal> cases{
       {"overflow_check", R"("overflow_check": {"overflow_nums": 1})", statistics,
@@ -420,16 +420,20 @@ TEST(pipeline, run_refuses_a_task_the_manifest_cannot_do_before_the_command_star
        config + ": task \"statistics\" is not one that " + test::source_dir() +
            "/pipelines/overflow_check.json can do (its tasks: overflow_check)"},
       {"free_benchmark", R"("free_benchmark": {"fuzz_level": "L1"})", statistics,
-       config + ": task \"free_benchmark\" is not built in tprobe yet (built: statistics, tensor, overflow_check, "
-                "grad_probe, structure)"},
+       config + ": task \"free_benchmark\" is not one that " + statistics + " can do"},
+      // MindSpore's task (level L2 there): the one msprobe task tprobe does not build.
+      {"exception_dump", R"("exception_dump": {})", statistics,
+       config + ": task \"exception_dump\" is not built in tprobe yet (built: statistics, tensor, overflow_check, "
+                "grad_probe, free_benchmark, structure)",
+       "L2"},
       {"run_ut", R"("run_ut": {"white_list": []})", statistics,
        config + ": task \"run_ut\" replays a dump, it captures nothing: dump with task \"tensor\" (or \"statistics\") "
                 "at level L1, then run `tprobe precheck DUMP -config " + config + "`"},
   };
   for (const auto &c : cases) {
     SCOPED_TRACE(c.task + " under " + c.manifest);
-    test::write_file(config, R"({"task": ")" + c.task + R"(", "dump_path": ")" + dir.path() + R"(/dump", "level": "L1", )" +
-                                 c.section + "}");
+    test::write_file(config, R"({"task": ")" + c.task + R"(", "dump_path": ")" + dir.path() + R"(/dump", "level": ")" +
+                                 c.level + R"(", )" + c.section + "}");
     const std::string ran = dir / "command-ran";
     for (const bool from_env : {false, true}) {
       std::vector<std::string> argv{test::bin("tprobe"), "run", c.manifest};

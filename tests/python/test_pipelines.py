@@ -126,15 +126,16 @@ for step in range(STEPS):
         # msprobe configs name tasks tprobe does not build yet; the debugger used to start the
         # statistics pipeline for them and write a statistics dump. Now it refuses at construction,
         # one line naming the file and the task, before anything is dumped.
-        built = "statistics, tensor, overflow_check, grad_probe, structure"
-        # run_ut (msprobe's pre-check) captures nothing: the line says how to dump and replay it.
-        expected = {"free_benchmark": f'./config.json: task "free_benchmark" is not built in tprobe yet (built: {built})',
+        built = "statistics, tensor, overflow_check, grad_probe, free_benchmark, structure"
+        # exception_dump is MindSpore's (level L2 there); run_ut (msprobe's pre-check) captures
+        # nothing: the line says how to dump and replay it.
+        expected = {"exception_dump": f'./config.json: task "exception_dump" is not built in tprobe yet (built: {built})',
                     "run_ut": './config.json: task "run_ut" replays a dump, it captures nothing: dump with task '
                               '"tensor" (or "statistics") at level L1, then run `tprobe precheck DUMP -config '
                               './config.json`'}
-        for task, section in (("free_benchmark", {"fuzz_level": "L1"}), ("run_ut", {"white_list": []})):
+        for task, level, section in (("exception_dump", "L2", {}), ("run_ut", "L1", {"white_list": []})):
             with self.subTest(task=task):
-                config = {"task": task, "dump_path": "./dump", "level": "L1", task: section}
+                config = {"task": task, "dump_path": "./dump", "level": level, task: section}
                 run = self.run_script(tt.TRAIN, config=config, expect_ok=False, name=f"unbuilt-{task}")
                 self.assertNotEqual(run.result.returncode, 0)
                 self.assertIn(expected[task], run.result.stderr)
@@ -142,9 +143,9 @@ for step in range(STEPS):
         # A task given as PrecisionDebugger's argument: the message names the user's file, not the
         # temporary copy that carries the argument.
         script = tt.TRAIN.replace('PrecisionDebugger(config_path="./config.json")',
-                                  'PrecisionDebugger(config_path="./config.json", task="free_benchmark")')
+                                  'PrecisionDebugger(config_path="./config.json", task="exception_dump", level="L2")')
         run = self.run_script(script, expect_ok=False, name="unbuilt-argument")
-        self.assertIn('./config.json (with the arguments of PrecisionDebugger): task "free_benchmark" is not built',
+        self.assertIn('./config.json (with the arguments of PrecisionDebugger): task "exception_dump" is not built',
                       run.result.stderr)
         self.assertNotIn("tprobe-config-", run.result.stderr)
         self.assertFalse(os.path.exists(run.dump))

@@ -505,12 +505,55 @@ TEST(ConfigSection, FreeBenchmarkRules) {
   EXPECT_THAT(parse_error(doc({{"handler_type", "fix"}, {"if_preheat", true}})),
               HasSubstr("field \"free_benchmark.handler_type\""));
   EXPECT_THAT(parse_error(doc({{"fuzz_level", "L2"}})), HasSubstr("field \"free_benchmark.fuzz_level\""));
-  EXPECT_THAT(parse_error(doc({{"preheat_step", 0}})), HasSubstr("field \"free_benchmark.preheat_step\""));
-  EXPECT_THAT(parse_error(doc({{"max_sample", "20"}})), HasSubstr("field \"free_benchmark.max_sample\""));
+  // preheat_step and max_sample are checked, as msprobe checks them, only with if_preheat.
+  EXPECT_THAT(parse_error(doc({{"if_preheat", true}, {"preheat_step", 0}})),
+              HasSubstr("field \"free_benchmark.preheat_step\""));
+  EXPECT_THAT(parse_error(doc({{"if_preheat", true}, {"max_sample", "20"}})),
+              HasSubstr("field \"free_benchmark.max_sample\""));
+  EXPECT_EQ(parse_error(doc({{"preheat_step", 0}, {"max_sample", "20"}})), "<accepted>");
+  EXPECT_THAT(parse_error(doc({{"if_preheat", "true"}})), HasSubstr("field \"free_benchmark.if_preheat\""));
   EXPECT_THAT(parse_error(doc({{"if_preheat", 1}})), HasSubstr("field \"free_benchmark.if_preheat\""));
   EXPECT_THAT(parse_error(doc({{"scope", ordered_json::parse(R"(["Torch.add.0.forward", "Torch.add.1.forward"])")},
                                {"list", ordered_json::array({"add"})}})),
               HasSubstr("field \"free_benchmark.scope\": cannot be combined"));
+  EXPECT_THAT(parse_error(doc({{"fuzz_typo", 1}})), HasSubstr("field \"free_benchmark.fuzz_typo\": unknown key"));
+}
+
+// The section as validated reaches the session meta with every default filled in; scope is
+// msprobe's ListScope (any number of exact names, no name pattern); the level is msprobe's:
+// any but L2 (kernel dump, task tensor only).
+TEST(ConfigSection, FreeBenchmarkMetaScopeAndLevel) {
+  ordered_json d = default_doc();
+  d["task"] = "free_benchmark";
+  d["free_benchmark"] = {{"scope", {"Torch.add.0.forward", "Torch.mul.3.forward", "x"}}, {"pert_mode", "add_noise"}};
+  const capture_config cfg = config_parse(d, "config.json");
+  EXPECT_THAT(cfg.scope, ElementsAre("Torch.add.0.forward", "Torch.mul.3.forward", "x"));
+  const ordered_json meta = cfg.session_meta();
+  ASSERT_TRUE(meta.contains("free_benchmark"));
+  EXPECT_EQ(meta["free_benchmark"].dump(),
+            R"({"scope":["Torch.add.0.forward","Torch.mul.3.forward","x"],"list":[],"fuzz_device":"npu",)"
+            R"("pert_mode":"add_noise","handler_type":"check","fuzz_level":"L1","fuzz_stage":"forward",)"
+            R"("if_preheat":false,"preheat_step":15,"max_sample":15})");
+  // No section: msprobe's defaults.
+  d.erase("free_benchmark");
+  EXPECT_EQ(config_parse(d, "config.json").session_meta()["free_benchmark"]["pert_mode"], "improve_precision");
+  // Other tasks carry none.
+  EXPECT_FALSE(config_parse(default_doc(), "config.json").session_meta().contains("free_benchmark"));
+  EXPECT_TRUE(config_parse(default_doc(), "config.json").free_benchmark.is_null());
+  // Overrides re-derive the config: the section survives a re-derivation from the fields.
+  capture_config by_hand = config_parse(with("task", "free_benchmark"), "config.json");
+  by_hand.source = nullptr;
+  config_apply_overrides(by_hand, config_overrides{});
+  EXPECT_EQ(by_hand.free_benchmark["max_sample"], 20);  // the packaged config's, unchecked outside preheat but kept
+  for (const char *level : {"L0", "L1", "mix", "debug"}) {
+    ordered_json e = with("task", "free_benchmark");
+    e["level"] = level;
+    EXPECT_EQ(parse_error(e), "<accepted>") << level;
+  }
+  ordered_json l2 = with("task", "free_benchmark");
+  l2["level"] = "L2";
+  EXPECT_THAT(parse_error(l2), HasSubstr("level \"L2\" (kernel dump) requires task \"tensor\""));
+  EXPECT_THAT(config_built_tasks(), ::testing::Contains("free_benchmark"));
 }
 
 TEST(ConfigSection, RunUtAndGradProbe) {
