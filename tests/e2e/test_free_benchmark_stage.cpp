@@ -1,7 +1,8 @@
 // The real tprobe-free-benchmark binary over a real socket (ipc in a temp dir, no fixed port): a
 // producer sends a session and three rows of two steps; the csv files appear under the session's
 // dump_path as msprobe writes them, one stderr line per row and the summary line, exit 0. A
-// dump_path msprobe refuses, or a row before its session: the fatal line, exit 100.
+// dump_path msprobe refuses, or a row before its session: the fatal line, exit 100. `tprobe report`
+// over the stage's dump: exit 1.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -95,6 +96,40 @@ TEST(FreeBenchmarkStageE2e, ADumpPathMsprobeRefusesIsAUsageError) {
             std::string::npos)
       << err;
   EXPECT_FALSE(std::filesystem::exists(dir / "a b"));
+}
+
+// The stage's dump through `tprobe report`: its rows fail the verdict (exit 1); a file with its
+// header alone passes (exit 0); a file cut off in mid-row alone is a usage error naming it (100).
+TEST(FreeBenchmarkStageE2e, TheReportOfTheStagesDumpFails) {
+  test::temp_dir dir;
+  const auto [status, err] = run_stage(dir, dir / "dump",
+                                       {row_of("Torch.matmul.0.forward", 1, 1.5), row_of("Torch.add.3.forward", 2, 0.25)});
+  ASSERT_EQ(status, 0) << err;
+  auto r = test::run_process({test::bin("tprobe"), "report", dir / "dump", "-o", dir / "r.html"});
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("tprobe-report: free_benchmark: FAIL: 2 inconsistent API calls in 2 free_benchmark.csv files; "
+                       "first step 1 rank 0 Torch.matmul.0.forward (add_noise, max_rel 0.5, torch.float16)\n"
+                       "tprobe-report: verdict: FAIL; report " + dir / "r.html"),
+            std::string::npos)
+      << r.out;
+
+  const std::string header = "rank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index\r\n";
+  std::filesystem::create_directories(dir / "clean/step0/rank0");
+  test::write_file(dir / "clean/step0/rank0/free_benchmark.csv", header);
+  r = test::run_process({test::bin("tprobe"), "report", dir / "clean", "-o", dir / "c.html"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("tprobe-report: free_benchmark: PASS: 0 inconsistent API calls in 1 free_benchmark.csv file\n"),
+            std::string::npos)
+      << r.out;
+
+  std::filesystem::create_directories(dir / "cut/step0/rank0");
+  const std::string cut = dir / "cut/step0/rank0/free_benchmark.csv";
+  test::write_file(cut, header + "0,add_noise,forward,0,Torch.add.0.forward,0.5,torch.flo");
+  r = test::run_process({test::bin("tprobe"), "report", dir / "cut", "-o", dir / "x.html"});
+  EXPECT_EQ(r.status, 100) << r.out << r.err;
+  EXPECT_NE(r.err.find("(not read: " + cut + ": row 2: 7 cells, not 9 (a truncated or foreign file))"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.html"));
 }
 
 TEST(FreeBenchmarkStageE2e, ARowBeforeItsSessionIsAUsageError) {

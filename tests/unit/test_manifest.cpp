@@ -225,6 +225,7 @@ TEST(ShippedPipelines, SayWhichTasksTheyDo) {
       {"tensor.json", {"tensor"}},
       {"overflow_check.json", {"overflow_check"}},
       {"grad_probe.json", {"grad_probe"}},
+      {"free_benchmark.json", {"free_benchmark"}},
       {"gradsim-live.json", {"grad_probe"}},
       {"compare-live.json", {"tensor"}},
       {"nan-live.json", {"statistics", "tensor"}},
