@@ -131,6 +131,29 @@ def write_precheck(folder, ts="20250101120000"):
     return folder
 
 
+def write_free_benchmark(dump):
+    """msprobe 8.3.3's free_benchmark.csv as DataWriter.write_data_to_csv writes it (csv.writer,
+    CRLF, no BOM; msprobe-next.md §2.8): the doc figure's row at step 2, V-3's three rows at step 3."""
+    import csv
+    header = ["rank", "pert_mode", "stage", "step", "api_name", "max_rel", "dtype", "shape", "output_index"]
+    steps = {2: [[0, "improve_precision", "forward", 2, "Torch.matmul.40.forward", 0.022563696, "torch.float16",
+                  "torch.Size([4096, 4, 192])", ""]],
+             3: [[0, "improve_precision", "forward", 3, "Torch.add.0.forward", 0.004049780885728493, "torch.float16",
+                  "torch.Size([2])", ""],
+                 [0, "improve_precision", "forward", 3, "Torch.mul.1.forward", "symbol_flipping", "torch.float16",
+                  "torch.Size([3])", ""],
+                 [0, "bit_noise", "forward", 3, "Functional.softmax.0.forward", 0.00024998475230142425,
+                  "torch.float32", "torch.Size([2, 2])", 1]]}
+    for step, rows in steps.items():
+        folder = os.path.join(dump, f"step{step}", "rank0")
+        os.makedirs(folder)
+        with open(os.path.join(folder, "free_benchmark.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+    return dump
+
+
 def run(*args, expect=None):
     p = subprocess.run([os.path.join(BIN_DIR, "tprobe"), *args], capture_output=True, text=True, timeout=120)
     if expect is not None and p.returncode != expect:
@@ -160,8 +183,9 @@ class ReportFixture(unittest.TestCase):
         cls.grad = os.path.join(cls.tmp, "grad")
         write_similarities(os.path.join(cls.grad, "rank0", "similarities.csv"), drop_at=2)
         cls.pre = write_precheck(os.path.join(cls.tmp, "pre"))
+        cls.fb = write_free_benchmark(os.path.join(cls.tmp, "fb"))
         cls.page = os.path.join(cls.tmp, "out", "report.html")
-        cls.report = run("report", cls.cmp, cls.nan, cls.grad, cls.pre, "-o", cls.page, expect=1)
+        cls.report = run("report", cls.cmp, cls.nan, cls.grad, cls.pre, cls.fb, "-o", cls.page, expect=1)
         result = [f for f in os.listdir(cls.cmp) if f.endswith(".json")][0]
         with open(os.path.join(cls.cmp, result)) as f:
             cls.result = json.load(f)
@@ -187,6 +211,9 @@ class TerminalSummary(ReportFixture):
         self.assertIn("tprobe-report: precheck pre/20250101120000: FAIL: 3 APIs; forward 2 pass, 1 warning, 0 error, 0 SKIP; "
                       "backward 0 pass, 0 warning, 1 error, 0 SKIP, 2 none; first error Functional.linear.3 "
                       "(余弦相似度 0.5 ≤ 0.99)", lines)
+        self.assertIn("tprobe-report: free_benchmark: FAIL: 4 inconsistent API calls in 2 free_benchmark.csv files; "
+                      "first step 2 rank 0 Torch.matmul.40.forward (improve_precision, max_rel 0.022563696, "
+                      "torch.float16)", lines)
         self.assertEqual(lines[-1], f"tprobe-report: verdict: FAIL; report {self.page}")
 
     def test_clean_results_pass(self):
@@ -378,6 +405,30 @@ class Browser(ReportFixture):
         d.execute_script("arguments[0].scrollIntoView({block: 'center'})", badge)  # not under the sticky header
         badge.click()
         self.wait_rows(lambda names: sorted(names) == sorted(both))
+        severe = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+        self.assertEqual(severe, [])
+
+    def test_free_benchmark_rows_sort_and_filter(self):
+        d = self.driver
+        fb = d.find_element(By.CSS_SELECTOR, "section.free-benchmark")
+        self.assertIn("FAIL: 4 inconsistent API calls in 2 files", fb.find_element(By.CSS_SELECTOR, ".verdict-box").text)
+
+        def apis():
+            return d.execute_script("return Array.from(arguments[0].querySelectorAll('table.fb-rows tr[data-api]'), "
+                                    "tr => tr.dataset.api)", fb)
+        # by step, each file in arrival order
+        self.assertEqual(apis(), ["Torch.matmul.40.forward", "Torch.add.0.forward", "Torch.mul.1.forward",
+                                  "Functional.softmax.0.forward"])
+        softmax = fb.find_element(By.CSS_SELECTOR, 'table.fb-rows tr[data-api="Functional.softmax.0.forward"]')
+        self.assertEqual([td.text for td in softmax.find_elements(By.TAG_NAME, "td")],
+                         ["3", "0", "Functional.softmax.0.forward", "bit_noise", "forward", "0.00024998475230142425",
+                          "torch.float32", "torch.Size([2, 2])", "1"])
+        # max_rel: largest first, symbol_flipping above every number
+        fb.find_element(By.CSS_SELECTOR, 'table.fb-rows th[data-col="5"]').click()
+        WebDriverWait(d, 10).until(lambda d: apis() == ["Torch.mul.1.forward", "Torch.matmul.40.forward",
+                                                        "Torch.add.0.forward", "Functional.softmax.0.forward"])
+        fb.find_element(By.CSS_SELECTOR, "input.fb-filter").send_keys("Torch.ma")
+        WebDriverWait(d, 10).until(lambda d: apis() == ["Torch.matmul.40.forward"])
         severe = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
         self.assertEqual(severe, [])
 
