@@ -701,6 +701,11 @@ void config_check_task_runs(const capture_config &cfg, const config_pipeline &pi
   if (!contains(config_built_tasks(), cfg.task))
     throw usage_error(fmt::format("{}: task {} is not built in tprobe yet (built: {})", source, quote(cfg.task),
                                   fmt::join(config_built_tasks(), ", ")));
+  // msprobe fuzzes whole modules at L0 and mix (their forward re-run); tprobe re-runs API calls only.
+  if (cfg.task == "free_benchmark" && cfg.level != "L1")
+    throw usage_error(fmt::format("{}: task \"free_benchmark\" at level {} is not built in tprobe yet: it re-runs "
+                                  "API calls, level \"L1\"",
+                                  source, quote(cfg.level)));
   if (!pipeline.tasks.empty() && !contains(pipeline.tasks, cfg.task))
     throw usage_error(fmt::format("{}: task {} is not one that {} can do (its tasks: {})", source, quote(cfg.task),
                                   pipeline.manifest.empty() ? "the pipeline" : pipeline.manifest,

@@ -243,14 +243,15 @@ struct state {
   std::optional<free_benchmark_settings> fuzz;
   std::unique_ptr<free_benchmark_preheat> preheat;  // if_preheat
   std::unordered_set<std::string> fuzz_warned;      // APIs whose re-run failed, said once each
-  uint64_t fuzz_reruns = 0, fuzz_found = 0, fuzz_failures = 0;
+  uint64_t fuzz_reruns = 0, fuzz_found = 0, fuzz_failures = 0, fuzz_unsupported = 0;
   // At a selected call's start (the name counted as op_begin counts it): its arguments kept.
   std::unique_ptr<at::ObserverContext> fuzz_begin(const at::RecordFunction &fn, const op_info &info, int depth);
   // At its end, without the mutex held while the call re-runs.
   void fuzz_end(const at::RecordFunction &fn, op_context &ctx);
   void fuzz_link_backward(op_context &ctx, const c10::OperatorHandle &op, const std::vector<c10::IValue> &outputs);
   void fuzz_backward_compare(fuzz_backward_check &check);
-  void fuzz_warn(const std::string &api, const std::string &what);
+  // Says `what` on stderr once per API; counts a failure (a re-run that threw) or an unsupported call.
+  void fuzz_warn(const std::string &api, const std::string &what, bool failed = true);
   void fuzz_rows(const std::string &api, const char *stage, const std::vector<fuzz_finding> &findings);
 };
 

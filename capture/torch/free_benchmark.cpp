@@ -121,9 +121,9 @@ std::unique_ptr<at::ObserverContext> state::fuzz_begin(const at::RecordFunction 
   }
 }
 
-void state::fuzz_warn(const std::string &api, const std::string &what) {
+void state::fuzz_warn(const std::string &api, const std::string &what, bool failed) {
   std::lock_guard lock(mutex);
-  ++fuzz_failures;
+  ++(failed ? fuzz_failures : fuzz_unsupported);
   const std::string pure = free_benchmark_preheat::pure_name(api);
   if (fuzz_warned.insert(pure).second)
     std::fprintf(stderr, "tprobe: free_benchmark: %s: %s (said once per API)\n", api.c_str(), what.c_str());
@@ -156,7 +156,8 @@ void state::fuzz_end(const at::RecordFunction &fn, op_context &ctx) {
     for (const auto &a : info.arguments) kwarg_only.push_back(a.kwarg_only);
     const int valid = fuzz_valid_input(call.args, kwarg_only);
     if (valid < 0) {
-      fuzz_warn(ctx.forward, "no floating-point tensor or list among its positional arguments: not fuzzed");
+      // msprobe's warning (无标杆工具不支持当前算子的输入类型), once per API here.
+      fuzz_warn(ctx.forward, "no floating-point tensor or list among its positional arguments: not fuzzed", false);
       return;
     }
     const auto op = c10::Dispatcher::singleton().findSchema(*info.operator_name);
@@ -175,22 +176,26 @@ void state::fuzz_end(const at::RecordFunction &fn, op_context &ctx) {
       if (!session) return;
       step = tprobe_current_step(session);
     }
+    at::NoGradGuard no_grad;
+    fuzz_arguments perturbed = fuzz_perturb(call.args, valid, mode, info.written);
+    if (!perturbed.perturbed) return;
+    // Preheat counts a call as msprobe's handler does: once its perturbed result holds a floating
+    // tensor (the re-run's outputs have the original's kinds). Step 0 only counts: no re-run.
+    const bool any_float = std::any_of(original.begin(), original.end(), [](const auto &o) {
+      return o.second.defined() && o.second.is_floating_point();
+    });
     std::string pure, first_dtype;
     int64_t order = 0;
     if (fuzz->preheat()) {
+      if (!any_float) return;
       pure = free_benchmark_preheat::pure_name(ctx.forward);
       std::lock_guard lock(mutex);
       if (!free_benchmark_preheat::compares(step)) {
-        // Step 0 only counts the calls of each API (only those whose result can be compared).
-        if (std::any_of(original.begin(), original.end(), [](const auto &o) { return o.second.is_floating_point(); }))
-          preheat->count_call(pure, step);
+        preheat->count_call(pure, step);
         return;
       }
       if (step < fuzz->preheat_step) order = preheat->count_call(pure, step);
     }
-    at::NoGradGuard no_grad;
-    fuzz_arguments perturbed = fuzz_perturb(call.args, valid, mode, info.written);
-    if (!perturbed.perturbed) return;
     const auto results = with_call_randomness(call, [&] { return fuzz_rerun(*op, std::move(perturbed.args)); });
     const auto rerun = fuzz_output_tensors(results);
     ++fuzz_reruns;

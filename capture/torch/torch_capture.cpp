@@ -183,7 +183,7 @@ std::string open(const open_options &options) {
   if (cfg.value("task", "") == "free_benchmark") {
     s.fuzz = free_benchmark_settings_from_json(cfg.value("free_benchmark", nlohmann::ordered_json::object()),
                                               "the session's free_benchmark");
-    if (s.fuzz->preheat()) s.preheat = std::make_unique<free_benchmark_preheat>(s.fuzz->preheat_step, s.fuzz->max_sample);
+    if (s.fuzz->preheat()) s.preheat = std::make_unique<free_benchmark_preheat>(s.fuzz->preheat_step, s.fuzz->max_sample, s.fuzz->pert_mode);
     if (s.fuzz->fix())
       std::fprintf(stderr, "tprobe: free_benchmark handler fix: the outputs of the selected APIs are replaced by their "
                            "%s re-run in this training\n", s.fuzz->pert_mode.c_str());
@@ -420,7 +420,7 @@ std::string counters() {
          {"device_deferred", s.device.deferred}, {"device_flushes", s.device.flushes},
          {"device_unread", s.device.unread},   {"device_flush_ns", s.device.flush_ns},
          {"fuzz_reruns", s.fuzz_reruns}, {"fuzz_found", s.fuzz_found},
-         {"fuzz_failures", s.fuzz_failures},
+         {"fuzz_failures", s.fuzz_failures}, {"fuzz_unsupported", s.fuzz_unsupported},
          {"errors", s.errors},
          {"error", s.failure}};
   return j.dump();

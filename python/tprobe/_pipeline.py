@@ -43,7 +43,7 @@ def manifest_for(task):
     ("tasks", docs/stages/run.md), and tprobe run refuses a config asking for another. A task
     tprobe does not build never gets here: the debugger refuses it at construction."""
     return {"tensor": "tensor.json", "overflow_check": "overflow_check.json",
-            "grad_probe": "grad_probe.json"}.get(task, "statistics.json")
+            "grad_probe": "grad_probe.json", "free_benchmark": "free_benchmark.json"}.get(task, "statistics.json")
 
 
 class DirectPipeline:

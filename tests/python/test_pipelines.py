@@ -166,7 +166,7 @@ for step in range(STEPS):
         # Direct mode starts its own pipeline with a manifest chosen by task: each built task's
         # manifest must list it among its "tasks" (or force it with capture.task).
         from tprobe import _pipeline
-        for task in ("statistics", "tensor", "overflow_check", "grad_probe", "structure"):
+        for task in ("statistics", "tensor", "overflow_check", "grad_probe", "free_benchmark", "structure"):
             with open(os.path.join(tt.PIPELINES, _pipeline.manifest_for(task))) as f:
                 manifest = json.load(f)
             tasks = manifest.get("tasks") or [manifest.get("capture", {}).get("task")]

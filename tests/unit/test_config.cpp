@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <gmock/gmock.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -1050,6 +1051,24 @@ TEST(ConfigTasks, RunUtPointsToThePrecheck) {
   } catch (const usage_error &e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("./config.json: task \"run_ut\" replays a dump, it captures nothing"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("tprobe precheck DUMP -config ./config.json"));
+  }
+}
+
+// free_benchmark re-runs API calls (L1); msprobe's module fuzzing at L0 and mix is refused, not run as L1.
+TEST(ConfigTasks, FreeBenchmarkRunsAtL1Only) {
+  capture_config cfg;
+  cfg.task = "free_benchmark";
+  cfg.source_name = "./config.json";
+  EXPECT_NO_THROW(config_check_task_runs(cfg, {}));
+  for (const char *level : {"L0", "mix", "debug"}) {
+    cfg.level = level;
+    try {
+      config_check_task_runs(cfg, {});
+      ADD_FAILURE() << level << " was accepted";
+    } catch (const usage_error &e) {
+      EXPECT_EQ(std::string(e.what()), fmt::format("./config.json: task \"free_benchmark\" at level \"{}\" is not built in "
+                                                   "tprobe yet: it re-runs API calls, level \"L1\"", level));
+    }
   }
 }
 
