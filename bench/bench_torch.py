@@ -151,6 +151,17 @@ CONFIGS = [
     ("tensor_async", "tensor", 3.0, "tensor, L1 (.npy files), async_dump (step() does not wait)"),
     # The same dump as torch.save files (config tprobe.tensor_format "pt"): what msprobe's format costs.
     ("tensor_pt", "tensor", 3.0, "tensor, L1 (.pt files, tprobe.tensor_format pt)"),
+    # Task free_benchmark (issue 62): every call re-run in each mode (forward goal 4x, backward
+    # 10x), and with the list narrowed to one API (the rest of the step as statistics L1 costs).
+    ("fb_improve_precision", "free_benchmark", 4.0, "free_benchmark improve_precision, every call"),
+    ("fb_add_noise", "free_benchmark", 4.0, "free_benchmark add_noise, every call"),
+    ("fb_bit_noise", "free_benchmark", 4.0, "free_benchmark bit_noise, every call"),
+    ("fb_change_value", "free_benchmark", 4.0, "free_benchmark change_value, every call"),
+    ("fb_no_change", "free_benchmark", 4.0, "free_benchmark no_change, every call"),
+    ("fb_to_cpu", "free_benchmark", 4.0, "free_benchmark to_cpu, every call"),
+    ("fb_backward", "free_benchmark", 10.0, "free_benchmark bit_noise, fuzz_stage backward, every call"),
+    ("fb_one_api", "free_benchmark", {"resnet18": 1.25, "*": 1.3},
+     "free_benchmark bit_noise, list narrowed to Functional.linear.0"),
 ]
 # Issue 16's table: (row, configuration). The default run measures these and "control".
 TABLE = [("statistics L1", "statistics_L1"), ("statistics mix", "statistics_mix"), ("md5 L1", "md5"),
@@ -471,6 +482,16 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
                 doc["tensor"]["list"] = ["forward", "backward"]
         if name.endswith("_pt"):
             doc.setdefault("tprobe", {})["tensor_format"] = "pt"
+        if name.startswith("fb_"):
+            section, mode = doc["free_benchmark"], name[len("fb_"):]
+            if mode == "backward":  # msprobe wants a list for backward: "backward" is in every backward name
+                section.update(pert_mode="bit_noise", fuzz_stage="backward", list=["backward"])
+            elif mode == "one_api":
+                section.update(pert_mode="bit_noise", list=["Functional.linear.0.forward"])
+            elif mode == "to_cpu":
+                section.update(pert_mode="to_cpu", fuzz_device="cpu")
+            else:
+                section["pert_mode"] = mode
         with open(config, "w") as f:
             json.dump(doc, f)
         if opts.against:

@@ -108,11 +108,18 @@ std::unique_ptr<at::ObserverContext> state::fuzz_begin(const at::RecordFunction 
     fuzz_call &call = *ctx->fuzz;
     const auto inputs = fn.inputs();
     call.args.assign(inputs.begin(), inputs.end());
-    // What the call writes is kept as it was before (the re-run starts from the same values).
-    for (size_t i : info.written)
-      if (i < call.args.size()) call.args[i] = fuzz_perturb({call.args[i]}, -1, "no_change", {0}).args[0];
-    call.generators = generators_of(call.args);
-    call.rng_states = states_of(call.generators);
+    std::vector<bool> kwarg_only;
+    for (const auto &a : info.arguments) kwarg_only.push_back(a.kwarg_only);
+    call.valid = fuzz_valid_input(call.args, kwarg_only);
+    // A call that will not be re-run (improve_precision with nothing to raise) keeps nothing more.
+    // One that may be keeps what it writes as it was before (the re-run starts from the same
+    // values) and the random generators' states.
+    if (fuzz_may_rerun(call.args, call.valid, fuzz->pert_mode) || fuzz->backward()) {
+      for (size_t i : info.written)
+        if (i < call.args.size()) call.args[i] = fuzz_perturb({call.args[i]}, -1, "no_change", {0}).args[0];
+      call.generators = generators_of(call.args);
+      call.rng_states = states_of(call.generators);
+    }
     call.sequence_begin = at::sequence_number::peek();
     return ctx;
   } catch (const std::exception &e) {
@@ -152,9 +159,7 @@ void state::fuzz_end(const at::RecordFunction &fn, op_context &ctx) {
   const op_info &info = info_of(fn);
   try {
     at::DisableRecordFunctionGuard no_record;
-    std::vector<bool> kwarg_only;
-    for (const auto &a : info.arguments) kwarg_only.push_back(a.kwarg_only);
-    const int valid = fuzz_valid_input(call.args, kwarg_only);
+    const int valid = call.valid;
     if (valid < 0) {
       // msprobe's warning (无标杆工具不支持当前算子的输入类型), once per API here.
       fuzz_warn(ctx.forward, "no floating-point tensor or list among its positional arguments: not fuzzed", false);
@@ -342,6 +347,7 @@ void state::fuzz_link_backward(op_context &ctx, const c10::OperatorHandle &op, c
 }
 
 void state::fuzz_backward_compare(fuzz_backward_check &check) {
+  if (!fuzz) return;  // a backward after the session's end and a new open of another task
   try {
     at::DisableRecordFunctionGuard no_record;
     fuzz_call &call = *check.call;

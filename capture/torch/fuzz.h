@@ -52,8 +52,9 @@ std::optional<at::Tensor> fuzz_change_value(const at::Tensor &x);
 // non-meta tensor, or a list; -1 when none.
 int fuzz_valid_input(const std::vector<c10::IValue> &args, const std::vector<bool> &kwarg_only);
 
-// The arguments of the re-run. `written`: indices the operator writes (in place, out=): they get
-// a copy, so the re-run never writes the training's tensors.
+// The arguments of the re-run. `written`: indices the operator writes (in place, out=): when the
+// call is re-run they get a copy (unless the perturbation made a new tensor already), so the
+// re-run never writes the training's tensors; nothing is copied when it is not.
 //   improve_precision  every float16/bfloat16 tensor (in lists too) → float32; `perturbed` false
 //                      when there was none (the call is not re-run, as msprobe)
 //   to_cpu             every tensor → CPU, float16/bfloat16 → float32
@@ -69,6 +70,11 @@ fuzz_arguments fuzz_perturb(const std::vector<c10::IValue> &args, int valid, con
 
 // Runs `op` boxed on `args` (RecordFunction off, so the capture does not see it) and returns its
 // results.
+// Whether fuzz_perturb may re-run the call, cheaply (before it runs): false without a valid
+// input, and for improve_precision without a float16/bfloat16 tensor. The capture keeps a call's
+// written arguments and random state only when this is true.
+bool fuzz_may_rerun(const std::vector<c10::IValue> &args, int valid, const std::string &pert_mode);
+
 std::vector<c10::IValue> fuzz_rerun(const c10::OperatorHandle &op, std::vector<c10::IValue> args);
 
 // The outputs of a call as msprobe compares them: one tensor (index -1), or the elements of a

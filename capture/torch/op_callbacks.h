@@ -45,6 +45,7 @@ struct op_info {
 // start, and the random generators' states then.
 struct fuzz_call {
   std::vector<c10::IValue> args;
+  int valid = -1;  // fuzz_valid_input
   std::vector<at::Generator> generators;
   std::vector<at::Tensor> rng_states;
   uint64_t sequence_begin = 0;

@@ -28,6 +28,41 @@ TEST(FuzzMaxRatio, MsprobeUnitVectors) {
   EXPECT_DOUBLE_EQ(empty.ratio, 1.0);
 }
 
+// The CPU's one-pass loop gives ATen's numbers, dtype by dtype: msprobe's calculate_max_ratio
+// written with ATen operators (as the device path runs it) on random outputs with NaN, inf, zeros
+// and sign changes below the floor. (float16 too, where a device runs it: this torch's CPU has no
+// float16 clamp to compare with.)
+TEST(FuzzMaxRatio, CpuLoopMatchesAtenInEveryDtype) {
+  at::manual_seed(7);
+  for (const auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      at::Tensor o = at::randn({257}).to(dtype);
+      at::Tensor p = (o.to(at::kDouble) * (1 + 0.01 * at::randn({257}, at::kDouble))).to(dtype);
+      if (trial % 4 == 1) {
+        o[3] = std::numeric_limits<double>::quiet_NaN();
+        p[5] = std::numeric_limits<double>::infinity();
+      }
+      if (trial % 4 == 2) {
+        o[7] = 0;
+        p[7] = -1e-9;  // a sign change below the floor: no flip
+      }
+      if (trial % 4 == 3) p[11] = -p[11];  // a real flip
+      const std::string name = fuzz_dtype_name(dtype);
+      const double tol = free_benchmark_abs_tol(name, trial % 2 == 0);
+      const at::Tensor r = at::nan_to_num(o.abs().clamp_min(tol) / p.abs().clamp_min(tol), 1.0);
+      const double flip = at::scalar_tensor(-(tol * tol), dtype).item<double>();
+      const bool flips = (o * p).min().item<double>() < flip;
+      const double lo = r.min().item<double>(), hi = r.max().item<double>();
+      const auto got = fuzz_max_ratio(o, p, trial % 2 == 0);
+      ASSERT_EQ(got.symbol_flipping, flips) << name << " trial " << trial;
+      if (!flips) {
+        EXPECT_EQ(got.ratio, std::max({1.0, hi, lo == 0 ? std::numeric_limits<double>::infinity() : 1 / lo}))
+            << name << " trial " << trial;
+      }
+    }
+  }
+}
+
 // V-3 case 1: torch.add of fp16 inputs against the same in fp32 from inputs x1.0041: the row's
 // max_rel is msprobe's 0.004049780885728493 to the last digit.
 TEST(FuzzMaxRatio, V3ImprovePrecisionAdd) {
