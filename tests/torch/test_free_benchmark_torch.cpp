@@ -190,6 +190,27 @@ TEST(FuzzSingleCompare, BenchmarkThresholds) {
   EXPECT_TRUE(fuzz_single_compare(f32({1, 2}), f32({1, std::numeric_limits<float>::infinity()})));
 }
 
+// The one-pass SingleCompare against msprobe's formula in ATen float64, on outputs that pass and
+// outputs that part by a little more than each dtype's thresholds.
+TEST(FuzzSingleCompare, MatchesMsprobesFormula) {
+  at::manual_seed(3);
+  for (const auto dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
+    for (const double scale : {0.0, 1e-5, 1e-3, 1e-2}) {
+      const at::Tensor golden = at::randn({300}, at::kDouble) * 2;
+      const at::Tensor actual = (golden * (1 + scale * at::randn({300}, at::kDouble))).to(dtype);
+      const at::Tensor a = actual.to(at::kDouble), g = golden.to(at::kFloat).to(at::kDouble);
+      const double rtol = dtype == at::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -14);
+      const at::Tensor d = a - g;
+      const double abs_err = at::where(a.abs() < 1, d.abs(), at::zeros_like(d)).max().item<double>();
+      const double rel_err = at::where(a.abs() >= 1, d.abs() / g.abs(), at::zeros_like(d)).max().item<double>();
+      const double eb = (d / at::where(g.abs() >= 1, g.abs(), at::ones_like(g))).mean().item<double>();
+      const bool expected = abs_err <= rtol && rel_err <= rtol && eb <= 1e-4;
+      EXPECT_EQ(fuzz_single_compare(actual, golden.to(at::kFloat)), expected)
+          << fuzz_dtype_name(dtype) << " scale " << scale;
+    }
+  }
+}
+
 // The re-run goes through the dispatcher, and fix writes the re-run's values into the original
 // output through `.data`: autograd's version counter does not move.
 TEST(FuzzRerun, DispatcherAndFix) {
