@@ -9,8 +9,9 @@ so that a Ctrl-C in the terminal reaches the training script first and the captu
 close its stream before the pipeline ends; it gets SIGTERM if the training process dies first.
 
 The launcher's chatter (readiness, per-stage summaries) would interleave with the script's own
-output, so its stderr is kept: lines naming a problem ("fatal", "error", "warning") are shown at
-once, and everything if the run ends badly. TPROBE_VERBOSE=1 shows every line as it comes.
+output, so its stderr is kept: lines naming a problem ("fatal", "error", "warning") and a stage's
+findings as it makes them (free_benchmark's inconsistent API calls) are shown at once, and
+everything if the run ends badly. TPROBE_VERBOSE=1 shows every line as it comes.
 """
 
 import ctypes
@@ -45,6 +46,14 @@ def manifest_for(task):
     return {"tensor": "tensor.json", "overflow_check": "overflow_check.json",
             "grad_probe": "grad_probe.json", "free_benchmark": "free_benchmark.json"}.get(task, "statistics.json")
 
+
+
+# Findings a stage prints the moment it makes them: the user watches for these while training runs.
+FINDING_PREFIXES = ("tprobe-free-benchmark: step ",)
+
+
+def _shown_at_once(line):
+    return any(w in line for w in ("fatal", "error", "warning")) or line.startswith(FINDING_PREFIXES)
 
 class DirectPipeline:
     """A `tprobe run` started by this process. `endpoint` is where the capture connects."""
@@ -93,13 +102,13 @@ class DirectPipeline:
     def _relay(self):
         for line in self.process.stderr:
             self.messages.append(line)
-            if self._verbose or any(w in line for w in ("fatal", "error", "warning")):
+            if self._verbose or _shown_at_once(line):
                 sys.stderr.write(line)
 
     def _show_all(self):
         if not self._verbose:
             for line in self.messages:
-                if not any(w in line for w in ("fatal", "error", "warning")):
+                if not _shown_at_once(line):
                     sys.stderr.write(line)
 
     def close(self, timeout=300):

@@ -199,6 +199,9 @@ class FreeBenchmark(unittest.TestCase):
         row = rows[1][0]
         self.assertEqual((row["pert_mode"], row["stage"], row["dtype"]), ("improve_precision", "forward", "torch.bfloat16"))
         self.assertAlmostEqual(float(row["max_rel"]), 0.3, delta=0.05)
+        # Printed the moment it is found, in direct mode too.
+        self.assertIn(f"tprobe-free-benchmark: step 1 rank 0 Functional.gelu.0.forward: max_rel {row['max_rel']} "
+                      "(torch.bfloat16, torch.Size([6, 32]))", r.stderr)
         r, _, rows = train("gelu", config(list=["gelu"]), DTYPE="bfloat16")
         self.ok(r)
         self.assertEqual(apis(rows), [], rows)
