@@ -1188,7 +1188,14 @@ struct tprobe_session {
   }
 
   int capture_fuzz_row(const tprobe_fuzz_row &c) {
-    if (!fuzz_wanted(c.api_name)) {
+    // A backward row carries the forward API's name (msprobe's); the call was chosen by its
+    // backward name, so that is the one checked again here.
+    std::string chosen = c.api_name ? c.api_name : "";
+    constexpr std::string_view forward_suffix = ".forward";
+    if (c.stage && std::string_view(c.stage) == "backward" && chosen.size() > forward_suffix.size() &&
+        chosen.compare(chosen.size() - forward_suffix.size(), forward_suffix.size(), forward_suffix) == 0)
+      chosen = chosen.substr(0, chosen.size() - forward_suffix.size()) + ".backward";
+    if (!fuzz_wanted(chosen.c_str())) {
       ++counts.skipped;
       return TPROBE_SKIPPED;
     }

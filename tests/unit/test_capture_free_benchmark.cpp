@@ -167,3 +167,22 @@ TEST(capture_free_benchmark, another_rank_or_task_fuzzes_nothing) {
     EXPECT_EQ(f.query("Anything.0.forward"), TPROBE_OK) << tprobe_last_error();  // no scope, no list
   }
 }
+
+// Backward fuzzing chooses calls by their backward name (a list such as ["backward"] matches every
+// one); their rows carry the forward name, as msprobe's do, and are accepted by the same choice.
+TEST(capture_free_benchmark, backward_rows_are_chosen_by_their_backward_name) {
+  fuzz_session f(R"({"fuzz_stage": "backward", "list": ["backward"]})", "");
+  ASSERT_EQ(tprobe_start(f.s), TPROBE_OK) << tprobe_last_error();
+  EXPECT_EQ(f.query("Torch.matmul.0.backward"), TPROBE_OK) << tprobe_last_error();
+  EXPECT_EQ(f.query("Torch.matmul.0.forward"), TPROBE_SKIPPED);
+  const std::vector<int64_t> shape{2};
+  auto row = fuzz_row("Torch.matmul.0.forward", TPROBE_FUZZ_RATIO, 1.25, "torch.float32", shape, 0);
+  row.stage = "backward";
+  ASSERT_EQ(tprobe_capture_fuzz_row(f.s, &row), TPROBE_OK) << tprobe_last_error();
+  auto forward = fuzz_row("Torch.matmul.0.forward", TPROBE_FUZZ_RATIO, 1.25, "torch.float32", shape, -1);
+  EXPECT_EQ(tprobe_capture_fuzz_row(f.s, &forward), TPROBE_SKIPPED);  // a forward row is not what was asked
+  const auto rows = f.rows();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].api_name, "Torch.matmul.0.forward");
+  EXPECT_EQ(rows[0].stage, "backward");
+}
