@@ -1,0 +1,258 @@
+// monitor.cpp: the torch.ops.tprobe operators of python/tprobe/monitor.py (TrainerMon, msprobe's
+// training monitor; msprobe-next.md §3). The monitor's session is its own, apart from the one
+// PrecisionDebugger holds (capture_state.h): a process may run both, each to its own pipeline.
+//
+//   monitor_open(str config_path, int rank, str options) -> str
+//     Opens the monitor session (tprobe_monitor_open: the config validated as msprobe's
+//     validate_config, defaults filled). options: {"endpoint": "", "watch_pid": 0}. Returns the
+//     session config (its "monitor" is the validated monitor config). Throws RuntimeError, one
+//     line naming the file and field, for a bad config; and when a monitor session is open.
+//   monitor_config_check(str config_path) -> str
+//     The session config monitor_open would return, nothing sent anywhere (DYNAMIC_MONITOR's
+//     reload; the check before a direct-mode pipeline starts).
+//   monitor_reduce(Tensor?[] xs, str ops, float eps) -> Tensor
+//     msprobe's statistics (module_metric.py, features.py) of every tensor, computed where the
+//     tensors are: a float64 [len(xs), len(ops)] tensor on their device (the first tensor's; a
+//     tensor on another device is moved there; CPU when none is given). ops: comma-separated, of
+//     min, max, norm, mean, zeros, nans, id (shape and dtype are the caller's). No host sync: the
+//     caller stacks a step's results and reads them once.
+//       min / max   torch.min / torch.max in x's dtype (NaN propagates)
+//       norm        the 2-norm of x.to(float64) (torch.norm's kernel of this LibTorch)
+//       mean        mean of x.to(float64)
+//       zeros       sum(|x| < eps) / numel, the comparison in x's dtype (so an fp16 x with eps
+//                   1e-8 compares against 0 and counts nothing: msprobe's, V-5), the quotient in
+//                   float32 as torch's true division of an int64 sum gives it; NaN when empty
+//       nans        isnan(x).sum()
+//       id          x itself when 0-dimensional, else NaN (msprobe's None, written "nan")
+//     An op that throws (torch's RuntimeError: min of an empty tensor, abs of a bool) gives NaN,
+//     as msprobe's Metric.get_metric; a None (msprobe's non-tensor input or output) gives NaN
+//     for every op.
+//   monitor_send(str prefix, int step, str meta) -> bool
+//     Hands one csv prefix's rows of a step to the session (tprobe_capture_monitor; meta is the
+//     record meta of monitor-common: {"step","ops","micro_step","rows"}). true: sent; false: the
+//     session does not take it (detached, stopped by a stage). Throws on TPROBE_ERROR.
+//   monitor_close() -> str
+//     Closes the session (flush, end-of-stream); returns its counters as JSON. "{}" when none.
+//
+// Reductions run with autograd and RecordFunction off: they are not the model's operators, and a
+// PrecisionDebugger capture in the same process must not dump them.
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <nlohmann/json.hpp>
+#include <torch/library.h>
+#include <torch/version.h>
+
+#include "tprobe_capture.h"
+
+namespace {
+
+enum class op { min, max, norm, mean, zeros, nans, id };
+
+std::vector<op> parse_ops(const std::string &text) {
+  std::vector<op> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string name = text.substr(start, comma - start);
+    start = comma + 1;
+    if (name.empty()) continue;
+    if (name == "min") out.push_back(op::min);
+    else if (name == "max") out.push_back(op::max);
+    else if (name == "norm") out.push_back(op::norm);
+    else if (name == "mean") out.push_back(op::mean);
+    else if (name == "zeros") out.push_back(op::zeros);
+    else if (name == "nans") out.push_back(op::nans);
+    else if (name == "id") out.push_back(op::id);
+    else throw std::runtime_error("tprobe: monitor_reduce: unknown op \"" + name + "\" (min, max, norm, mean, zeros, nans, id)");
+  }
+  return out;
+}
+
+at::Tensor norm_of(const at::Tensor &x64) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::linalg_vector_norm(x64, 2);  // torch.norm(x, p=2) since torch 2.0
+#else
+  std::vector<int64_t> dims(static_cast<size_t>(x64.dim()));
+  for (int64_t i = 0; i < x64.dim(); ++i) dims[static_cast<size_t>(i)] = i;
+  return at::norm(x64, 2, dims, false);  // torch 1.13's torch.norm: _VF.norm(x, p, dim=all)
+#endif
+}
+
+// One statistic as a 0-dim float64 tensor on x's device.
+at::Tensor statistic(op o, const at::Tensor &x, at::Tensor &x64, double eps, const at::Tensor &nan) {
+  auto wide = [&]() -> const at::Tensor & {
+    if (!x64.defined()) x64 = x.scalar_type() == at::kDouble ? x : x.to(at::kDouble);
+    return x64;
+  };
+  switch (o) {
+    case op::min: return at::min(x).to(at::kDouble);
+    case op::max: return at::max(x).to(at::kDouble);
+    case op::norm: return norm_of(wide());
+    case op::mean: return at::mean(wide());
+    case op::zeros:
+      if (x.numel() == 0) return nan;
+      // torch.sum(torch.abs(x) < eps) / x.numel(): the Python float eps is a wrapped number, which
+      // leaves the comparison in x's dtype; int64 / int is float32 (the default dtype).
+      return at::div(at::lt(at::abs(x), c10::Scalar(eps)).sum(), c10::Scalar(x.numel())).to(at::kDouble);
+    case op::nans: return at::isnan(x).sum().to(at::kDouble);
+    case op::id: return x.dim() == 0 ? x.to(at::kDouble) : nan;
+  }
+  return nan;
+}
+
+at::Tensor monitor_reduce(const c10::List<c10::optional<at::Tensor>> &xs, const std::string &ops_text, double eps) {
+  const std::vector<op> ops = parse_ops(ops_text);
+  at::DisableRecordFunctionGuard no_record;
+  at::NoGradGuard no_grad;
+  c10::Device device(c10::kCPU);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const c10::optional<at::Tensor> t = xs.get(i);
+    if (t && t->defined()) {
+      device = t->device();
+      break;
+    }
+  }
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
+  const int64_t n = static_cast<int64_t>(xs.size()), k = static_cast<int64_t>(ops.size());
+  if (n == 0 || k == 0) return at::empty({n, k}, f64);
+  const at::Tensor nan = at::full({}, std::numeric_limits<double>::quiet_NaN(), f64);
+  std::vector<at::Tensor> cells;
+  cells.reserve(static_cast<size_t>(n * k));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const c10::optional<at::Tensor> given = xs.get(i);
+    if (!given || !given->defined()) {
+      cells.insert(cells.end(), ops.size(), nan);
+      continue;
+    }
+    at::Tensor x = given->detach();
+    if (x.is_sparse()) x = x.to_dense();
+    at::Tensor x64;
+    for (op o : ops) {
+      at::Tensor v;
+      try {
+        v = statistic(o, x, x64, eps, nan);
+      } catch (const std::exception &) {  // c10::Error is torch's RuntimeError: msprobe's NaN
+        v = nan;
+      }
+      cells.push_back(v.device() == device ? v : v.to(device));
+    }
+  }
+  return at::stack(cells).reshape({n, k});
+}
+
+// ---- the monitor's session ----
+
+struct monitor_session {
+  std::mutex mutex;
+  tprobe_session *session = nullptr;
+  pid_t owner = 0;  // a fork's child must not use its parent's session
+};
+
+monitor_session &the_monitor() {
+  static auto *m = new monitor_session;  // never destroyed: hooks may run during exit
+  return *m;
+}
+
+[[noreturn]] void fail(const std::string &what) { throw std::runtime_error(what + ": " + tprobe_last_error()); }
+
+std::string monitor_open(std::string config_path, int64_t rank, std::string options_json) {
+  monitor_session &m = the_monitor();
+  std::lock_guard lock(m.mutex);
+  if (m.session && m.owner == getpid()) throw std::runtime_error("tprobe: a monitor session is already open in this process");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(options_json);
+  } catch (const nlohmann::json::exception &e) {
+    throw std::runtime_error(std::string("tprobe: monitor_open: options are not JSON: ") + e.what());
+  }
+  const std::string endpoint = j.value("endpoint", std::string{});
+  tprobe_open_options o = tprobe_open_options_default();
+  o.rank = static_cast<int>(rank);
+  o.framework = "pytorch";
+  if (!endpoint.empty()) o.endpoint = endpoint.c_str();
+  o.watch_pid = j.value("watch_pid", int64_t{0});
+  tprobe_session *session = nullptr;
+  if (tprobe_monitor_open(config_path.c_str(), &o, &session) != TPROBE_OK) throw std::runtime_error(tprobe_last_error());
+  m.session = session;
+  m.owner = getpid();
+  const char *config = tprobe_session_config(session);
+  return config ? config : "{}";
+}
+
+// The C API validates a monitor config only as it opens a session: this one writes its records
+// to /dev/null (an endpoint without "://" is a record file, tprobe_capture.h) and is closed at once.
+std::string monitor_config_check(std::string config_path) {
+  tprobe_open_options o = tprobe_open_options_default();
+  o.framework = "pytorch";
+  o.endpoint = "/dev/null";
+  tprobe_session *session = nullptr;
+  if (tprobe_monitor_open(config_path.c_str(), &o, &session) != TPROBE_OK) throw std::runtime_error(tprobe_last_error());
+  const char *config = tprobe_session_config(session);
+  std::string text = config ? config : "{}";
+  tprobe_session_close(session);
+  return text;
+}
+
+tprobe_session *open_session(monitor_session &m) {
+  if (!m.session || m.owner != getpid()) throw std::runtime_error("tprobe: no monitor session is open in this process");
+  return m.session;
+}
+
+bool monitor_send(std::string prefix, int64_t step, std::string meta) {
+  monitor_session &m = the_monitor();
+  std::lock_guard lock(m.mutex);
+  const int rc = tprobe_capture_monitor(open_session(m), prefix.c_str(), step, meta.c_str());
+  if (rc == TPROBE_ERROR) fail("tprobe: monitor");
+  return rc == TPROBE_OK;
+}
+
+std::string counters_of(const tprobe_session_counts &c, int64_t step) {
+  return nlohmann::json{{"records", c.records},         {"skipped", c.skipped},
+                        {"undelivered", c.undelivered}, {"detached", c.detached != 0},
+                        {"first_step_not_dumped", c.first_step_not_dumped}, {"step", step}}
+      .dump();
+}
+
+std::string monitor_counters() {
+  monitor_session &m = the_monitor();
+  std::lock_guard lock(m.mutex);
+  tprobe_session_counts c{};
+  tprobe_session *s = open_session(m);
+  tprobe_session_counts_get(s, &c);
+  return counters_of(c, tprobe_current_step(s));
+}
+
+std::string monitor_close() {
+  monitor_session &m = the_monitor();
+  std::lock_guard lock(m.mutex);
+  if (!m.session || m.owner != getpid()) return "{}";
+  tprobe_session *s = m.session;
+  m.session = nullptr;
+  tprobe_session_counts c{};
+  tprobe_session_counts_get(s, &c);
+  const int64_t step = tprobe_current_step(s);
+  if (tprobe_session_close(s) == TPROBE_ERROR) fail("tprobe: closing the monitor");
+  return counters_of(c, step);
+}
+
+}  // namespace
+
+// A fragment of torch_ops.cpp's library: the monitor lives apart from the dump's operators.
+TORCH_LIBRARY_FRAGMENT(tprobe, m) {
+  m.def("monitor_open(str config_path, int rank, str options) -> str", &monitor_open);
+  m.def("monitor_config_check(str config_path) -> str", &monitor_config_check);
+  m.def("monitor_reduce(Tensor?[] xs, str ops, float eps) -> Tensor", &monitor_reduce);
+  m.def("monitor_send(str prefix, int step, str meta) -> bool", &monitor_send);
+  m.def("monitor_counters() -> str", &monitor_counters);
+  m.def("monitor_close() -> str", &monitor_close);
+}

@@ -1,0 +1,396 @@
+"""TrainerMon (msprobe's training monitor, msprobe-next.md §3) on real PyTorch runs: every csv's
+values equal msprobe's statistics of the tensors the training script saved as it ran (weight
+grads accumulated over two micro-batches, Adam's exp_avg / exp_avg_sq before the step, the
+weights before and after it, activations and their gradients, mg_direction); monitor_reduce
+against msprobe's formulas (V-5: zeros of fp16 counts nothing, a RuntimeError is NaN); a gradient
+spike is the anomaly and nothing before it is; the NaN rule; DYNAMIC_MONITOR on and off mid-run;
+a 2-rank gloo job; losses bit-identical with and without the monitor; print_struct."""
+
+import csv
+import glob
+import json
+import math
+import os
+import subprocess
+import textwrap
+import unittest
+
+import torch
+
+import tprobe_testing as tt
+
+# The model of tprobe_testing, trained with Adam over GA micro-batches a step. The script saves
+# what each hook of msprobe's would see (refs.pt): the reference the csv files are checked against.
+SCRIPT = textwrap.dedent("""
+    import json, os, torch, torch.nn.functional as F
+    from model import make
+    model, x, y = make()
+    GA = int(os.environ.get("GA", "1"))
+    STEPS_N = int(os.environ.get("STEPS_N", "3"))
+    MONITOR = os.environ.get("MONITOR", "1") == "1"
+    SPIKE = int(os.environ.get("SPIKE", "-1"))
+    NAN = int(os.environ.get("NAN_STEP", "-1"))
+    LR = float(os.environ.get("LR", "0.01"))
+    SHIFT = float(os.environ.get("SHIFT", "0.1"))
+    opt = torch.optim.Adam(model.parameters(), lr=LR) if os.environ.get("OPT", "adam") == "adam" \\
+        else torch.optim.SGD(model.parameters(), lr=LR)
+    if MONITOR:
+        from tprobe import TrainerMon
+        mon = TrainerMon(os.environ["MONITOR_CONFIG"], params_have_main_grad=False)
+        mon.set_monitor(model, opt, grad_acc_steps=GA)
+    refs = {"actv": {}, "actv_grad": {}, "grad": [], "exp_avg": [], "exp_avg_sq": [], "param_origin": [],
+            "param_updated": []}
+    where = {"step": 0, "micro": 0}
+    names = {m: n for n, m in model.named_modules()}
+
+    def fwd(m, args, out):
+        key = (names[m], where["step"], where["micro"])
+        refs["actv"][key] = ([a.detach().clone() for a in args if torch.is_tensor(a)], out.detach().clone())
+
+    def bwd(m, gin, gout):
+        key = (names[m], where["step"], where["micro"])
+        clone = lambda ts: [None if t is None else t.detach().clone() for t in ts]
+        refs["actv_grad"][key] = (clone(gin), clone(gout))
+
+    if os.environ.get("REFS", "1") == "1":
+        for m in model.modules():
+            m.register_forward_hook(fwd)
+            m.register_full_backward_hook(bwd)
+    losses = []
+    for step in range(STEPS_N):
+        where["step"] = step
+        if os.environ.get("DYNAMIC_AT") == str(step):
+            with open(os.environ["MONITOR_CONFIG"]) as f:
+                c = json.load(f)
+            c["dynamic_on"] = True
+            with open(os.environ["MONITOR_CONFIG"], "w") as f:
+                json.dump(c, f)
+        for micro in range(GA):
+            where["micro"] = micro
+            xs = x + SHIFT * step + 0.01 * micro
+            if step == NAN:
+                xs = xs.clone()
+                xs[0, 0] = float("nan")
+            loss = F.cross_entropy(model(xs), y) / GA
+            if step == SPIKE:
+                loss = loss * 100
+            loss.backward()
+            losses.append(loss.item())
+        refs["grad"].append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+        refs["exp_avg"].append({n: opt.state[p]["exp_avg"].clone() for n, p in model.named_parameters()
+                                if "exp_avg" in opt.state.get(p, {})})
+        refs["exp_avg_sq"].append({n: opt.state[p]["exp_avg_sq"].clone() for n, p in model.named_parameters()
+                                   if "exp_avg_sq" in opt.state.get(p, {})})
+        refs["param_origin"].append({n: p.detach().clone() for n, p in model.named_parameters()})
+        opt.step()
+        refs["param_updated"].append({n: p.detach().clone() for n, p in model.named_parameters()})
+        opt.zero_grad()
+    torch.save(refs, "refs.pt")
+    with open("losses.txt", "w") as f:
+        f.write("\\n".join(repr(v) for v in losses))
+""")
+
+PARAMS = ["inp.weight", "inp.bias", "block.fc.weight", "block.fc.bias", "out.weight", "out.bias"]
+MODULES = ["", "inp", "block", "block.fc", "block.act", "out"]
+ALL_OPS = ["min", "max", "norm", "mean", "zeros", "nans", "id"]
+
+
+def monitor_config(**fields):
+    c = {"targets": {}, "ops": ["min", "max", "norm", "mean", "zeros", "nans"], "eps": 1e-8}
+    c.update(fields)
+    return c
+
+
+def reference(t, ops, eps=1e-8):
+    """msprobe's module_metric / features formulas, with torch (a non-tensor: NaN everywhere)."""
+    out = []
+    for op in ops:
+        if not torch.is_tensor(t):
+            out.append(math.nan)
+            continue
+        try:
+            if op == "min":
+                v = torch.min(t).item()
+            elif op == "max":
+                v = torch.max(t).item()
+            elif op == "norm":
+                v = torch.norm(t.to(torch.float64), p=2).item()
+            elif op == "mean":
+                v = torch.mean(t.to(torch.float64)).item()
+            elif op == "zeros":
+                v = math.nan if t.numel() == 0 else (torch.sum(torch.abs(t) < eps) / t.numel()).item()
+            elif op == "nans":
+                v = torch.isnan(t).sum().item()
+            elif op == "id":
+                v = t.item() if t.dim() == 0 else math.nan
+        except RuntimeError:
+            v = math.nan
+        out.append(float(v))
+    return out
+
+
+def same(csv_text, value):
+    """A csv cell against the reference: "nan" for NaN, else the value rounded to 6 digits."""
+    if math.isnan(value):
+        return csv_text == "nan"
+    return math.isclose(float(csv_text), value, rel_tol=1e-9, abs_tol=6e-7)
+
+
+class MonitorRun:
+    def __init__(self, run):
+        self.run = run
+        self.base = os.path.join(run.dir, "monitor_output")
+
+    def rank_dir(self, rank=0):
+        found = glob.glob(os.path.join(self.base, f"*-rank{rank}-*"))
+        assert len(found) == 1, (found, os.listdir(self.base) if os.path.isdir(self.base) else None)
+        return found[0]
+
+    def rows(self, prefix, rank=0):
+        """{(name, step, micro_step or None): row dict} over every {prefix}_{a}-{b}.csv."""
+        out = {}
+        for path in sorted(glob.glob(os.path.join(self.rank_dir(rank), f"{prefix}_*-*.csv"))):
+            with open(path, newline="", encoding="utf-8") as f:
+                for row in csv.DictReader(f):
+                    key = (row["name"], int(row["step"]), int(row["micro_step"]) if "micro_step" in row else None)
+                    assert key not in out, (path, key)
+                    out[key] = row
+        return out
+
+    def files(self, rank=0):
+        return sorted(os.listdir(self.rank_dir(rank)))
+
+    def refs(self):
+        return torch.load(os.path.join(self.run.dir, "refs.pt"))
+
+
+class MonitorTest(tt.CaptureTest):
+    def run_monitor(self, config, env=None, steps=3, script=SCRIPT, expect_ok=True, name=None):
+        """Runs `script` (direct mode) with its monitor config in MONITOR_CONFIG, the files under
+        the run's monitor_output."""
+        name = name or self.id().rsplit(".", 1)[-1]
+        config_path = os.path.join(self.tmp, f"{name}-monitor.json")
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+        directory = os.path.join(self.tmp, name)
+        full = {"STEPS_N": str(steps), "MONITOR_CONFIG": config_path,
+                "MONITOR_OUTPUT_DIR": os.path.join(directory, "monitor_output")}
+        full.update(env or {})
+        run = self.run_script(script, env=full, expect_ok=expect_ok, name=name)
+        run.config_path = config_path
+        return MonitorRun(run)
+
+    def check_rows(self, rows, expected, ops):
+        """rows: the csv's; expected: {key: tensor or None}. Same keys, same values, shape, dtype."""
+        self.assertEqual(sorted(rows), sorted(expected))
+        for key, tensor in expected.items():
+            row = rows[key]
+            for op, value in zip(ops, reference(tensor, ops)):
+                self.assertTrue(same(row[op], value), f"{key} {op}: csv {row[op]} reference {value!r}")
+            if torch.is_tensor(tensor):
+                self.assertEqual(row["shape"], str(list(tensor.shape)), key)
+                self.assertEqual(row["dtype"], str(tensor.dtype), key)
+            else:
+                self.assertEqual((row["shape"], row["dtype"]), ("nan", "nan"), key)
+
+    # ---- the statistics themselves, in this process ----
+
+    def test_reduce_is_msprobes_formulas(self):
+        from tprobe import _native
+        ops = _native.load()
+        nan = float("nan")
+        tensors = [
+            torch.tensor([[1.0, -2.0], [0.0, 1e-9]]),                      # V-5 fc.weight
+            torch.tensor([0.5, nan]),                                       # V-5 fc.bias: NaN propagates
+            torch.arange(6, dtype=torch.float16).reshape(2, 3),            # V-5: zeros of fp16 counts nothing
+            torch.empty(0),                                                 # min raises: NaN; zeros NaN
+            torch.tensor([True, False]),                                    # abs of bool raises: zeros NaN
+            torch.tensor([3, -4, 0], dtype=torch.int32),
+            torch.tensor(2.5, dtype=torch.float64),                         # 0-dim: id is the value
+            torch.randn(7, 5, dtype=torch.bfloat16),
+            None,                                                           # a non-tensor: NaN everywhere
+        ]
+        block = ops.monitor_reduce(tensors, ",".join(ALL_OPS), 1e-8)
+        self.assertEqual((block.dtype, tuple(block.shape)), (torch.float64, (len(tensors), len(ALL_OPS))))
+        for i, t in enumerate(tensors):
+            got, want = block[i].tolist(), reference(t, ALL_OPS)
+            for op, g, w in zip(ALL_OPS, got, want):
+                self.assertTrue(g == w or (math.isnan(g) and math.isnan(w)), f"tensor {i} {op}: {g!r} != {w!r}")
+        # V-5's figures, as msprobe's csv rounds them.
+        self.assertEqual([round(v, 6) for v in block[0].tolist()[:5]], [-2.0, 1.0, 2.236068, -0.25, 0.5])
+        self.assertEqual(block[2].tolist()[4], 0.0)
+        self.assertEqual(ops.monitor_reduce([], "norm", 1e-8).shape, (0, 1))
+        with self.assertRaises(RuntimeError):
+            ops.monitor_reduce([torch.ones(2)], "norm,median", 1e-8)
+
+    # ---- real runs ----
+
+    def test_every_csv_equals_the_tensors(self):
+        """GA 2, Adam, 3 steps, everything on: each csv row is msprobe's statistics of the tensor
+        the script saw at that hook, and the rows are exactly those msprobe writes."""
+        config = monitor_config(xy_distribution=True, all_xy=True, wg_distribution=True, mv_distribution=True,
+                                param_distribution=True, mg_direction=True)
+        ops = config["ops"]
+        mon = self.run_monitor(config, env={"GA": "2"}, steps=3)
+        refs = mon.refs()
+        expected = {}
+        for (module, step, micro), (inputs, output) in refs["actv"].items():
+            self.assertEqual(len(inputs), 1)
+            expected[(f"{module}.input", step, micro)] = inputs[0]
+            expected[(f"{module}.output", step, micro)] = output
+        self.check_rows(mon.rows("actv"), expected, ops)
+        expected = {}
+        for (module, step, micro), (grad_in, grad_out) in refs["actv_grad"].items():
+            expected[(f"{module}.input", step, micro)] = grad_in[0]   # None for x: a NaN row
+            expected[(f"{module}.output", step, micro)] = grad_out[0]
+        self.check_rows(mon.rows("actv_grad"), expected, ops)
+        for prefix in ("grad_unreduced", "grad_reduced"):  # no DDP: both are the accumulated grad
+            self.check_rows(mon.rows(prefix), {(n, s, None): g[n] for s, g in enumerate(refs["grad"]) for n in PARAMS},
+                            ops)
+        for prefix in ("exp_avg", "exp_avg_sq", "param_origin", "param_updated"):
+            expected = {(n, s, None): d[n] for s, d in enumerate(refs[prefix]) for n in d}
+            if prefix.startswith("exp_avg"):  # read before the step: Adam has no state at step 0
+                self.assertEqual({s for _, s, _ in expected}, {1, 2})
+            self.check_rows(mon.rows(prefix), expected, ops)
+        expected = {}
+        for s in range(3):
+            for n in PARAMS:
+                if s == 0:
+                    expected[(n, s, None)] = torch.tensor(1.0)
+                else:
+                    g, m = refs["grad"][s][n], refs["exp_avg"][s][n]
+                    expected[(n, s, None)] = ((g.sign() * m.sign()).sum() / m.numel() + 1) / 2
+        self.check_rows(mon.rows("other"), expected, ops)
+        self.assertIn("grad_reduced_0-0.csv", mon.files())
+        self.assertNotIn("exp_avg_0-0.csv", mon.files())
+        with open(glob.glob(os.path.join(mon.rank_dir(), "actv_0-0.csv"))[0], newline="") as f:
+            self.assertEqual(f.readline().rstrip("\n"),
+                             "vpp_stage,name,step,micro_step,min,max,norm,mean,zeros,nans,shape,dtype")
+
+    def test_losses_bit_identical_with_and_without(self):
+        config = monitor_config(xy_distribution=True, all_xy=True, wg_distribution=True, mv_distribution=True,
+                                param_distribution=True, mg_direction=True)
+        losses = []
+        for on in ("0", "1"):
+            mon = self.run_monitor(config, env={"GA": "2", "MONITOR": on, "REFS": "0"}, steps=4, name=f"on{on}")
+            with open(os.path.join(mon.run.dir, "losses.txt")) as f:
+                losses.append(f.read())
+        self.assertEqual(losses[0], losses[1])
+        self.assertEqual(len(losses[0].split()), 8)
+
+    def anomalies(self, mon, rank=0):
+        path = os.path.join(mon.base, "anomaly_detected", f"rank{rank}", "anomaly.json")
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+    def test_gradient_spike_is_the_anomaly(self):
+        """Same data every step, lr 0: the grads repeat exactly until step 3 multiplies the loss
+        by 100. Every anomaly is at step 3, in the norm and mean of the grads."""
+        config = monitor_config(wg_distribution=True,
+                                alert={"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}}],
+                                       "dump": True})
+        mon = self.run_monitor(config, env={"OPT": "sgd", "LR": "0", "SPIKE": "3", "SHIFT": "0"}, steps=6)
+        found = self.anomalies(mon)
+        self.assertTrue(found)
+        self.assertEqual({a["step"] for a in found.values()}, {3}, found)
+        tags = {a["tag_name"] for a in found.values()}
+        for n in PARAMS:
+            self.assertIn(f"0:{n}/rank0/post_grad", tags)
+            self.assertIn(f"0:{n}/rank0/acc_grad", tags)
+        for a in found.values():
+            self.assertIn("Rule AnomalyTurbulence reports anomaly signal in", a["message"])
+            self.assertRegex(a["message"], r"'(norm|mean)'\) at step 3")
+        self.assertIn("AnomalyTurbulence", mon.run.result.stderr + mon.run.result.stdout)
+
+    def test_nan_rule(self):
+        config = monitor_config(wg_distribution=True,
+                                alert={"rules": [{"rule_name": "AnomalyNan", "args": {}}], "dump": True})
+        mon = self.run_monitor(config, env={"NAN_STEP": "2"}, steps=4)
+        rows = mon.rows("grad_reduced")
+        self.assertEqual(rows[("inp.weight", 2, None)]["norm"], "nan")
+        self.assertNotEqual(rows[("inp.weight", 1, None)]["norm"], "nan")
+        self.assertGreater(int(rows[("inp.weight", 2, None)]["nans"]), 0)
+        found = self.anomalies(mon)
+        self.assertTrue(found)
+        self.assertEqual({a["step"] for a in found.values()}, {2}, found)
+        self.assertTrue(all("Rule AnomalyNan" in a["message"] for a in found.values()))
+
+    def test_dynamic_on_and_off(self):
+        """DYNAMIC_MONITOR: nothing until the file says dynamic_on (written before step 2's
+        forward, seen after step 2's optimizer step), then collect_times (2) steps, then the file
+        says dynamic_on false again and nothing more is collected."""
+        config = monitor_config(wg_distribution=True, dynamic_on=False, collect_times=2)
+        mon = self.run_monitor(config, env={"DYNAMIC_MONITOR": "True", "DYNAMIC_AT": "2"}, steps=7)
+        steps = {s for _, s, _ in mon.rows("grad_reduced")}
+        self.assertEqual(steps, {3, 4})
+        refs = mon.refs()
+        self.check_rows(mon.rows("grad_reduced"), {(n, s, None): refs["grad"][s][n] for s in (3, 4) for n in PARAMS},
+                        config["ops"])
+        with open(mon.run.config_path) as f:
+            self.assertIs(json.load(f)["dynamic_on"], False)
+
+    def test_print_struct(self):
+        config = monitor_config(xy_distribution=True, print_struct=True)
+        mon = self.run_monitor(config, steps=2, expect_ok=False)
+        self.assertNotEqual(mon.run.result.returncode, 0)
+        self.assertIn("exit after first monitor step when print model struct", mon.run.result.stderr)
+        with open(os.path.join(mon.base, "module_struct", "rank0", "module_struct.json")) as f:
+            struct = json.load(f)
+        self.assertEqual(sorted(struct), sorted(f"0:{m}" for m in MODULES))
+        self.assertEqual(struct["0:inp"]["input"], {"config": "list[1]", "0": "size=(5, 4), dtype=torch.float32"})
+        self.assertEqual(struct["0:inp"]["output"], {"config": "tensor", "tensor": "size=(5, 8), dtype=torch.float32"})
+        self.assertEqual(struct["0:inp"]["input_grad"]["config"], "tuple[1]")
+
+    def test_bad_config_fails_at_construction(self):
+        mon = self.run_monitor({"ops": "norm"}, steps=1, expect_ok=False)
+        self.assertNotEqual(mon.run.result.returncode, 0)
+        self.assertIn("ops", mon.run.result.stderr)
+        self.assertIn("-monitor.json", mon.run.result.stderr)
+
+
+DDP = textwrap.dedent("""
+    import json, os, torch, torch.distributed as dist, torch.multiprocessing as mp
+    import torch.nn.functional as F
+
+    def run(rank, world, init_file):
+        dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+        from tprobe import TrainerMon
+        from model import make
+        model, x, y = make()
+        x = x + rank
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        mon = TrainerMon(os.environ["MONITOR_CONFIG"], params_have_main_grad=False)
+        mon.set_monitor(model, opt)
+        for step in range(STEPS):
+            F.cross_entropy(model(x), y).backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+            opt.step()
+            opt.zero_grad()
+        mon.close()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(run, args=(2, os.path.join(os.getcwd(), "init")), nprocs=2)
+""")
+
+
+class MonitorDistributedTest(MonitorTest):
+    def test_two_ranks_gloo(self):
+        """Each rank its own directory; the unreduced grads differ (different data), the reduced
+        ones are their sum on both ranks."""
+        config = monitor_config(wg_distribution=True)
+        mon = self.run_monitor(config, script=DDP.replace("STEPS", "2"), steps=2)
+        pre = [mon.rows("grad_unreduced", r) for r in (0, 1)]
+        post = [mon.rows("grad_reduced", r) for r in (0, 1)]
+        self.assertEqual(sorted(pre[0]), sorted((n, s, None) for n in PARAMS for s in (0, 1)))
+        self.assertEqual(pre[0].keys(), post[1].keys())
+        for key in pre[0]:
+            self.assertNotEqual(pre[0][key]["mean"], pre[1][key]["mean"], key)
+            self.assertEqual(post[0][key], post[1][key], key)
+            total = float(pre[0][key]["mean"]) + float(pre[1][key]["mean"])
+            self.assertAlmostEqual(float(post[0][key]["mean"]), total, places=5)
+
+
+if __name__ == "__main__":
+    unittest.main()
