@@ -31,13 +31,16 @@ Differences from msprobe, on purpose (docs/pytorch.md, "Monitor"):
 """
 
 import atexit
+import csv
 import functools
+import glob
 import inspect
 import json
 import math
 import os
 import re
 import sys
+import time
 import types
 
 import torch
@@ -195,6 +198,7 @@ class TrainerMon:
             self.pp_stage = 0
             self.group_mates = [0]
         self._pipeline = None
+        self._started_at = time.time()
         self._closed = False
         self._send_failed = False
         self._warned = set()
@@ -322,6 +326,10 @@ class TrainerMon:
             status = self._pipeline.close()
             if status != 0:
                 problems.append(f"the pipeline (tprobe run) ended with status {status}")
+        try:
+            self._flush_stack_info()
+        except OSError as e:
+            problems.append(f"stack_info.csv: {e}")
         for p in problems:
             print(f"tprobe: monitor: {p}", file=sys.stderr)
         if problems and explicit:
@@ -933,13 +941,33 @@ class TrainerMon:
             self.dynamic_enable = False
 
     def _write_stack_info(self):
-        rows = [[ctx.name, ctx.stack] for ctx in self._fwd_ctx.values()]
-        meta = {"stack_info": rows}
-        try:
-            self._ops.monitor_send("stack_info", self._step, json.dumps(meta))
-        except RuntimeError as e:
-            self._send_failed = True
-            _warn(f"{e}; the monitor is off, training goes on")
+        """stack_info.csv (msprobe's write_stack_info: header module_name,stack_info, one row per
+        module that ran) belongs in the rank directory, which the stage names. Written at once when
+        the session says which it is ("rank_dir"), else at close(), once the stage has made it."""
+        self._stack_rows = [[ctx.name, ctx.stack] for ctx in self._fwd_ctx.values()]
+        if self.session_config.get("rank_dir"):
+            self._flush_stack_info()
+
+    def _flush_stack_info(self):
+        rows, self._stack_rows = getattr(self, "_stack_rows", None), None
+        if not rows:
+            return
+        directory = self.session_config.get("rank_dir")
+        if not directory:
+            # The stage's {time}-rank{R}-{id} directory made since this monitor began.
+            found = [d for d in glob.glob(os.path.join(self.output_dir, f"*-rank{self.rank}-*"))
+                     if os.path.isdir(d) and os.path.getmtime(d) >= self._started_at - 1]
+            if len(found) != 1:
+                _warn(f"stack_info.csv not written: {len(found)} rank directories of this run under {self.output_dir}")
+                return
+            directory = found[0]
+        path = os.path.join(directory, "stack_info.csv")
+        if os.path.exists(path):
+            return
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(["module_name", "stack_info"])
+            writer.writerows(rows)
 
     def _save_module_struct(self):
         directory = os.path.join(self.output_dir or os.getenv("MONITOR_OUTPUT_DIR", "./monitor_output"),

@@ -341,6 +341,15 @@ class MonitorTest(tt.CaptureTest):
         self.assertEqual(struct["0:inp"]["output"], {"config": "tensor", "tensor": "size=(5, 8), dtype=torch.float32"})
         self.assertEqual(struct["0:inp"]["input_grad"]["config"], "tuple[1]")
 
+    def test_stack_info(self):
+        mon = self.run_monitor(monitor_config(xy_distribution=True, stack_info=True), steps=2)
+        with open(os.path.join(mon.rank_dir(), "stack_info.csv"), newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+        self.assertEqual(rows[0], ["module_name", "stack_info"])
+        self.assertEqual(sorted(r[0] for r in rows[1:]), sorted(f"0:{m}" for m in MODULES))
+        for name, stack in rows[1:]:
+            self.assertRegex(stack, r"File .*train\.py, line \d+, in <module>, \n ", name)
+
     def test_bad_config_fails_at_construction(self):
         mon = self.run_monitor({"ops": "norm"}, steps=1, expect_ok=False)
         self.assertNotEqual(mon.run.result.returncode, 0)
