@@ -76,6 +76,8 @@ bool report_model::negative() const {
     if (g.first_suspect_step) return true;
   for (const auto &f : free_benchmarks)
     if (f.negative()) return true;
+  for (const auto &x : monitors)
+    if (x.negative()) return true;
   return false;
 }
 
@@ -775,6 +777,20 @@ report_model scan_results(const report_options &o, bool require) {
     const fs::path p(r);
     if (fs::is_directory(p, ec)) {
       scan_dir(p, 0, scan_dir);
+      // A monitor output folder: its rank folders' csv files and anomaly_detected/ (report_monitor).
+      bool monitor = fs::is_directory(p / "anomaly_detected", ec);
+      for (const auto &e : fs::directory_iterator(p, ec))
+        if (!monitor && report_is_monitor_rank_dir(e.path().filename().string()) && e.is_directory(ec)) monitor = true;
+      if (monitor) {
+        try {
+          m.monitors.push_back(report_read_monitor(p.string()));
+          const auto &x = m.monitors.back();
+          m.inputs.insert(m.inputs.end(), x.csv_files.begin(), x.csv_files.end());
+          m.inputs.insert(m.inputs.end(), x.anomaly_files.begin(), x.anomaly_files.end());
+        } catch (const usage_error &e) {
+          m.unread.push_back(e.what());
+        }
+      }
     } else if (fs::exists(p, ec)) {
       add(p);
     } else {
@@ -815,11 +831,11 @@ report_model scan_results(const report_options &o, bool require) {
   }
   for (auto &c : m.compares) attach_construct(c, &m.warnings);
   if (require && m.compares.empty() && m.nans.empty() && m.gradsims.empty() && m.prechecks.empty() &&
-      m.free_benchmarks.empty()) {
+      m.free_benchmarks.empty() && m.monitors.empty()) {
     std::string why = m.unread.empty() ? "" : " (not read: " + m.unread.front() + ")";
     throw usage_error(fmt::format("no result found in {} (compare_result*.json/.csv, anomaly_analyze_*.json, "
                                   "rank*/similarities.csv, accuracy_checking_result_*.csv, "
-                                  "step*/rank*/free_benchmark.csv){}", fmt::join(o.results, ", "), why));
+                                  "step*/rank*/free_benchmark.csv, a monitor output folder){}", fmt::join(o.results, ", "), why));
   }
   // Ranks in order, so the page and the summary read rank0, rank1, …
   auto rank_key = [](const std::string &r) {
@@ -1133,6 +1149,41 @@ std::string report_render_html(const report_model &m) {
       free_benchmark["rows"].push_back(ojson::array({r.step, r.rank, r.api_name, r.pert_mode, r.stage, r.max_rel, r.dtype,
                                                      r.shape, r.output_index ? ojson(*r.output_index) : ojson(nullptr), k}));
   }
+  // Monitor folders: per csv type its numeric ops and tags, per tag and rank the steps and one
+  // array of values per op (non-finite values as "nan", "inf", "-inf": JSON has no NaN).
+  auto cell = [](double v) -> ojson {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    return v;
+  };
+  ojson monitors = ojson::array();
+  for (const auto &x : m.monitors) {
+    ojson types = ojson::array();
+    for (const auto &t : x.types) {
+      ojson tags = ojson::array();
+      for (const auto &tag : t.tags) {
+        ojson series = ojson::array();
+        for (const auto &r : tag.ranks) {
+          ojson values = ojson::array();
+          for (const auto &v : r.values) {
+            ojson column = ojson::array();
+            for (double d : v) column.push_back(cell(d));
+            values.push_back(std::move(column));
+          }
+          series.push_back({{"rank", r.rank}, {"steps", r.steps}, {"v", std::move(values)}});
+        }
+        tags.push_back({{"name", tag.name}, {"series", std::move(series)}});
+      }
+      types.push_back({{"prefix", t.prefix}, {"ops", t.ops}, {"tags", std::move(tags)}});
+    }
+    ojson anomalies = ojson::array();
+    for (const auto &a : x.anomalies)
+      anomalies.push_back({{"rank", a.rank}, {"step", a.step}, {"tag", a.tag_name}, {"name", a.name},
+                           {"prefix", a.prefix}, {"op", a.op}, {"message", a.message}});
+    monitors.push_back({{"dir", x.dir}, {"ranks", x.ranks}, {"csv_files", x.csv_files.size()},
+                        {"event_files", x.event_files.size()}, {"types", std::move(types)},
+                        {"anomalies", std::move(anomalies)}});
+  }
   ojson run = {{"inputs", m.inputs}, {"warnings", m.warnings}, {"unread", m.unread}, {"stream", nullptr}};
   if (m.stream) {
     run["stream"] = {{"sessions", m.stream->sessions},
@@ -1143,7 +1194,7 @@ std::string report_render_html(const report_model &m) {
                      {"events", m.stream->events}};
   }
   data += ",\"nans\":" + json_text(nans) + ",\"gradsims\":" + json_text(gradsims) +
-          ",\"prechecks\":" + json_text(prechecks) + ",\"free_benchmark\":" + json_text(free_benchmark) +
+          ",\"prechecks\":" + json_text(prechecks) + ",\"free_benchmark\":" + json_text(free_benchmark) + ",\"monitors\":" + json_text(monitors) +
           ",\"run\":" + json_text(run);
   data += ",\"negative\":";
   data += m.negative() ? "true" : "false";
@@ -1225,6 +1276,29 @@ std::vector<std::string> report_summary_lines(const report_model &m, const std::
       line += fmt::format("; first step {} rank {} {} ({}, max_rel {}{})", first->step, first->rank, first->api_name,
                           first->pert_mode, first->max_rel.empty() ? "none" : first->max_rel,
                           first->dtype.empty() ? "" : ", " + first->dtype);
+    lines.push_back(std::move(line));
+  }
+  for (const auto &x : m.monitors) {
+    size_t tags = 0;
+    int64_t steps_min = -1, steps_max = -1;
+    for (const auto &t : x.types)
+      for (const auto &tag : t.tags) {
+        ++tags;
+        for (const auto &r : tag.ranks)
+          if (!r.steps.empty()) {
+            if (steps_min < 0 || r.steps.front() < steps_min) steps_min = r.steps.front();
+            if (r.steps.back() > steps_max) steps_max = r.steps.back();
+          }
+      }
+    std::string line = fmt::format("tprobe-report: monitor {}: {}: {} anomal{}; {} tags in {} csv files, {} rank{}",
+                                   x.dir, x.negative() ? "FAIL" : "PASS", x.anomalies.size(),
+                                   x.anomalies.size() == 1 ? "y" : "ies", tags, x.csv_files.size(), x.ranks.size(),
+                                   x.ranks.size() == 1 ? "" : "s");
+    if (steps_min >= 0) line += fmt::format(", steps {}-{}", steps_min, steps_max);
+    if (!x.anomalies.empty()) {
+      const auto &a = x.anomalies.front();
+      line += fmt::format("; first step {} rank {} {}{}", a.step, a.rank, a.tag_name, a.op.empty() ? "" : " " + a.op);
+    }
     lines.push_back(std::move(line));
   }
   if (m.stream)

@@ -19,6 +19,9 @@
 //                               benchmark, msprobe 8.3.3's 无标杆比对; msprobe-next.md §2.7): a dump
 //                               folder given is searched in its step*/rank*/ folders for this file
 //                               only (a step folder given: its rank*/; a rank folder: itself)
+//   a monitor output folder     tprobe-monitor's or msprobe TrainerMon's $MONITOR_OUTPUT_DIR: a folder
+//                               given that holds {time}-rank{R}-{uuid8}/ folders ({prefix}_{a}-{b}.csv)
+//                               or anomaly_detected/rank*/anomaly.json (report_read_monitor)
 // and, for a compare, construct.json beside the NPU dump.json the result names (the module tree).
 // Anything else is ignored; finding nothing at all is a usage error.
 //
@@ -34,7 +37,10 @@
 // worst details row and the metric that failed it (below), linked both ways with the rows of a
 // compare on the same page whose names start with the API's name. Free benchmark: every row of
 // the free_benchmark.csv files found (step, rank, API, pert_mode, stage, max_rel, dtype, shape,
-// output index), by step and rank, in a filterable table. Run info: the tprobe
+// output index), by step and rank, in a filterable table. Monitor (trends): per csv type one small
+// chart per tag (the step along x, a line per rank, or per rank and op), the anomalies of
+// anomaly.json ringed on their points, tags with anomalies first; type, op, rank and tag filters;
+// the anomalies as a table whose rows open their chart. Run info: the tprobe
 // version, the inputs, dump paths and their dump.json task/level, and, when the report ran as a
 // manifest stage, the sessions' configs and the stream's record and drop counters.
 //
@@ -68,9 +74,12 @@
 // "symbol_flipping" or empty, output_index empty or an integer): anything else is a file not read,
 // named in one line, which fails the verdict too.
 //
+// Monitor verdict: FAIL when an anomaly.json holds an anomaly (an alarm msprobe's rules raised); a
+// folder without one passes. A malformed csv or anomaly.json is a result not read.
+//
 // Exit (main): 0 when no result is negative; 1 when one is (a failing or unreadable compare row, a
 // NaN/Inf producer, a suspect gradsim step, a pre-check API in error or warning, a free_benchmark
-// row, a result file that could not be read); 100 for bad
+// row, a monitor anomaly, a result file that could not be read); 100 for bad
 // options or nothing to report; 111 for files that cannot be read or written.
 #pragma once
 
@@ -190,6 +199,37 @@ struct report_free_benchmark {
   [[nodiscard]] bool negative() const { return !rows.empty(); }
 };
 
+// A monitor output folder (tprobe-monitor's, or msprobe's TrainerMon's; docs/stages/monitor.md):
+// each csv type's tags (the csv name "vpp:name[:micro_step]") with, per rank, the steps and each
+// numeric op's value (shape and dtype left out; NaN where a file has no such op), and the
+// anomalies of anomaly_detected/rank*/anomaly.json.
+struct report_monitor_series {
+  int64_t rank = 0;
+  std::vector<int64_t> steps;                // ascending
+  std::vector<std::vector<double>> values;   // [op][i], ops of the type
+};
+struct report_monitor_tag {
+  std::string name;                          // "0:fc.input:0"
+  std::vector<report_monitor_series> ranks;  // in the order first seen (rank folders by rank)
+};
+struct report_monitor_type {
+  std::string prefix;                        // actv, grad_reduced, exp_avg, …
+  std::vector<std::string> ops;              // numeric ops, in the files' column order
+  std::vector<report_monitor_tag> tags;      // first-seen order
+};
+struct report_monitor_anomaly {
+  int64_t rank = 0, step = 0;
+  std::string tag_name, name, prefix, op, message;  // name: tag_name before '/'; prefix: its csv type
+};
+struct report_monitor {
+  std::string dir;
+  std::vector<std::string> rank_dirs, csv_files, event_files, anomaly_files;
+  std::vector<int64_t> ranks;
+  std::vector<report_monitor_type> types;
+  std::vector<report_monitor_anomaly> anomalies;  // by step, then rank
+  [[nodiscard]] bool negative() const { return !anomalies.empty(); }
+};
+
 // What a manifest stage learnt from its input stream.
 struct report_stream_info {
   nlohmann::ordered_json sessions = nlohmann::ordered_json::array();  // the session records' meta
@@ -204,6 +244,7 @@ struct report_model {
   std::vector<report_gradsim> gradsims;
   std::vector<report_precheck> prechecks;
   std::vector<report_free_benchmark> free_benchmarks;  // by step, then rank (the folder names)
+  std::vector<report_monitor> monitors;  // monitor output folders, in the order given
   // Per compare (same index): {row, precheck index, index in its `failing`} for each row whose
   // NPU Name starts with a listed pre-check API's name + "." (the links back), by row.
   std::vector<std::vector<std::array<size_t, 3>>> compare_precheck;
@@ -243,6 +284,13 @@ const stage_description &report_stage_description();
 [[nodiscard]] report_free_benchmark report_read_free_benchmark(const std::string &path);
 // "dump/step2/rank0": the file's dump folder, step and rank folders.
 [[nodiscard]] std::string report_free_benchmark_label(const report_free_benchmark &f);
+
+// A monitor output folder `dir` (its {time}-rank{R}-{uuid8}/ folders' {prefix}_{a}-{b}.csv files and
+// anomaly_detected/rank*/anomaly.json): usage_error for a malformed csv or anomaly.json (naming
+// it) or a folder with neither; system_error for I/O.
+[[nodiscard]] report_monitor report_read_monitor(const std::string &dir);
+// Whether a folder name is a monitor rank folder's: "{%b%d_%H-%M-%S}-rank{R}-{uuid8}".
+[[nodiscard]] bool report_is_monitor_rank_dir(const std::string &name);
 
 // The pre-check metric that failed one details row (header: the details file's), by msprobe's
 // legacy order (above): {metric, value, rule}, metric "" when none did.

@@ -68,6 +68,12 @@ table.pc-counts td, table.pc-counts th { text-align:right; } table.pc-counts td:
 td.pc-st { font-weight:700; } .pc-st.error { color:var(--red); } .pc-st.warning { color:var(--yellow); } .pc-st.SKIP { color:var(--grey); } .pc-st.pass { color:var(--green); }
 table.pc-apis td { max-width:420px; } table.pc-apis tr.flash td { animation: flash 1.6s ease-out; }
 a.pc-link { margin-left:6px; font-size:11px; font-weight:400; color:var(--red); }
+.mon-grid { display:flex; flex-wrap:wrap; gap:10px; }
+.mon-chart { border:1px solid var(--line); border-radius:4px; padding:4px 6px; background:#fff; }
+.mon-chart.has-anomaly { border-color:var(--red); }
+.mon-chart .mon-title { font-size:12px; max-width:300px; overflow:hidden; text-overflow:ellipsis; white-space:nowrap; }
+.mon-chart svg.chart { margin:2px 0; cursor:default; }
+.mon-chart.flash { animation: flash 1.6s ease-out; }
 </style>
 </head>
 <body>
@@ -737,6 +743,153 @@ function renderFreeBenchmark(fb, main) {
   redraw();
 }
 
+// ---------------------------------------------------------------- monitor (TrainerMon)
+// D.monitors: [{dir, ranks, csv_files, event_files, types: [{prefix, ops, tags: [{name, series:
+// [{rank, steps, v: [values of op 0, of op 1, …]}]}]}], anomalies: [{rank, step, tag, name,
+// prefix, op, message}]}]; values are numbers or "nan", "inf", "-inf".
+function mnum(x) { return typeof x === 'number' ? x : x === 'inf' ? Infinity : x === '-inf' ? -Infinity : NaN; }
+const MON_PAGE = 24;
+function renderMonitor(x, k, main) {
+  const sec = el('section', { class: 'monitor', id: 'mon-' + k });
+  main.append(sec);
+  sec.append(el('h2', { text: 'Training monitor trends (TrainerMon): ' + x.dir }));
+  sec.append(el('div', { class: 'help', text: 'From ' + plural(x.csv_files, 'csv file') + (x.event_files ? ' (and ' + plural(x.event_files, 'TensorBoard event file') + ')' : '') + ' of ' + plural(x.ranks.length, 'rank') + '. One chart per tag: the step along x, a line per rank (or per op); red rings mark the anomalies of anomaly_detected/rank*/anomaly.json (msprobe\'s rules AnomalyTurbulence and AnomalyNan); hover a ring for its message.' }));
+  const an = x.anomalies;
+  if (!an.length) sec.append(el('div', { class: 'verdict-box pass', text: 'PASS: no anomaly' }));
+  else sec.append(el('div', { class: 'verdict-box fail', text: 'FAIL: ' + plural(an.length, 'anomaly', 'anomalies') + '; first step ' + an[0].step + ' rank ' + an[0].rank + ' ' + an[0].tag + (an[0].op ? ' ' + an[0].op : '') }));
+  const typeSel = el('select', { class: 'mon-type' }), opSel = el('select', { class: 'mon-op' }), rankSel = el('select', { class: 'mon-rank' });
+  const filter = el('input', { type: 'search', class: 'mon-filter', placeholder: 'filter tags (substring)' });
+  const onlyBad = el('input', { type: 'checkbox', class: 'mon-only' });
+  for (const t of x.types) typeSel.append(el('option', { value: t.prefix, text: t.prefix + ' (' + plural(t.tags.length, 'tag') + ')' }));
+  rankSel.append(el('option', { value: '', text: 'all ranks' }));
+  for (const r of x.ranks) rankSel.append(el('option', { value: String(r), text: 'rank ' + r }));
+  const count = el('span', { class: 'help mon-count' });
+  const grid = el('div', { class: 'mon-grid' });
+  const more = el('button', { class: 'mon-more', text: 'show more' });
+  let shown = MON_PAGE;
+  if (x.types.length) sec.append(el('div', { class: 'controls' }, 'type ', typeSel, ' op ', opSel, ' ', rankSel, ' ', filter, el('label', null, onlyBad, ' only tags with anomalies'), count));
+  sec.append(grid, more);
+  const typeOf = p => x.types.find(t => t.prefix === p);
+  function fillOps() {
+    const t = typeOf(typeSel.value);
+    opSel.textContent = '';
+    if (!t) return;
+    for (const op of t.ops) opSel.append(el('option', { value: op, text: op }));
+    opSel.append(el('option', { value: '*', text: 'all ops' }));
+    opSel.value = t.ops.indexOf('norm') >= 0 ? 'norm' : (t.ops[0] || '*');
+  }
+  // The anomalies of one chart under the current choices.
+  function anomaliesOf(t, tag) {
+    const op = opSel.value, rank = rankSel.value;
+    return an.filter(a => a.prefix === t.prefix && a.name === tag.name && (op === '*' || a.op === op || !a.op) && (rank === '' || String(a.rank) === rank));
+  }
+  function chart(t, tag) {
+    const W = 300, H = 150, L = 46, R = 8, T = 8, B = 20, pw = W - L - R, ph = H - T - B;
+    const op = opSel.value, rank = rankSel.value;
+    const ops = op === '*' ? t.ops : [op];
+    const series = tag.series.filter(s => rank === '' || String(s.rank) === rank);
+    const lines = [];
+    for (const s of series) for (const o of ops) {
+      const j = t.ops.indexOf(o);
+      if (j >= 0) lines.push({ rank: s.rank, op: o, steps: s.steps, v: s.v[j].map(mnum) });
+    }
+    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    for (const l of lines) l.steps.forEach((st, i) => {
+      x0 = Math.min(x0, st); x1 = Math.max(x1, st);
+      if (Number.isFinite(l.v[i])) { y0 = Math.min(y0, l.v[i]); y1 = Math.max(y1, l.v[i]); }
+    });
+    if (!Number.isFinite(x0)) { x0 = 0; x1 = 1; }
+    if (!Number.isFinite(y0)) { y0 = 0; y1 = 1; }
+    if (y0 === y1) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
+    const X = st => L + (x1 === x0 ? pw / 2 : (st - x0) * pw / (x1 - x0)), Y = v => T + ph - (v - y0) / (y1 - y0) * ph;
+    const svg = sv('svg', { class: 'chart mon', width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'data-tag': tag.name });
+    for (const v of [y0, (y0 + y1) / 2, y1]) {
+      svg.append(sv('line', { x1: L, x2: W - R, y1: Y(v), y2: Y(v), stroke: '#eee' }));
+      svg.append(sv('text', { x: L - 3, y: Y(v) + 4, 'text-anchor': 'end' }, fmt(+v.toPrecision(4))));
+    }
+    svg.append(sv('text', { x: L, y: H - 5, 'text-anchor': 'start' }, 'step ' + x0));
+    if (x1 !== x0) svg.append(sv('text', { x: W - R, y: H - 5, 'text-anchor': 'end' }, String(x1)));
+    const rankIndex = r => x.ranks.indexOf(r);
+    for (const l of lines) {
+      const colour = op === '*' ? PALETTE[t.ops.indexOf(l.op) % PALETTE.length] : PALETTE[rankIndex(l.rank) % PALETTE.length];
+      let d = '';
+      l.steps.forEach((st, i) => { if (Number.isFinite(l.v[i])) d += (d && Number.isFinite(l.v[i - 1]) ? 'L' : 'M') + X(st).toFixed(1) + ' ' + Y(l.v[i]).toFixed(1); else d += ''; });
+      const path = sv('path', { d: d, stroke: colour, fill: 'none', 'stroke-width': 1.5, class: 'mon-line', 'data-rank': l.rank, 'data-op': l.op,
+                                'stroke-dasharray': op === '*' && rankIndex(l.rank) > 0 ? '4 2' : '' });
+      path.append(sv('title', {}, 'rank ' + l.rank + ' ' + l.op));
+      svg.append(path);
+      if (l.steps.length === 1 && Number.isFinite(l.v[0])) svg.append(sv('circle', { cx: X(l.steps[0]), cy: Y(l.v[0]), r: 2, fill: colour }));
+    }
+    for (const a of anomaliesOf(t, tag)) {
+      const l = lines.find(q => q.rank === a.rank && (q.op === a.op || (!a.op && q.op === ops[0])));
+      const i = l ? l.steps.indexOf(a.step) : -1;
+      const v = i >= 0 ? l.v[i] : NaN;
+      const cy = Number.isFinite(v) ? Y(v) : T + 4;  // NaN: at the top edge
+      const ring = sv('circle', { cx: X(a.step), cy: cy, r: 5, fill: 'none', stroke: '#d62728', 'stroke-width': 2, class: 'anomaly', 'data-step': a.step, 'data-rank': a.rank, 'data-op': a.op });
+      ring.append(sv('title', {}, a.message || (a.tag + ' ' + a.op + ' at step ' + a.step)));
+      svg.append(ring);
+    }
+    return svg;
+  }
+  function visibleTags() {
+    const t = typeOf(typeSel.value);
+    if (!t) return [];
+    const q = filter.value.trim();
+    const first = new Map();
+    for (const a of an) if (a.prefix === t.prefix && !first.has(a.name)) first.set(a.name, a.step);
+    let tags = t.tags.filter(tag => (!q || tag.name.indexOf(q) >= 0) && (!onlyBad.checked || first.has(tag.name)));
+    // Tags with anomalies first (earliest first), then the others in file order.
+    const order = new Map(tags.map((tag, i) => [tag, i]));
+    tags.sort((a, b) => (first.has(a.name) ? first.get(a.name) : Infinity) - (first.has(b.name) ? first.get(b.name) : Infinity) || order.get(a) - order.get(b));
+    return tags;
+  }
+  function redraw() {
+    grid.textContent = '';
+    const t = typeOf(typeSel.value);
+    const tags = visibleTags();
+    for (const tag of tags.slice(0, shown)) {
+      const bad = anomaliesOf(t, tag).length > 0;
+      const box = el('div', { class: 'mon-chart' + (bad ? ' has-anomaly' : ''), 'data-tag': tag.name }, el('div', { class: 'mon-title mono', text: tag.name, title: tag.name }));
+      box.append(chart(t, tag));
+      if (opSel.value === '*' || x.ranks.length > 1) {
+        const legend = el('div', { class: 'legend' });
+        if (opSel.value === '*') for (const o of t.ops) legend.append(el('span', null, el('i', { style: 'background:' + PALETTE[t.ops.indexOf(o) % PALETTE.length] }), o));
+        else for (const s of tag.series) legend.append(el('span', null, el('i', { style: 'background:' + PALETTE[x.ranks.indexOf(s.rank) % PALETTE.length] }), 'rank ' + s.rank));
+        box.append(legend);
+      }
+      grid.append(box);
+    }
+    count.textContent = ' ' + Math.min(shown, tags.length) + ' of ' + plural(tags.length, 'tag');
+    more.style.display = tags.length > shown ? '' : 'none';
+  }
+  typeSel.addEventListener('change', () => { fillOps(); shown = MON_PAGE; redraw(); });
+  for (const c of [opSel, rankSel, onlyBad]) c.addEventListener('change', () => { shown = MON_PAGE; redraw(); });
+  filter.addEventListener('input', () => { shown = MON_PAGE; redraw(); });
+  more.addEventListener('click', () => { shown += MON_PAGE; redraw(); });
+  if (x.types.length) {
+    typeSel.value = an.length && typeOf(an[0].prefix) ? an[0].prefix : x.types[0].prefix;
+    fillOps();
+    if (an.length && an[0].op && typeOf(typeSel.value).ops.indexOf(an[0].op) >= 0) opSel.value = an[0].op;
+  }
+  redraw();
+  if (an.length) {
+    const t = el('table', { class: 'plain mon-anomalies' }, el('tr', null, ...['step', 'rank', 'tag', 'op', 'message'].map(h => el('th', { text: h }))));
+    for (const a of an.slice(0, 200)) {
+      const go = el('a', { href: '#mon-' + k, text: a.tag, class: 'mono', onclick: ev => {
+        ev.preventDefault();
+        if (!typeOf(a.prefix)) return;
+        typeSel.value = a.prefix; fillOps();
+        if (a.op && typeOf(a.prefix).ops.indexOf(a.op) >= 0) opSel.value = a.op;
+        filter.value = a.name; rankSel.value = ''; shown = MON_PAGE; redraw();
+        const box = grid.querySelector('.mon-chart');
+        if (box) { box.scrollIntoView({ block: 'center' }); box.classList.add('flash'); }
+      } });
+      t.append(el('tr', null, el('td', { text: a.step }), el('td', { text: a.rank }), el('td', null, go), el('td', { text: a.op }), el('td', { text: a.message })));
+    }
+    sec.append(el('h3', { text: 'Anomalies' + (an.length > 200 ? ' (the first 200 of ' + an.length + ')' : '') }), t);
+  }
+}
+
 // ---------------------------------------------------------------- run info
 function renderRun(main) {
   const sec = el('section', { class: 'run', id: 'run' });
@@ -808,15 +961,20 @@ if (D.free_benchmark.files.length) {
   line('free_benchmark: ' + plural(n, 'inconsistent API call') + ' in ' + plural(D.free_benchmark.files.length, 'free_benchmark.csv file'), n ? 'fail' : 'pass', '#fb');
   nav.append(el('a', { href: '#fb', text: 'free_benchmark' }));
 }
+D.monitors.forEach((x, k) => {
+  line('monitor ' + x.dir + ': ' + (x.anomalies.length ? plural(x.anomalies.length, 'anomaly', 'anomalies') + ', first step ' + x.anomalies[0].step + ' rank ' + x.anomalies[0].rank + ' ' + x.anomalies[0].tag : 'no anomaly') + ' (' + plural(x.types.reduce((n, t) => n + t.tags.length, 0), 'tag') + ', ' + plural(x.ranks.length, 'rank') + ')', x.anomalies.length ? 'fail' : 'pass', '#mon-' + k);
+  nav.append(el('a', { href: '#mon-' + k, text: 'monitor' + (D.monitors.length > 1 ? ' ' + (k + 1) : '') }));
+});
 D.run.unread.forEach(why => line('not read: ' + why, 'error', '#run'));
-if (!D.compares.length && !D.nans.length && !D.gradsims.length && !D.prechecks.length && !D.free_benchmark.files.length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
+if (!D.compares.length && !D.nans.length && !D.gradsims.length && !D.prechecks.length && !D.free_benchmark.files.length && !D.monitors.length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
 nav.append(el('a', { href: '#run', text: 'run info' }));
-overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf; a pre-check fails when an API is error or warning; free_benchmark fails when a free_benchmark.csv holds a row (msprobe writes only inconsistent API calls).' }));
+overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf; a pre-check fails when an API is error or warning; free_benchmark fails when a free_benchmark.csv holds a row (msprobe writes only inconsistent API calls); a monitor folder fails when its anomaly.json files hold an anomaly.' }));
 D.compares.forEach((c, k) => renderCompare(c, k, main));
 D.nans.forEach((x, k) => renderNan(x, k, main));
 D.gradsims.forEach((g, k) => renderGradsim(g, k, main));
 D.prechecks.forEach((p, k) => renderPrecheck(p, k, main));
 if (D.free_benchmark.files.length) renderFreeBenchmark(D.free_benchmark, main);
+D.monitors.forEach((x, k) => renderMonitor(x, k, main));
 renderRun(main);
 window.tprobeReadyAt = performance.now();
 document.body.setAttribute('data-ready', '1');
