@@ -360,6 +360,36 @@ typedef struct tprobe_fuzz_row {
 /* Queues one row. TPROBE_SKIPPED when the session does not want it now (as tprobe_fuzz_query). */
 int tprobe_capture_fuzz_row(tprobe_session *session, const tprobe_fuzz_row *row);
 
+/* ---- Task monitor (msprobe 8.3.3's TrainerMon, 训练状态监控; the semantics are core/monitor.h's) ----
+ *
+ * A monitor session is opened from a monitor config (msprobe's monitor json: targets, ops, alert,
+ * ndigits, step_count_per_record, format, …), not from a config.json: a config.json asking for task
+ * "monitor" is refused (use TrainerMon). The framework reduces each monitored tensor itself (on its
+ * device), and at the end of each monitored optimizer step hands the step's rows over, one call per
+ * csv prefix; tprobe-monitor writes the csv files, anomaly.json and TensorBoard files under the
+ * session's dump_path. Monitor captures need no tprobe_start and no tprobe_step: the step is the
+ * caller's (the monitor step, counted from start_iteration), and the monitor config's gating
+ * (start_step, step_interval, collect_times, module_ranks) is the caller's to apply. */
+
+/* Validates the monitor config at monitor_config_path (every key, as msprobe's validate_config;
+   a bad one fails with one line naming the file and the field) and opens a session of task
+   "monitor" whose dump_path is $MONITOR_OUTPUT_DIR (default ./monitor_output, made absolute), and
+   whose session meta (tprobe_session_config) carries "monitor": the validated config with its
+   defaults filled in and ops expanded (shape and dtype appended), its "warnings" (lines msprobe
+   logs: invalid ops dropped, int fields reset to defaults), and "output_dir". options may be NULL. */
+int tprobe_monitor_open(const char *monitor_config_path, const tprobe_open_options *options,
+                        tprobe_session **session);
+
+/* Sends one csv prefix's rows of monitor step `step`. prefix: "actv", "actv_grad", "grad_reduced",
+   "grad_unreduced", "exp_avg", "exp_avg_sq", "param_origin", "param_updated" or "other".
+   record_meta_json: {"step": S, "ops": [...with "shape","dtype"], "micro_step": true|false,
+   "rows": [{"tag": "0:fc.input:0/rank0/actv", "values": [one per op but shape and dtype: a JSON
+   integer where msprobe has an int (nans on the CPU), else a float; NaN as Python's json writes
+   it, or null], "shape": [2, 3], "dtype": "torch.float16"}]} (shape and dtype null for a
+   non-tensor; core/monitor.h, monitor_rows_from_json; its "step" must equal `step`). The session adds its rank. TPROBE_SKIPPED
+   when the session is detached or its task is not monitor; TPROBE_ERROR for a bad record. */
+int tprobe_capture_monitor(tprobe_session *session, const char *prefix, int64_t step, const char *record_meta_json);
+
 #ifdef __cplusplus
 }
 #endif
