@@ -52,6 +52,7 @@ OP_LIST = ["norm", "min", "max", "zeros", "nans", "id", "mean", "shape", "dtype"
 NAME_SEP = ":"
 SQUASH_PATTERNS = [re.compile(p) for p in (r"^.*\.(layers?\..*)", r"^.*\.(embeddings?\..*)", r"^.*\.(final.*)",
                                            r"^.*\.(output.*)", r"^.*\.(norm.*)")]
+_INTEGRAL_DTYPES = {"torch.uint8", "torch.int8", "torch.int16", "torch.int32", "torch.int64"}
 _FORWARD_HOOK_KWARGS = "with_kwargs" in inspect.signature(torch.nn.Module.register_forward_hook).parameters
 
 
@@ -366,6 +367,11 @@ class TrainerMon:
         self.has_collect_times = 0
         self.print_struct = config.get("print_struct", False)
         self.module_rank_list = config.get("module_ranks", [])
+        # msprobe: not module_ranks, or distributed and this rank listed (so a process that is not
+        # distributed writes nothing when module_ranks is set).
+        dist = torch.distributed
+        self._writes_here = not self.module_rank_list or (dist.is_available() and dist.is_initialized()
+                                                          and dist.get_rank() in self.module_rank_list)
         self.eps = config.get("eps", 1e-8)
         self.ops = list(config.get("ops", []))
         self.all_xy = config.get("all_xy", False)
@@ -415,11 +421,7 @@ class TrainerMon:
         return step >= self.start_step and (step - self.start_step) % self.step_interval == 0
 
     def _rank_writes(self):
-        # msprobe: not module_ranks, or distributed and this rank listed (so a process that is not
-        # distributed writes nothing when module_ranks is set).
-        dist = torch.distributed
-        return not self.module_rank_list or (dist.is_available() and dist.is_initialized()
-                                             and dist.get_rank() in self.module_rank_list)
+        return self._writes_here
 
     def _collecting(self):
         return self.monitoring and self._step_selected(self._step) and self._rank_writes()
@@ -476,11 +478,15 @@ class TrainerMon:
         return values
 
     def _row_values(self, cell, values):
+        """The row's numbers as msprobe's writer holds them after .item(): a CPU tensor's statistics
+        are read one by one, so its nans (and min, max and id of an integer tensor: an Embedding's
+        input) are ints; a device tensor's are stacked into one float tensor first: all floats."""
         row = values[id(cell.block)][cell.row]
-        out = []
-        for op, v in zip(self._reduced_ops, row):
-            out.append(int(v) if op == "nans" and not math.isnan(v) else v)
-        return out
+        if cell.block.device.type != "cpu" or cell.dtype is None:
+            return row
+        integral = cell.dtype in _INTEGRAL_DTYPES
+        return [int(v) if (op == "nans" or (integral and op in ("min", "max", "id"))) and not math.isnan(v) else v
+                for op, v in zip(self._reduced_ops, row)]
 
     def _as_metrics(self, tag2cell):
         cells = list(tag2cell.values())
