@@ -1,0 +1,198 @@
+// monitor_csv.cpp: the csv files of msprobe's CSVWriterWithAD (monitor.h), byte for byte: the
+// text pandas 1.x writes for DataFrame(rows).round(ndigits).fillna("nan").to_csv(header=False,
+// index=False).
+#include <cmath>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "monitor.h"
+#include "pyjson.h"
+
+namespace tprobe {
+
+namespace {
+
+// One cell as the Python list msprobe builds holds it.
+struct cell {
+  enum class kind { text, integer, real, shape, none } k = kind::none;  // none: a missing cell (ragged rows)
+  std::string text;
+  int64_t integer = 0;
+  double real = 0;
+  const std::vector<int64_t> *shape = nullptr;
+};
+
+// Python's csv writer, QUOTE_MINIMAL with pandas' '\n' line terminator: a field holding the
+// delimiter, the quote character or a line break is quoted, quotes doubled.
+void append_field(std::string &out, std::string_view field) {
+  if (field.find_first_of(",\"\n\r") == std::string_view::npos) {
+    out += field;
+    return;
+  }
+  out += '"';
+  for (char c : field) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+}
+
+std::string shape_text(const std::vector<int64_t> &shape) {
+  // str(list(torch.Size)): "[2, 3]", "[]".
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+// numpy's power_of_ten (multiarray/calculation.c), exact up to 1e22.
+double power_of_ten(int n) {
+  static const double p10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
+  if (n < 9) return p10[n];
+  double ret = 1e9;
+  while (n-- > 9) ret *= 10.;
+  return ret;
+}
+
+}  // namespace
+
+double monitor_round(double x, int ndigits) {
+  if (ndigits < 0) ndigits = 0;
+  const double f = power_of_ten(ndigits);
+  return std::nearbyint(x * f) / f;  // rint in the default rounding mode: half to even
+}
+
+std::pair<int64_t, int64_t> monitor_csv_step_range(int64_t step, int64_t k) {
+  if (k < 1) k = 1;
+  // Python's floor division, also for a negative step.
+  int64_t q = step / k;
+  if ((step % k != 0) && ((step < 0) != (k < 0))) --q;
+  return {q * k, (q + 1) * k - 1};
+}
+
+std::string monitor_csv_file_name(std::string_view prefix, int64_t step, int64_t step_count_per_record) {
+  auto [start, end] = monitor_csv_step_range(step, step_count_per_record);
+  return fmt::format("{}_{}-{}.csv", prefix, start, end);
+}
+
+std::string monitor_csv_header(const std::vector<std::string> &ops, bool micro_step) {
+  std::string out = micro_step ? "vpp_stage,name,step,micro_step" : "vpp_stage,name,step";
+  for (const auto &op : ops) {
+    out += ',';
+    append_field(out, op);
+  }
+  out += '\n';
+  return out;
+}
+
+std::string monitor_csv_lines(const monitor_rows &rows, int ndigits) {
+  // The Python lists: name.split(':'), step inserted at index 2, the values in ops order.
+  std::vector<std::vector<cell>> table;
+  table.reserve(rows.rows.size());
+  size_t width = 0;
+  for (const auto &row : rows.rows) {
+    std::vector<cell> line;
+    for (auto &part : monitor_name_split(monitor_tag_name(row.tag))) {
+      cell c;
+      c.k = cell::kind::text;
+      c.text = std::move(part);
+      line.push_back(std::move(c));
+    }
+    cell step;
+    step.k = cell::kind::integer;
+    step.integer = rows.step;
+    line.insert(line.begin() + std::min<size_t>(2, line.size()), std::move(step));
+    size_t v = 0;
+    for (const auto &op : rows.ops) {
+      cell c;
+      if (op == "shape") {
+        if (row.shape) {
+          c.k = cell::kind::shape;
+          c.shape = &*row.shape;
+        } else {
+          c.k = cell::kind::real;  // a non-tensor's NaN
+          c.real = NAN;
+        }
+      } else if (op == "dtype") {
+        if (row.dtype) {
+          c.k = cell::kind::text;
+          c.text = *row.dtype;
+        } else {
+          c.k = cell::kind::real;
+          c.real = NAN;
+        }
+      } else if (v < row.values.size()) {
+        const monitor_number &n = row.values[v++];
+        if (n.integer) {
+          c.k = cell::kind::integer;
+          c.integer = int64_t(n.value);
+        } else {
+          c.k = cell::kind::real;
+          c.real = n.value;
+        }
+      }
+      line.push_back(std::move(c));
+    }
+    width = std::max(width, line.size());
+    table.push_back(std::move(line));
+  }
+
+  // pandas' inference per column (lib.maybe_convert_objects): a text, a shape (a list) or an
+  // all-missing column is object; ints alone stay int64; ints with floats or missing cells
+  // become float64. round() touches int64 and float64 columns only; fillna("nan") then writes
+  // every NaN and missing cell as "nan".
+  enum class column { object, int64, float64 };
+  std::vector<column> kinds(width, column::int64);
+  for (size_t col = 0; col < width; ++col) {
+    bool object = false, real = false, any_value = false;
+    for (const auto &line : table) {
+      if (col >= line.size() || line[col].k == cell::kind::none) {
+        real = true;
+        continue;
+      }
+      any_value = true;
+      switch (line[col].k) {
+        case cell::kind::text:
+        case cell::kind::shape: object = true; break;
+        case cell::kind::real: real = true; break;
+        default: break;
+      }
+    }
+    kinds[col] = object || !any_value ? column::object : real ? column::float64 : column::int64;
+  }
+
+  std::string out;
+  char buf[py_float_repr_max];
+  for (const auto &line : table) {
+    for (size_t col = 0; col < width; ++col) {
+      if (col) out += ',';
+      const cell missing;
+      const cell &c = col < line.size() ? line[col] : missing;
+      const column kind = kinds[col];
+      switch (c.k) {
+        case cell::kind::none: out += "nan"; break;
+        case cell::kind::text: append_field(out, c.text); break;
+        case cell::kind::shape: append_field(out, shape_text(*c.shape)); break;
+        case cell::kind::integer:
+          if (kind == column::float64) {
+            out.append(buf, py_float_repr_write(buf, monitor_round(double(c.integer), ndigits)));
+          } else {
+            out += fmt::format("{}", c.integer);
+          }
+          break;
+        case cell::kind::real: {
+          if (std::isnan(c.real)) {
+            out += "nan";
+            break;
+          }
+          const double x = kind == column::float64 ? monitor_round(c.real, ndigits) : c.real;
+          out.append(buf, py_float_repr_write(buf, x));
+          break;
+        }
+      }
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace tprobe
