@@ -202,8 +202,9 @@ monitor_config monitor_config_from_json(const ordered_json &doc, const std::stri
       }
     }
     if (cfg.ops.empty()) {
+      // msprobe says so at info level; a warning here only when ops were listed and all dropped.
       cfg.ops.push_back("norm");
-      warnings.push_back("There is no valid ops, default op norm is used");
+      if (ops && !ops->empty()) warnings.push_back("There is no valid ops, default op norm is used");
     }
     if (std::ranges::find(cfg.ops, "shape") == cfg.ops.end()) cfg.ops.push_back("shape");
     if (std::ranges::find(cfg.ops, "dtype") == cfg.ops.end()) cfg.ops.push_back("dtype");

@@ -143,8 +143,8 @@ struct monitor_rows {
 [[nodiscard]] std::string monitor_csv_file_name(std::string_view prefix, int64_t step, int64_t step_count_per_record);
 // The header line written when the file is created: "vpp_stage,name,step[,micro_step],{ops}\n".
 [[nodiscard]] std::string monitor_csv_header(const std::vector<std::string> &ops, bool micro_step);
-// The lines msprobe appends for one step of one prefix: each row is name.split(':') with the step
-// inserted third, then the values in ops order, through
+// The lines msprobe appends for one step of one prefix: each row is name.split(':') + the values
+// in ops order, with the step inserted at index 2 (list.insert), through
 //   pd.DataFrame(rows).round(ndigits).fillna("nan").to_csv(header=False, index=False)
 // i.e. column types inferred over all these rows as pandas infers them (a column of ints stays
 // int; ints with a float or a NaN become floats, "3.0"), float columns rounded as numpy rounds

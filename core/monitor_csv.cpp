@@ -85,7 +85,8 @@ std::string monitor_csv_header(const std::vector<std::string> &ops, bool micro_s
 }
 
 std::string monitor_csv_lines(const monitor_rows &rows, int ndigits) {
-  // The Python lists: name.split(':'), step inserted at index 2, the values in ops order.
+  // The Python lists: name.split(':') + the values in ops order, then the step inserted at index 2
+  // (after the values: a name without ':' puts it after the first value).
   std::vector<std::vector<cell>> table;
   table.reserve(rows.rows.size());
   size_t width = 0;
@@ -97,10 +98,6 @@ std::string monitor_csv_lines(const monitor_rows &rows, int ndigits) {
       c.text = std::move(part);
       line.push_back(std::move(c));
     }
-    cell step;
-    step.k = cell::kind::integer;
-    step.integer = rows.step;
-    line.insert(line.begin() + std::min<size_t>(2, line.size()), std::move(step));
     size_t v = 0;
     for (const auto &op : rows.ops) {
       cell c;
@@ -132,6 +129,10 @@ std::string monitor_csv_lines(const monitor_rows &rows, int ndigits) {
       }
       line.push_back(std::move(c));
     }
+    cell step;
+    step.k = cell::kind::integer;
+    step.integer = rows.step;
+    line.insert(line.begin() + std::min<size_t>(2, line.size()), std::move(step));
     width = std::max(width, line.size());
     table.push_back(std::move(line));
   }
