@@ -2,8 +2,8 @@
 // sends a session (the monitor config, output_dir) and grad_reduced rows of three steps, the norm
 // tripled at step 2; the csv files appear in the rank folder as msprobe writes them, the alarm on
 // stderr the moment it fires, anomaly.json, the summary line, exit 0. A record before its session
-// or an output_dir msprobe refuses: the fatal line, exit 100. `tprobe report` over the output: the
-// monitor line, exit 1 (an anomaly).
+// or an output_dir msprobe refuses: the fatal line, exit 100. `tprobe monitor-anomaly` (msprobe's
+// spellings) over anomaly_detected/, and `tprobe report` over the output: the monitor line, exit 1.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -92,6 +92,22 @@ TEST(MonitorStageE2e, WritesTheCsvFilesAnomalyJsonAndPrintsTheAlarm) {
   const ojson doc = pyjson_load_file(out + "/anomaly_detected/rank0/anomaly.json");
   ASSERT_EQ(doc.size(), 1u);
   EXPECT_EQ(doc.begin().value()["message"], alarm);
+
+  // msprobe's sorter with msprobe's spellings over the stage's anomaly_detected/.
+  auto m = test::run_process({test::bin("tprobe"), "monitor-anomaly", "--data_path", out + "/anomaly_detected",
+                              "--topk", "1", "-s", "[2]"});
+  EXPECT_EQ(m.status, 0) << m.out << m.err;
+  EXPECT_EQ(m.out, "tprobe-monitor-anomaly: Top 1 anomalies are listed as follows:\ntprobe-monitor-anomaly: 0: " + alarm +
+                       "\ntprobe-monitor-anomaly: 1 anomalies in 1 anomaly.json files; " + out +
+                       "/anomaly_detected/anomaly_analyse.json\n");
+  EXPECT_EQ(pyjson_load_file(out + "/anomaly_detected/anomaly_analyse.json"), doc);
+  m = test::run_process({test::bin("tprobe"), "monitor-anomaly", "-d", out + "/anomaly_detected", "-s", "[x]"});
+  EXPECT_EQ(m.status, 100) << m.out << m.err;
+  EXPECT_NE(m.err.find("tprobe-monitor-anomaly: fatal: --step \"[x]\": the step list must be a list of integers"),
+            std::string::npos)
+      << m.err;
+  m = test::run_process({test::bin("tprobe"), "monitor-anomaly", "-d", out + "/anomaly_detected", "-k", "0"});
+  EXPECT_EQ(m.status, 100) << m.out << m.err;
 
   // The report over the monitor folder: its line, FAIL for the anomaly.
   auto r = test::run_process({test::bin("tprobe"), "report", out, "-o", dir / "r.html"});
