@@ -749,6 +749,8 @@ function renderFreeBenchmark(fb, main) {
 // prefix, op, message}]}]; values are numbers or "nan", "inf", "-inf".
 function mnum(x) { return typeof x === 'number' ? x : x === 'inf' ? Infinity : x === '-inf' ? -Infinity : NaN; }
 const MON_PAGE = 24;
+// Lines in blue, orange, green…: red is the anomalies' ring.
+const MON_PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#9467bd', '#8c564b', '#e377c2', '#17becf', '#bcbd22', '#7f7f7f'];
 function renderMonitor(x, k, main) {
   const sec = el('section', { class: 'monitor', id: 'mon-' + k });
   main.append(sec);
@@ -811,7 +813,7 @@ function renderMonitor(x, k, main) {
     if (x1 !== x0) svg.append(sv('text', { x: W - R, y: H - 5, 'text-anchor': 'end' }, String(x1)));
     const rankIndex = r => x.ranks.indexOf(r);
     for (const l of lines) {
-      const colour = op === '*' ? PALETTE[t.ops.indexOf(l.op) % PALETTE.length] : PALETTE[rankIndex(l.rank) % PALETTE.length];
+      const colour = op === '*' ? MON_PALETTE[t.ops.indexOf(l.op) % MON_PALETTE.length] : MON_PALETTE[rankIndex(l.rank) % MON_PALETTE.length];
       let d = '';
       l.steps.forEach((st, i) => { if (Number.isFinite(l.v[i])) d += (d && Number.isFinite(l.v[i - 1]) ? 'L' : 'M') + X(st).toFixed(1) + ' ' + Y(l.v[i]).toFixed(1); else d += ''; });
       const path = sv('path', { d: d, stroke: colour, fill: 'none', 'stroke-width': 1.5, class: 'mon-line', 'data-rank': l.rank, 'data-op': l.op,
@@ -853,8 +855,8 @@ function renderMonitor(x, k, main) {
       box.append(chart(t, tag));
       if (opSel.value === '*' || x.ranks.length > 1) {
         const legend = el('div', { class: 'legend' });
-        if (opSel.value === '*') for (const o of t.ops) legend.append(el('span', null, el('i', { style: 'background:' + PALETTE[t.ops.indexOf(o) % PALETTE.length] }), o));
-        else for (const s of tag.series) legend.append(el('span', null, el('i', { style: 'background:' + PALETTE[x.ranks.indexOf(s.rank) % PALETTE.length] }), 'rank ' + s.rank));
+        if (opSel.value === '*') for (const o of t.ops) legend.append(el('span', null, el('i', { style: 'background:' + MON_PALETTE[t.ops.indexOf(o) % MON_PALETTE.length] }), o));
+        else for (const s of tag.series) legend.append(el('span', null, el('i', { style: 'background:' + MON_PALETTE[x.ranks.indexOf(s.rank) % MON_PALETTE.length] }), 'rank ' + s.rank));
         box.append(legend);
       }
       grid.append(box);
