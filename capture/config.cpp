@@ -18,6 +18,7 @@
 
 #include "errors.h"
 #include "free_benchmark.h"
+#include "monitor.h"
 
 namespace tprobe {
 namespace {
@@ -494,6 +495,7 @@ nlohmann::ordered_json capture_config::session_meta() const {
   if (!nan_analyze.is_null()) meta["nan_analyze"] = nan_analyze;
   if (!grad_probe.is_null()) meta["grad_probe"] = grad_probe;
   if (!free_benchmark.is_null()) meta["free_benchmark"] = free_benchmark;
+  if (!monitor.is_null()) meta["monitor"] = monitor;
   return meta;
 }
 
@@ -582,7 +584,14 @@ capture_config config_parse(const nlohmann::ordered_json &doc, const std::string
   cfg.source = doc;
   cfg.source_name = source;
   auto where = [&](const char *field) { return field_where(source, field); };
-  if (auto *v = get(doc, "task")) cfg.task = expect_one_of(*v, task_names, where("task"));
+  if (auto *v = get(doc, "task")) {
+    // msprobe's monitor is no PrecisionDebugger task: TrainerMon reads its own config.
+    if (v->is_string() && v->get<std::string>() == "monitor")
+      fail(where("task"), "\"monitor\" is msprobe's TrainerMon (训练状态监控), not a task of config.json: use "
+                          "`from tprobe import TrainerMon; TrainerMon(\"monitor.json\")` with a monitor config "
+                          "(docs/stages/monitor.md)");
+    cfg.task = expect_one_of(*v, task_names, where("task"));
+  }
   const ordered_json *dump_path = get(doc, "dump_path");
   if (!dump_path) fail(where("dump_path"), "the dump_path not found (a non-empty path is required)");
   cfg.dump_path = absolute_dump_path(expect_string(*dump_path, where("dump_path")), where("dump_path"));
@@ -682,12 +691,33 @@ config_overrides config_overrides_from_env() {
 
 // --- which tasks run --------------------------------------------------------------------------
 
-const std::vector<std::string> &config_task_names() { return task_names; }
+const std::vector<std::string> &config_task_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all = task_names;
+    all.push_back("monitor");  // tprobe_monitor_open's sessions (TrainerMon), never a config.json's
+    return all;
+  }();
+  return names;
+}
 
 const std::vector<std::string> &config_built_tasks() {
-  static const std::vector<std::string> built{"statistics", "tensor",         "overflow_check",
-                                              "grad_probe", "free_benchmark", "structure"};
+  static const std::vector<std::string> built{"statistics",     "tensor",    "overflow_check", "grad_probe",
+                                              "free_benchmark", "structure", "monitor"};
   return built;
+}
+
+capture_config config_for_monitor(const std::string &monitor_config_path) {
+  if (monitor_config_path.empty()) throw usage_error("no monitor config: pass the path of a monitor json");
+  const monitor_config monitor = monitor_config_read(monitor_config_path);
+  capture_config cfg;
+  cfg.task = "monitor";
+  cfg.source_name = monitor_config_path;
+  const char *env = std::getenv("MONITOR_OUTPUT_DIR");
+  cfg.dump_path = absolute_dump_path(env && *env ? env : "./monitor_output", "MONITOR_OUTPUT_DIR");
+  cfg.monitor = monitor.json;
+  cfg.monitor["warnings"] = monitor.warnings;
+  cfg.monitor["output_dir"] = cfg.dump_path;
+  return cfg;
 }
 
 void config_check_task_runs(const capture_config &cfg, const config_pipeline &pipeline) {
@@ -721,7 +751,7 @@ config_pipeline config_pipeline_from_env() {
       const size_t comma = rest.find(',');
       const std::string task(rest.substr(0, comma));
       if (!task.empty()) {
-        check_one_of(task, task_names, "TPROBE_PIPELINE_TASKS");
+        check_one_of(task, config_task_names(), "TPROBE_PIPELINE_TASKS");
         pipeline.tasks.push_back(task);
       }
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);

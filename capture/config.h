@@ -81,6 +81,10 @@ struct capture_config {
   // (free_benchmark_settings_from_json, msprobe's rules), every field with its default filled in
   // (free_benchmark_settings_to_json); scope and list are also copied above. Null for other tasks.
   nlohmann::ordered_json free_benchmark;
+  // monitor (tprobe_monitor_open, msprobe's TrainerMon): the monitor config as core/monitor.h
+  // validated it (monitor_config::json: defaults filled, ops expanded), with "warnings" (the lines
+  // msprobe logs and goes on) and "output_dir" (the dump_path). Null for other tasks.
+  nlohmann::ordered_json monitor;
 
   nlohmann::ordered_json source;  // the document as given, before overrides
   std::string source_name;        // the input named in messages, e.g. the file's path
@@ -88,7 +92,7 @@ struct capture_config {
   // The effective config as a map, for dump headers and the stages: task, level, framework
   // ("pytorch"), dump_path, rank, step, precision, summary_mode, data_mode, scope, list,
   // tensor_list, async_dump, tensor_format (the writer reads it), nan_analyze (when set), grad_probe
-  // (task grad_probe), free_benchmark (task free_benchmark).
+  // (task grad_probe), free_benchmark (task free_benchmark), monitor (task monitor).
   [[nodiscard]] nlohmann::ordered_json session_meta() const;
 };
 
@@ -129,12 +133,21 @@ void config_apply_overrides(capture_config &cfg, const config_overrides &overrid
 // no override; set but invalid (empty included) throws usage_error naming the variable.
 [[nodiscard]] config_overrides config_overrides_from_env();
 
-// Tasks. msprobe's eight are parsed and validated (config_task_names); the capture runs
+// Tasks. msprobe's eight of config.json are parsed and validated, and config_task_names() adds
+// "monitor" (msprobe's TrainerMon: a session of tprobe_monitor_open, config_for_monitor; a
+// config.json asking for it is refused, pointing to TrainerMon); the capture runs
 // config_built_tasks() (statistics, tensor, overflow_check, grad_probe, free_benchmark,
-// structure). A task not built is refused, never captured as another: run_ut replays a dump
-// afterwards (tprobe precheck), exception_dump is MindSpore's.
+// structure, monitor). A task not built is refused, never captured as another: run_ut replays a
+// dump afterwards (tprobe precheck), exception_dump is MindSpore's.
 [[nodiscard]] const std::vector<std::string> &config_task_names();
 [[nodiscard]] const std::vector<std::string> &config_built_tasks();
+
+// The config of a monitor session (tprobe_monitor_open): the monitor config at the path read and
+// validated by core/monitor.h (monitor_config_read: usage_error `PATH: field "KEY": ...`, or
+// system_error when it cannot be read), task "monitor", dump_path $MONITOR_OUTPUT_DIR (default
+// ./monitor_output) made absolute under msprobe's path rule, `monitor` filled in; every other field
+// its default (all ranks, all steps).
+[[nodiscard]] capture_config config_for_monitor(const std::string &monitor_config_path);
 
 // The pipeline the capture feeds, as far as the capture knows it: `tprobe run` hands the command
 // its manifest (TPROBE_PIPELINE) and the tasks the manifest can do (TPROBE_PIPELINE_TASKS,

@@ -26,6 +26,7 @@
 #include "endpoint.h"
 #include "errors.h"
 #include "free_benchmark_record.h"
+#include "monitor_record.h"
 #include "grad_record.h"
 #include "part_runner.h"
 #include "pyjson.h"
@@ -757,7 +758,9 @@ struct tprobe_session {
     return dir && *dir ? std::string(dir) + "/failed" : std::string();
   }
 
-  void open(const char *config_path, const tprobe_open_options *opts) {
+  // A session of a config.json (config_path), or of task monitor from a monitor config
+  // (monitor_config_path non-null: tprobe_monitor_open).
+  void open(const char *config_path, const tprobe_open_options *opts, const char *monitor_config_path = nullptr) {
     if (opts) options = *opts;
     else options = tprobe_open_options_default();
     if (options.queue_bytes == 0) options.queue_bytes = size_t{256} << 20;
@@ -769,14 +772,19 @@ struct tprobe_session {
     framework = options.framework ? options.framework : "pytorch";
     options.framework = nullptr;  // not kept: the caller's string may not outlive the call
 
-    std::string path = config_path ? config_path : "";
-    if (path.empty()) {
-      const char *env = std::getenv("TPROBE_CONFIG");
-      if (!env || !*env) throw usage_error("no config: pass a config.json path or set TPROBE_CONFIG");
-      path = env;
+    if (monitor_config_path) {
+      // TPROBE_TASK and the other config.json overrides do not apply: the task is monitor.
+      config = config_for_monitor(monitor_config_path);
+    } else {
+      std::string path = config_path ? config_path : "";
+      if (path.empty()) {
+        const char *env = std::getenv("TPROBE_CONFIG");
+        if (!env || !*env) throw usage_error("no config: pass a config.json path or set TPROBE_CONFIG");
+        path = env;
+      }
+      config = config_load(path);
+      config_apply_overrides(config, config_overrides_from_env());
     }
-    config = config_load(path);
-    config_apply_overrides(config, config_overrides_from_env());
     config_check_task_runs(config, config_pipeline_from_env());  // never a task captured as another
     config_check_dump_path_usable(config);
     filter = std::make_unique<capture_filter>(config);
@@ -1228,6 +1236,29 @@ struct tprobe_session {
     return enqueue(free_benchmark_record_make(header(record_kind::tensor), row)) ? TPROBE_OK : TPROBE_SKIPPED;
   }
 
+  // Task monitor: the caller gates by step and rank (the monitor config's start_step,
+  // step_interval, collect_times, module_ranks); the session only carries the rows.
+  int capture_monitor(const char *prefix, int64_t monitor_step, const char *rows_json) {
+    if (config.task != "monitor") {
+      ++counts.skipped;
+      return TPROBE_SKIPPED;
+    }
+    if (!prefix || !*prefix) throw usage_error("monitor rows: prefix is empty");
+    if (!rows_json || !*rows_json) throw usage_error(fmt::format("monitor rows of {}: record_meta_json is empty", prefix));
+    poll_control();
+    if (detached.load(std::memory_order_relaxed)) {
+      ++counts.undelivered;
+      return TPROBE_SKIPPED;
+    }
+    // Python's json.dumps writes NaN as NaN: pyjson reads it.
+    const std::string what = fmt::format("monitor rows of {} at step {}", prefix, monitor_step);
+    const monitor_rows rows = monitor_rows_from_json(pyjson_parse(rows_json, what), what);
+    if (rows.step != monitor_step)
+      throw usage_error(fmt::format("{}: the rows say step {}", what, rows.step));
+    // Urgent: alarms are for now, and a step's rows are few records.
+    return enqueue(monitor_record_make(header(record_kind::tensor), prefix, rows), true) ? TPROBE_OK : TPROBE_SKIPPED;
+  }
+
   int capture_grad(const char *param, const grad_numbers &n, std::vector<std::byte> bits, const char *device) {
     record r = grad_record_make(header(record_kind::tensor), param, n, std::move(bits));
     if (device && *device) r.header.device = device;
@@ -1295,6 +1326,24 @@ int tprobe_session_open(const char *config_path, const tprobe_open_options *opti
     *out = s.release();
     return TPROBE_OK;
   });
+}
+
+int tprobe_monitor_open(const char *monitor_config_path, const tprobe_open_options *options, tprobe_session **out) {
+  if (!out) return null_session();
+  *out = nullptr;
+  return guarded([&] {
+    if (!monitor_config_path || !*monitor_config_path)
+      throw usage_error("tprobe_monitor_open: no monitor config: pass the path of a monitor json");
+    auto s = std::make_unique<tprobe_session>();
+    s->open(nullptr, options, monitor_config_path);
+    *out = s.release();
+    return TPROBE_OK;
+  });
+}
+
+int tprobe_capture_monitor(tprobe_session *s, const char *prefix, int64_t step, const char *record_meta_json) {
+  if (!s) return null_session();
+  return guarded([&] { return s->capture_monitor(prefix, step, record_meta_json); });
 }
 
 int tprobe_session_close(tprobe_session *s) {

@@ -424,7 +424,7 @@ TEST(pipeline, run_refuses_a_task_the_manifest_cannot_do_before_the_command_star
       // MindSpore's task (level L2 there): the one msprobe task tprobe does not build.
       {"exception_dump", R"("exception_dump": {})", statistics,
        config + ": task \"exception_dump\" is not built in tprobe yet (built: statistics, tensor, overflow_check, "
-                "grad_probe, free_benchmark, structure)",
+                "grad_probe, free_benchmark, structure, monitor)",
        "L2"},
       {"run_ut", R"("run_ut": {"white_list": []})", statistics,
        config + ": task \"run_ut\" replays a dump, it captures nothing: dump with task \"tensor\" (or \"statistics\") "

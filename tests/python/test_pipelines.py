@@ -126,7 +126,7 @@ for step in range(STEPS):
         # msprobe configs name tasks tprobe does not build yet; the debugger used to start the
         # statistics pipeline for them and write a statistics dump. Now it refuses at construction,
         # one line naming the file and the task, before anything is dumped.
-        built = "statistics, tensor, overflow_check, grad_probe, free_benchmark, structure"
+        built = "statistics, tensor, overflow_check, grad_probe, free_benchmark, structure, monitor"
         # exception_dump is MindSpore's (level L2 there); run_ut (msprobe's pre-check) captures
         # nothing: the line says how to dump and replay it.
         expected = {"exception_dump": f'./config.json: task "exception_dump" is not built in tprobe yet (built: {built})',

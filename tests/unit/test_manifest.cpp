@@ -203,16 +203,16 @@ TEST(ManifestParse, TasksNameBuiltTasksAndIncludeTheCaptureTask) {
   EXPECT_EQ(parse_error(with_tasks("[1]")), PATH + ": tasks: a task name must be a string, got 1");
   EXPECT_EQ(parse_error(with_tasks(R"(["statistic"])")),
             PATH + ": tasks: unknown task \"statistic\" (msprobe's tasks: tensor, statistics, overflow_check, "
-                   "free_benchmark, run_ut, grad_probe, structure, exception_dump)");
+                   "free_benchmark, run_ut, grad_probe, structure, exception_dump, monitor)");
   EXPECT_EQ(parse_error(with_tasks(R"(["exception_dump"])")),
             PATH + ": tasks: task \"exception_dump\" is not built in tprobe yet (built: statistics, tensor, "
-                   "overflow_check, grad_probe, free_benchmark, structure)");
+                   "overflow_check, grad_probe, free_benchmark, structure, monitor)");
   EXPECT_EQ(parse_error(with_tasks(R"(["tensor", "tensor"])")), PATH + ": tasks: task \"tensor\" is listed twice");
   EXPECT_EQ(parse_error(with_tasks(R"(["statistics"])", R"({"task": "tensor"})")),
             PATH + ": capture: task \"tensor\" is not among its \"tasks\" (statistics)");
   EXPECT_EQ(parse_error(R"({"capture": {"task": "run_ut"}, "stages": [)" + STATS + "]}"),
             PATH + ": capture: task \"run_ut\" is not built in tprobe yet (built: statistics, tensor, overflow_check, "
-                   "grad_probe, free_benchmark, structure)");
+                   "grad_probe, free_benchmark, structure, monitor)");
 }
 
 // The shipped manifests say which tasks they can do: the ones their stages serve.
