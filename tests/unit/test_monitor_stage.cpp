@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "config.h"
 #include "errors.h"
 #include "monitor.h"
 #include "monitor/monitor_stage.h"
@@ -29,7 +30,7 @@ using ojson = nlohmann::ordered_json;
 
 const std::vector<std::string> kOps = {"min", "max", "norm", "mean", "zeros", "nans", "shape", "dtype"};
 
-ojson config(const std::string &format = "csv", bool dump = true, ojson extra = ojson::object()) {
+ojson config_doc(const std::string &format = "csv", bool dump = true, ojson extra = ojson::object()) {
   ojson doc = {{"targets", ojson::object()},
                {"wg_distribution", true},
                {"xy_distribution", true},
@@ -39,7 +40,11 @@ ojson config(const std::string &format = "csv", bool dump = true, ojson extra = 
                {"format", format},
                {"alert", {{"rules", {{{"rule_name", "AnomalyTurbulence"}, {"args", {{"threshold", 0.5}}}}}}, {"dump", dump}}}};
   for (auto &[k, v] : extra.items()) doc[k] = v;
-  return monitor_config_from_json(doc, "test config").json;
+  return doc;
+}
+
+ojson config(const std::string &format = "csv", bool dump = true, ojson extra = ojson::object()) {
+  return monitor_config_from_json(config_doc(format, dump, std::move(extra)), "test config").json;
 }
 
 record session_record(const std::string &run, int32_t rank, const std::string &output_dir, const ojson &monitor) {
@@ -47,6 +52,21 @@ record session_record(const std::string &run, int32_t rank, const std::string &o
   r.header.run = run;
   r.header.rank = rank;
   r.header.meta = {{"task", "monitor"}, {"framework", "pytorch"}, {"output_dir", output_dir}, {"monitor", monitor}};
+  return r;
+}
+
+// The session record as the capture makes it (tprobe_monitor_open: config_for_monitor's session
+// meta, output_dir from $MONITOR_OUTPUT_DIR).
+record capture_session_record(const std::string &run, int32_t rank, const test::temp_dir &dir, const std::string &output_dir,
+                              const ojson &doc) {
+  const std::string path = dir / "monitor.json";
+  test::write_file(path, doc.dump());
+  ::setenv("MONITOR_OUTPUT_DIR", output_dir.c_str(), 1);
+  record r(record_kind::session);
+  r.header.run = run;
+  r.header.rank = rank;
+  r.header.meta = config_for_monitor(path).session_meta();
+  ::unsetenv("MONITOR_OUTPUT_DIR");
   return r;
 }
 
@@ -135,7 +155,7 @@ TEST(MonitorStage, WritesV5sCsvFilesAlarmsAndAnomalyJsonAndPassesEveryRecordOn) 
   const std::string out = dir / "monitor_output";
   test::stage_harness h;
   monitor_stage_result res;
-  std::vector<record> input = list_of(session_record("r", 0, out, config()));
+  std::vector<record> input = list_of(capture_session_record("r", 0, dir, out, config_doc()));
   for (int64_t step = 0; step < 3; ++step) {
     input.push_back(rows_record("r", 0, "actv", actv(step)));
     input.push_back(rows_record("r", 0, "grad_reduced", grads(step), {{"0:fc.weight/rank0/post_grad", 7}}));

@@ -93,6 +93,21 @@ std::string append_output_dir(const std::string &output_dir, const nlohmann::ord
   return found;
 }
 
+// A session key the capture may put at the meta's top level or in its "monitor" object
+// (capture/config.cpp config_for_monitor puts output_dir in both: dump_path and monitor.output_dir).
+const nlohmann::ordered_json *session_value(const nlohmann::ordered_json &meta, const char *key) {
+  if (auto v = meta.find(key); v != meta.end() && !v->is_null()) return &*v;
+  const auto m = meta.find("monitor");
+  if (m != meta.end() && m->is_object())
+    if (auto v = m->find(key); v != m->end() && !v->is_null()) return &*v;
+  return nullptr;
+}
+
+std::string session_text(const nlohmann::ordered_json &meta, const char *key) {
+  const auto *v = session_value(meta, key);
+  return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+
 struct rank_state {
   monitor_config config;
   std::unique_ptr<monitor_anomaly_detector> detector;
@@ -140,8 +155,8 @@ class monitor_writer {
     const int64_t rank = rank_of(r.header.rank);
     s.pp_stage = rank;
     s.group_mates = {rank};
-    if (auto p = meta.find("pp_stage"); p != meta.end() && p->is_number_integer()) s.pp_stage = p->get<int64_t>();
-    if (auto g = meta.find("group_mates"); g != meta.end() && g->is_array()) {
+    if (const auto *p = session_value(meta, "pp_stage"); p && p->is_number_integer()) s.pp_stage = p->get<int64_t>();
+    if (const auto *g = session_value(meta, "group_mates"); g && g->is_array()) {
       s.group_mates.clear();
       for (const auto &v : *g)
         if (v.is_number_integer()) s.group_mates.push_back(v.get<int64_t>());
@@ -151,11 +166,12 @@ class monitor_writer {
 
     std::string output_dir = fixed_output_dir_;
     if (output_dir.empty()) {
-      const std::string given = meta.value("output_dir", std::string());
+      std::string given = session_text(meta, "output_dir");
+      if (given.empty()) given = session_text(meta, "dump_path");
       output_dir = path_check_create(given.empty() ? std::string("./monitor_output") : given, "output_dir");
     }
     if (s.writes && s.config.format != "api") {
-      std::string dir = meta.value("rank_dir", std::string());
+      std::string dir = session_text(meta, "rank_dir");
       if (dir.empty() && r.header.rank >= 0 && s.config.json.contains("append_output"))
         dir = append_output_dir(output_dir, s.config.json["append_output"], rank);
       if (dir.empty()) {

@@ -16,9 +16,9 @@
 //                                                         anomaly merged in (indent 1) after the record
 //                                                         that raised it, i.e. by the end of its step
 // format api writes neither the folder nor the files (msprobe's BaseWriterWithAD); the rules and
-// anomaly.json still run. output_dir is the session meta's "output_dir" (the capture's
-// $MONITOR_OUTPUT_DIR) unless --output-dir is given; the rank folder is the session meta's
-// "rank_dir" when the capture named one. The monitor config is the session meta's "monitor"
+// anomaly.json still run. output_dir is the session meta's "output_dir" (at its top level or in its
+// "monitor" object; else its dump_path: the capture's $MONITOR_OUTPUT_DIR) unless --output-dir is
+// given; the rank folder is the session meta's "rank_dir" when the capture named one. The monitor config is the session meta's "monitor"
 // (validated by the capture, re-read with monitor_config_from_json): ops, ndigits,
 // step_count_per_record, format, alert, module_ranks, append_output.
 //
@@ -33,7 +33,7 @@
 // anomaly.json's values are msprobe's GradAnomalyData (core/monitor.h); its key names the op too
 // (monitor_anomaly_key), so every (tag, op) that fired is kept. call_id is the row's "call_id"
 // when the capture sends one (-1 otherwise); pp_stage and group_mates the session meta's
-// "pp_stage" and "group_mates" (default: R and [R]).
+// "pp_stage" and "group_mates" (top level or in "monitor"; default: R and [R]).
 //
 // Every record is passed on (io.send), so the stage can be tapped, chained or recorded.
 //
