@@ -456,6 +456,7 @@ ordered_json monitor_rows_to_json(const monitor_rows &rows) {
     r["values"] = std::move(values);
     r["shape"] = row.shape ? ordered_json(*row.shape) : ordered_json();
     r["dtype"] = row.dtype ? ordered_json(*row.dtype) : ordered_json();
+    if (row.call_id != -1) r["call_id"] = row.call_id;
     list.push_back(std::move(r));
   }
   j["rows"] = std::move(list);
@@ -518,6 +519,10 @@ monitor_rows monitor_rows_from_json(const ordered_json &j, const std::string &wh
     if (auto d = r.find("dtype"); d != r.end() && !d->is_null()) {
       if (!d->is_string()) bad(at + ".dtype", "must be a string (\"torch.float32\") or null");
       row.dtype = d->get<std::string>();
+    }
+    if (auto c = r.find("call_id"); c != r.end() && !c->is_null()) {
+      if (!c->is_number_integer() && !c->is_number_unsigned()) bad(at + ".call_id", "must be an integer or null");
+      row.call_id = c->get<int64_t>();
     }
     rows.rows.push_back(std::move(row));
   }

@@ -112,6 +112,9 @@ struct monitor_row {
   // The tensor's shape and dtype ("torch.float16"); nullopt: a non-tensor, written "nan".
   std::optional<std::vector<int64_t>> shape;
   std::optional<std::string> dtype;
+  // msprobe's call_id of the tag: its place in the step's hook-firing order (forward
+  // activations, backward, grad hooks, optimizer); -1 unknown. anomaly.json's call_id.
+  int64_t call_id = -1;
 };
 
 struct monitor_rows {
@@ -121,9 +124,9 @@ struct monitor_rows {
   std::vector<monitor_row> rows;
 };
 
-// {"step": S, "ops": [...], "micro_step": b, "rows": [{"tag", "values", "shape", "dtype"}]}; values
-// are JSON integers where `integer`, floats (NaN as a float NaN) otherwise; a non-tensor's shape
-// and dtype are null.
+// {"step": S, "ops": [...], "micro_step": b, "rows": [{"tag", "values", "shape", "dtype",
+// "call_id"}]}; values are JSON integers where `integer`, floats (NaN as a float NaN) otherwise; a
+// non-tensor's shape and dtype are null; call_id is written when it is not -1 (optional on read).
 [[nodiscard]] nlohmann::ordered_json monitor_rows_to_json(const monitor_rows &rows);
 // The inverse, checking everything: ops known (monitor_op_list), each row's values one per op
 // except shape and dtype, numbers or null (NaN). usage_error naming `what` and the field.

@@ -110,7 +110,8 @@ TEST(capture_monitor, rows_travel_as_records_with_rank_and_step) {
   ASSERT_EQ(tprobe_capture_monitor(m.s, "actv", 4, actv_rows), TPROBE_OK) << tprobe_last_error();
   const std::string grads =
       R"({"step": 5, "ops": ["norm", "shape", "dtype"], "micro_step": false,
-          "rows": [{"tag": "0:fc.weight/rank1/post_grad", "values": [2.23606797749979], "shape": [2, 2], "dtype": "torch.float32"}]})";
+          "rows": [{"tag": "0:fc.weight/rank1/post_grad", "values": [2.23606797749979], "shape": [2, 2], "dtype": "torch.float32",
+                    "call_id": 7}]})";
   ASSERT_EQ(tprobe_capture_monitor(m.s, "grad_reduced", 5, grads.c_str()), TPROBE_OK) << tprobe_last_error();
 
   // Refused at the call: a prefix msprobe does not write, a step that disagrees, bad rows.
@@ -142,6 +143,11 @@ TEST(capture_monitor, rows_travel_as_records_with_rank_and_step) {
   EXPECT_EQ(grad.prefix, "grad_reduced");
   EXPECT_EQ(grad.rows.step, 5);
   EXPECT_EQ(monitor_csv_lines(grad.rows, 6), "0,fc.weight,5,2.236068,\"[2, 2]\",torch.float32\n");
+  // call_id travels (anomaly.json's), in the record's meta as sent.
+  EXPECT_EQ(grad.rows.rows[0].call_id, 7);
+  EXPECT_EQ(records[1].header.meta["monitor"]["rows"][0]["call_id"], 7);
+  EXPECT_EQ(actv.rows.rows[0].call_id, -1);
+  EXPECT_FALSE(records[0].header.meta["monitor"]["rows"][0].contains("call_id"));
 }
 
 TEST(capture_monitor, output_dir_defaults_to_monitor_output_in_the_working_directory) {
