@@ -12,9 +12,11 @@ Three lines in a training script, as with msprobe:
 
 Importing this package loads nothing native; PrecisionDebugger loads the C++ capture
 (libtprobe_torch.so) and says where it looked if it is not built. See docs/pytorch.md.
+
+TrainerMon is msprobe's training monitor: `TrainerMon(config).set_monitor(model, optimizer)`.
 """
 
-__all__ = ["PrecisionDebugger"]
+__all__ = ["PrecisionDebugger", "TrainerMon"]
 
 
 def __getattr__(name):
@@ -23,4 +25,7 @@ def __getattr__(name):
     if name == "PrecisionDebugger":
         from .debugger import PrecisionDebugger
         return PrecisionDebugger
+    if name == "TrainerMon":  # msprobe's training monitor (monitor.py)
+        from .monitor import TrainerMon
+        return TrainerMon
     raise AttributeError(f"module 'tprobe' has no attribute {name!r}")

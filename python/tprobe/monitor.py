@@ -206,8 +206,9 @@ class TrainerMon:
         # The session opens now, as msprobe's writer creates its directory here: a bad config
         # raises here, one line naming the file and the field.
         self.session_config = self._open()
-        self.output_dir = self.session_config.get("output_dir", "")
         self.config = self.session_config["monitor"]
+        self.output_dir = (self.session_config.get("output_dir") or self.config.get("output_dir")
+                           or self.session_config.get("dump_path", ""))
         _say_warnings(self.session_config)
         self.squash_name = self.config.get("squash_name", True)  # never changed later: names stay
 
@@ -951,14 +952,14 @@ class TrainerMon:
         module that ran) belongs in the rank directory, which the stage names. Written at once when
         the session says which it is ("rank_dir"), else at close(), once the stage has made it."""
         self._stack_rows = [[ctx.name, ctx.stack] for ctx in self._fwd_ctx.values()]
-        if self.session_config.get("rank_dir"):
+        if self._rank_dir():
             self._flush_stack_info()
 
     def _flush_stack_info(self):
         rows, self._stack_rows = getattr(self, "_stack_rows", None), None
         if not rows:
             return
-        directory = self.session_config.get("rank_dir")
+        directory = self._rank_dir()
         if not directory:
             # The stage's {time}-rank{R}-{id} directory made since this monitor began.
             found = [d for d in glob.glob(os.path.join(self.output_dir, f"*-rank{self.rank}-*"))
@@ -974,6 +975,9 @@ class TrainerMon:
             writer = csv.writer(f, lineterminator="\n")
             writer.writerow(["module_name", "stack_info"])
             writer.writerows(rows)
+
+    def _rank_dir(self):
+        return self.session_config.get("rank_dir") or self.config.get("rank_dir")
 
     def _save_module_struct(self):
         directory = os.path.join(self.output_dir or os.getenv("MONITOR_OUTPUT_DIR", "./monitor_output"),

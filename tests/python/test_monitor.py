@@ -11,7 +11,7 @@ import glob
 import json
 import math
 import os
-import subprocess
+import re
 import textwrap
 import unittest
 
@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent("""
     from model import make
     model, x, y = make()
     GA = int(os.environ.get("GA", "1"))
-    STEPS_N = int(os.environ.get("STEPS_N", "3"))
+    N_TRAIN = int(os.environ.get("N_TRAIN", "3"))
     MONITOR = os.environ.get("MONITOR", "1") == "1"
     SPIKE = int(os.environ.get("SPIKE", "-1"))
     NAN = int(os.environ.get("NAN_STEP", "-1"))
@@ -57,7 +57,7 @@ SCRIPT = textwrap.dedent("""
             m.register_forward_hook(fwd)
             m.register_full_backward_hook(bwd)
     losses = []
-    for step in range(STEPS_N):
+    for step in range(N_TRAIN):
         where["step"] = step
         if os.environ.get("DYNAMIC_AT") == str(step):
             with open(os.environ["MONITOR_CONFIG"]) as f:
@@ -77,6 +77,9 @@ SCRIPT = textwrap.dedent("""
             loss.backward()
             losses.append(loss.item())
         refs["grad"].append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+        if step == NAN:  # the optimizer gets finite grads: the weights, and later steps, stay finite
+            for p in model.parameters():
+                p.grad.nan_to_num_(0.0)
         refs["exp_avg"].append({n: opt.state[p]["exp_avg"].clone() for n, p in model.named_parameters()
                                 if "exp_avg" in opt.state.get(p, {})})
         refs["exp_avg_sq"].append({n: opt.state[p]["exp_avg_sq"].clone() for n, p in model.named_parameters()
@@ -149,7 +152,10 @@ class MonitorRun:
     def rows(self, prefix, rank=0):
         """{(name, step, micro_step or None): row dict} over every {prefix}_{a}-{b}.csv."""
         out = {}
+        pattern = re.compile(re.escape(prefix) + r"_\d+-\d+\.csv")  # "actv_*" would match actv_grad_0-0.csv
         for path in sorted(glob.glob(os.path.join(self.rank_dir(rank), f"{prefix}_*-*.csv"))):
+            if not pattern.fullmatch(os.path.basename(path)):
+                continue
             with open(path, newline="", encoding="utf-8") as f:
                 for row in csv.DictReader(f):
                     key = (row["name"], int(row["step"]), int(row["micro_step"]) if "micro_step" in row else None)
@@ -164,7 +170,7 @@ class MonitorRun:
         return torch.load(os.path.join(self.run.dir, "refs.pt"))
 
 
-class MonitorTest(tt.CaptureTest):
+class MonitorCase(tt.CaptureTest):
     def run_monitor(self, config, env=None, steps=3, script=SCRIPT, expect_ok=True, name=None):
         """Runs `script` (direct mode) with its monitor config in MONITOR_CONFIG, the files under
         the run's monitor_output."""
@@ -173,7 +179,7 @@ class MonitorTest(tt.CaptureTest):
         with open(config_path, "w") as f:
             json.dump(config, f)
         directory = os.path.join(self.tmp, name)
-        full = {"STEPS_N": str(steps), "MONITOR_CONFIG": config_path,
+        full = {"N_TRAIN": str(steps), "MONITOR_CONFIG": config_path,
                 "MONITOR_OUTPUT_DIR": os.path.join(directory, "monitor_output")}
         full.update(env or {})
         run = self.run_script(script, env=full, expect_ok=expect_ok, name=name)
@@ -193,6 +199,8 @@ class MonitorTest(tt.CaptureTest):
             else:
                 self.assertEqual((row["shape"], row["dtype"]), ("nan", "nan"), key)
 
+
+class MonitorTest(MonitorCase):
     # ---- the statistics themselves, in this process ----
 
     def test_reduce_is_msprobes_formulas(self):
@@ -303,16 +311,23 @@ class MonitorTest(tt.CaptureTest):
         self.assertIn("AnomalyTurbulence", mon.run.result.stderr + mon.run.result.stdout)
 
     def test_nan_rule(self):
+        """A NaN in step 2's input: the grads accumulated in the backward (acc_grad, read by the
+        AccumulateGrad hooks) are NaN, AnomalyNan fires for them at step 2 and at no other step;
+        the script cleans the grads before the optimizer step, so the reduced grads (post_grad,
+        read before the step) are finite."""
         config = monitor_config(wg_distribution=True,
                                 alert={"rules": [{"rule_name": "AnomalyNan", "args": {}}], "dump": True})
         mon = self.run_monitor(config, env={"NAN_STEP": "2"}, steps=4)
-        rows = mon.rows("grad_reduced")
-        self.assertEqual(rows[("inp.weight", 2, None)]["norm"], "nan")
-        self.assertNotEqual(rows[("inp.weight", 1, None)]["norm"], "nan")
-        self.assertGreater(int(rows[("inp.weight", 2, None)]["nans"]), 0)
+        pre, post = mon.rows("grad_unreduced"), mon.rows("grad_reduced")
+        self.assertEqual(pre[("inp.weight", 2, None)]["norm"], "nan")
+        self.assertGreater(float(pre[("inp.weight", 2, None)]["nans"]), 0)
+        for key in (("inp.weight", 1, None), ("inp.weight", 3, None)):
+            self.assertNotEqual(pre[key]["norm"], "nan", key)
+        self.assertEqual([k for k, row in post.items() if "nan" in row.values()], [])
         found = self.anomalies(mon)
         self.assertTrue(found)
-        self.assertEqual({a["step"] for a in found.values()}, {2}, found)
+        self.assertEqual({a["step"] for a in found.values()}, {2})
+        self.assertEqual({a["tag_name"] for a in found.values()}, {f"0:{n}/rank0/acc_grad" for n in PARAMS})
         self.assertTrue(all("Rule AnomalyNan" in a["message"] for a in found.values()))
 
     def test_dynamic_on_and_off(self):
@@ -384,7 +399,7 @@ DDP = textwrap.dedent("""
 """)
 
 
-class MonitorDistributedTest(MonitorTest):
+class MonitorDistributedTest(MonitorCase):
     def test_two_ranks_gloo(self):
         """Each rank its own directory; the unreduced grads differ (different data), the reduced
         ones are their sum on both ranks."""
@@ -395,7 +410,7 @@ class MonitorDistributedTest(MonitorTest):
         self.assertEqual(sorted(pre[0]), sorted((n, s, None) for n in PARAMS for s in (0, 1)))
         self.assertEqual(pre[0].keys(), post[1].keys())
         for key in pre[0]:
-            self.assertNotEqual(pre[0][key]["mean"], pre[1][key]["mean"], key)
+            self.assertNotEqual(pre[0][key]["norm"], pre[1][key]["norm"], key)
             self.assertEqual(post[0][key], post[1][key], key)
             total = float(pre[0][key]["mean"]) + float(pre[1][key]["mean"])
             self.assertAlmostEqual(float(post[0][key]["mean"]), total, places=5)
