@@ -106,16 +106,15 @@ monitor_rows actv(int64_t step, int32_t rank = 0) {
   return rows;
 }
 
-// A record as the capture sends it; `call_ids` adds the capture's per-row "call_id".
-record rows_record(const std::string &run, int32_t rank, const std::string &prefix, const monitor_rows &rows,
+// A record as the capture sends it; `call_ids` sets the capture's call_id of some rows.
+record rows_record(const std::string &run, int32_t rank, const std::string &prefix, monitor_rows rows,
                    const std::map<std::string, int64_t> &call_ids = {}) {
   record_header h;
   h.run = run;
   h.rank = rank;
-  record r = monitor_record_make(std::move(h), prefix, rows);
-  for (auto &j : r.header.meta["monitor"]["rows"])
-    if (auto it = call_ids.find(j["tag"].get<std::string>()); it != call_ids.end()) j["call_id"] = it->second;
-  return r;
+  for (auto &row : rows.rows)
+    if (auto it = call_ids.find(row.tag); it != call_ids.end()) row.call_id = it->second;
+  return monitor_record_make(std::move(h), prefix, rows);
 }
 
 template <class... R>

@@ -233,29 +233,19 @@ class monitor_writer {
     const std::vector<monitor_anomaly> fired = s.detector->add_rows(v.rows);
     if (fired.empty()) return;
     res_.anomalies += fired.size();
+    std::map<std::string, int64_t> call_ids;  // the capture's call_id of each row's tag
+    for (const auto &row : v.rows.rows) call_ids.emplace(row.tag, row.call_id);
     for (const auto &a : fired) {
       if (o_.log) fmt::print(o_.log, "tprobe-monitor: {}\n", a.message());
       if (!s.anomaly_json.empty()) {
-        const int64_t call_id = call_id_of(r, a.tag);
+        const auto c = call_ids.find(a.tag);
+        const int64_t call_id = c == call_ids.end() ? -1 : c->second;
         const auto data = monitor_anomaly_data_make(a, rank_of(r.header.rank), s.pp_stage, s.group_mates, call_id);
         s.anomalies[monitor_anomaly_key(a.tag, a.op, a.step, call_id)] = data.to_json();
       }
     }
     if (o_.log) std::fflush(o_.log);
     if (!s.anomaly_json.empty()) atomic_write_file(s.anomaly_json, pyjson_dump(s.anomalies, 1));
-  }
-
-  // The row's "call_id" as the capture sent it (msprobe's per-step hook order), -1 when absent.
-  static int64_t call_id_of(const record &r, const std::string &tag) {
-    const auto &m = r.header.meta;
-    if (!m.is_object() || !m.contains("monitor") || !m["monitor"].is_object()) return -1;
-    const auto &rows = m["monitor"].value("rows", nlohmann::ordered_json::array());
-    for (const auto &row : rows)
-      if (row.is_object() && row.value("tag", std::string()) == tag) {
-        auto c = row.find("call_id");
-        return c != row.end() && c->is_number_integer() ? c->get<int64_t>() : -1;
-      }
-    return -1;
   }
 
   stage_io &io_;

@@ -31,8 +31,8 @@
 // first-rule-wins, rows then ops), and each alarm is printed on `log` the moment it fires:
 //   tprobe-monitor: Rule AnomalyTurbulence reports anomaly signal in ('0:fc.weight/rank0/post_grad', 'norm') at step 2, current value 6.708204, history mean 2.236068.
 // anomaly.json's values are msprobe's GradAnomalyData (core/monitor.h); its key names the op too
-// (monitor_anomaly_key), so every (tag, op) that fired is kept. call_id is the row's "call_id"
-// when the capture sends one (-1 otherwise); pp_stage and group_mates the session meta's
+// (monitor_anomaly_key), so every (tag, op) that fired is kept. call_id is the row's (monitor_row::call_id,
+// the capture's hook order; -1 unknown); pp_stage and group_mates the session meta's
 // "pp_stage" and "group_mates" (top level or in "monitor"; default: R and [R]).
 //
 // Every record is passed on (io.send), so the stage can be tapped, chained or recorded.
