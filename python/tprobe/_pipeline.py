@@ -44,12 +44,13 @@ def manifest_for(task):
     ("tasks", docs/stages/run.md), and tprobe run refuses a config asking for another. A task
     tprobe does not build never gets here: the debugger refuses it at construction."""
     return {"tensor": "tensor.json", "overflow_check": "overflow_check.json",
-            "grad_probe": "grad_probe.json", "free_benchmark": "free_benchmark.json"}.get(task, "statistics.json")
+            "grad_probe": "grad_probe.json", "free_benchmark": "free_benchmark.json",
+            "monitor": "monitor.json"}.get(task, "statistics.json")
 
 
 
 # Findings a stage prints the moment it makes them: the user watches for these while training runs.
-FINDING_PREFIXES = ("tprobe-free-benchmark: step ",)
+FINDING_PREFIXES = ("tprobe-free-benchmark: step ", "tprobe-monitor: Rule ")
 
 
 def _shown_at_once(line):

@@ -84,7 +84,7 @@ TEST(declared_options, launcher_refuses_a_stage_whose_default_is_outside_its_own
 TEST(declared_options, every_binary_helps_with_its_whole_table) {
   for (const std::string stage : {"stats", "writer", "overflow", "tap", "compare-live", "nan-live", "null", "fault",
                                   "synth", "keygen", "compare", "gradsim", "gradsim-live", "report", "grad-probe",
-                                  "nan-analyze", "free-benchmark"}) {
+                                  "nan-analyze", "free-benchmark", "monitor", "monitor-anomaly"}) {
     const std::string binary = test::bin("tprobe-" + stage);
     const auto describe = test::run_process({binary, "--describe"});
     ASSERT_EQ(describe.status, 0) << stage << describe.err;
@@ -126,6 +126,10 @@ TEST(declared_options, offline_tools_and_sources_refuse_what_their_table_refuses
             "tprobe-grad-probe: fatal: --dump-path: 1 required TEXT missing"},
            {{test::bin("tprobe-free-benchmark"), "--input", "ipc:///tmp/x", "--dump-path"},
             "tprobe-free-benchmark: fatal: --dump-path: 1 required TEXT missing"},
+           {{test::bin("tprobe-monitor"), "--input", "ipc:///tmp/x", "--output-dir"},
+            "tprobe-monitor: fatal: --output-dir: 1 required TEXT missing"},
+           {{test::bin("tprobe-monitor-anomaly"), "-d", "x", "-k", "0"},
+            "tprobe-monitor-anomaly: fatal: --topk must be in [1, inf], got 0"},
            {{test::bin("tprobe-nan-analyze"), "step0", "--config"},
             "tprobe-nan-analyze: fatal: --config: 1 required TEXT missing"}}) {
     const auto r = test::run_process(argv);

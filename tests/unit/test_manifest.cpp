@@ -226,6 +226,7 @@ TEST(ShippedPipelines, SayWhichTasksTheyDo) {
       {"overflow_check.json", {"overflow_check"}},
       {"grad_probe.json", {"grad_probe"}},
       {"free_benchmark.json", {"free_benchmark"}},
+      {"monitor.json", {"monitor"}},
       {"gradsim-live.json", {"grad_probe"}},
       {"compare-live.json", {"tensor"}},
       {"nan-live.json", {"statistics", "tensor"}},
