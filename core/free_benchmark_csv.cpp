@@ -5,6 +5,8 @@
 
 #include "errors.h"
 #include "free_benchmark.h"
+
+#include "csv.h"
 #include "pyjson.h"
 
 namespace tprobe {
@@ -13,20 +15,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// Python's csv.writer with the default dialect (QUOTE_MINIMAL): a field is quoted when it holds
-// the delimiter, the quote character or a line break, and a quote inside is doubled.
-void csv_field_append(std::string &out, std::string_view field) {
-  if (field.find_first_of(",\"\r\n") == std::string_view::npos) {
-    out += field;
-    return;
-  }
-  out += '"';
-  for (char c : field) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  out += '"';
-}
 
 const char *verdict_name(free_benchmark_row::kind k) {
   switch (k) {

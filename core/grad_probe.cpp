@@ -322,25 +322,6 @@ std::vector<std::string> grad_csv_row(const std::string &param, const grad_probe
   return row;
 }
 
-std::string csv_line(const std::vector<std::string> &cells) {
-  std::string out;
-  for (size_t i = 0; i < cells.size(); ++i) {
-    if (i) out += ',';
-    const std::string &c = cells[i];
-    if (c.find_first_of(",\"\r\n") == std::string::npos) {
-      out += c;
-      continue;
-    }
-    out += '"';
-    for (char ch : c) {
-      if (ch == '"') out += '"';
-      out += ch;
-    }
-    out += '"';
-  }
-  return out + "\r\n";
-}
-
 std::vector<std::string> csv_split(std::string_view line) {
   std::vector<std::string> cells(1);
   bool quoted = false;

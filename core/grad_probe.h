@@ -45,6 +45,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "csv.h"
 #include "dtype.h"
 
 namespace tprobe {
@@ -103,9 +104,7 @@ constexpr uint64_t grad_sign_bytes(uint64_t numel) { return (numel + 7) / 8; }
 // Python's list repr of a shape: "[2, 2]", "[7]", "[]".
 [[nodiscard]] std::string grad_shape_text(std::span<const int64_t> shape);
 
-// One CSV line as Python's csv.writer writes it (delimiter ',', quotechar '"', QUOTE_MINIMAL,
-// lineterminator "\r\n"): a cell holding ',', '"', '\r' or '\n' is quoted, '"' doubled.
-[[nodiscard]] std::string csv_line(const std::vector<std::string> &cells);
+// grad_summary lines: csv_line (csv.h), Python's csv.writer with "\r\n".
 // The UTF-8 byte-order mark msprobe's write_csv (encoding "utf-8-sig") puts first.
 inline constexpr std::string_view csv_utf8_bom = "\xEF\xBB\xBF";
 // Splits one CSV line (no line terminator) as Python's csv.reader does for the dialect above.

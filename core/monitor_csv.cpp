@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "monitor.h"
+
+#include "csv.h"
 #include "pyjson.h"
 
 namespace tprobe {
@@ -24,20 +26,6 @@ struct cell {
   const std::vector<int64_t> *shape = nullptr;
 };
 
-// Python's csv writer, QUOTE_MINIMAL with pandas' '\n' line terminator: a field holding the
-// delimiter, the quote character or a line break is quoted, quotes doubled.
-void append_field(std::string &out, std::string_view field) {
-  if (field.find_first_of(",\"\n\r") == std::string_view::npos) {
-    out += field;
-    return;
-  }
-  out += '"';
-  for (char c : field) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  out += '"';
-}
 
 std::string shape_text(const std::vector<int64_t> &shape) {
   // str(list(torch.Size)): "[2, 3]", "[]".
@@ -78,7 +66,7 @@ std::string monitor_csv_header(const std::vector<std::string> &ops, bool micro_s
   std::string out = micro_step ? "vpp_stage,name,step,micro_step" : "vpp_stage,name,step";
   for (const auto &op : ops) {
     out += ',';
-    append_field(out, op);
+    csv_field_append(out, op);
   }
   out += '\n';
   return out;
@@ -171,8 +159,8 @@ std::string monitor_csv_lines(const monitor_rows &rows, int ndigits) {
       const column kind = kinds[col];
       switch (c.k) {
         case cell::kind::none: out += "nan"; break;
-        case cell::kind::text: append_field(out, c.text); break;
-        case cell::kind::shape: append_field(out, shape_text(*c.shape)); break;
+        case cell::kind::text: csv_field_append(out, c.text); break;
+        case cell::kind::shape: csv_field_append(out, shape_text(*c.shape)); break;
         case cell::kind::integer:
           if (kind == column::float64) {
             out.append(buf, py_float_repr_write(buf, monitor_round(double(c.integer), ndigits)));

@@ -204,6 +204,45 @@ void safe_write_all(int fd, const void *data, size_t size, const std::string &pa
   }
 }
 
+bool safe_csv_append(const std::string &path, std::string_view header, std::string_view lines) {
+  // O_EXCL first, so that "created" is known without a race and a new file gets its header;
+  // O_EXCL never follows a symbolic link (it fails with EEXIST on one), and the second open refuses
+  // it with O_NOFOLLOW.
+  constexpr int flags = O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+  bool created = true;
+  int fd = ::open(path.c_str(), flags | O_CREAT | O_EXCL, 0640);
+  if (fd < 0 && errno == EEXIST) {
+    created = false;
+    fd = ::open(path.c_str(), flags);
+    if (fd < 0 && errno == ELOOP) throw usage_error(fmt::format("{}: is a symbolic link; refusing to follow it", path));
+    if (fd < 0 && (errno == ENXIO || errno == EISDIR)) throw usage_error(fmt::format("{}: is not a regular file", path));
+  }
+  if (fd < 0) throw system_error_from_errno("open", path, errno);
+  struct closer {
+    int &fd;
+    ~closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } guard{fd};
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) throw system_error_from_errno("stat", path, errno);
+  if (!S_ISREG(st.st_mode)) throw usage_error(fmt::format("{}: is not a regular file", path));
+  if (created) {
+    if (::fchmod(fd, 0640) != 0) throw system_error_from_errno("chmod", path, errno);
+  } else if (st.st_mode & S_IWOTH) {
+    throw usage_error(fmt::format("{}: others may write it (mode {:o}); refusing to append to it", path,
+                                  st.st_mode & 07777));
+  }
+  std::string text;
+  if (st.st_size == 0) text = header;
+  text += lines;
+  safe_write_all(fd, text.data(), text.size(), path);
+  const int open_fd = fd;
+  fd = -1;
+  if (::close(open_fd) != 0) throw system_error_from_errno("close", path, errno);
+  return created;
+}
+
 namespace {
 
 // Opens `base` in the directory `dirfd` for writing with mode `mode` (abs names it in errors).

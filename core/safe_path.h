@@ -83,6 +83,14 @@ class safe_dir {
 // "unable to write PATH: ..." on failure.
 void safe_write_all(int fd, const void *data, size_t size, const std::string &path);
 
+// Appends `lines` to the csv file at `path` in one write (the rows of processes appending to one
+// file stay whole), msprobe's write_data_to_csv ("a+"): a file that does not exist is created
+// with mode 0640 whatever the umask, and a file that is empty gets `header` first. As msprobe's
+// FileOpen, a symbolic link, something that is not a regular file (a folder, a FIFO: O_NONBLOCK,
+// so it fails instead of blocking) and an existing file that others may write are refused
+// (usage_error). Returns whether the file was created. system_error for I/O.
+bool safe_csv_append(const std::string &path, std::string_view header, std::string_view lines);
+
 // Replace `path` atomically with `content`: write ".NAME.tmp.PID.N" in the same directory
 // (mode 0640), optionally fsync it (and the directory after the rename), then rename() it over
 // `path`. A symbolic link at `path` is replaced, never followed; a parent directory that is a

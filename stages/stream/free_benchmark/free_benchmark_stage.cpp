@@ -46,61 +46,8 @@ std::string free_benchmark_stage_line(const free_benchmark_row &row) {
                      row.output_index ? fmt::format(", output {}", *row.output_index) : std::string());
 }
 
-namespace {
-
-// Closes a descriptor on every path out.
-struct fd_guard {
-  int fd;
-  ~fd_guard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-void write_all(int fd, std::string_view text, const std::string &path) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw system_error_from_errno("write", path, errno);
-    }
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
-}  // namespace
-
 bool free_benchmark_csv_append(const std::string &path, const std::string &lines) {
-  // O_EXCL first, so that "created" is known without a race and a new file gets its header;
-  // O_EXCL never follows a symbolic link (it fails with EEXIST on one), and the second open refuses
-  // it with O_NOFOLLOW. O_NONBLOCK: a FIFO planted there fails (ENXIO) instead of blocking.
-  constexpr int flags = O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
-  bool created = true;
-  fd_guard f{::open(path.c_str(), flags | O_CREAT | O_EXCL, 0640)};
-  if (f.fd < 0 && errno == EEXIST) {
-    created = false;
-    f.fd = ::open(path.c_str(), flags);
-    if (f.fd < 0 && errno == ELOOP) throw usage_error(fmt::format("{}: is a symbolic link; refusing to follow it", path));
-    if (f.fd < 0 && (errno == ENXIO || errno == EISDIR)) throw usage_error(fmt::format("{}: is not a regular file", path));
-  }
-  if (f.fd < 0) throw system_error_from_errno("open", path, errno);
-  struct stat st{};
-  if (::fstat(f.fd, &st) != 0) throw system_error_from_errno("stat", path, errno);
-  if (!S_ISREG(st.st_mode)) throw usage_error(fmt::format("{}: is not a regular file", path));
-  if (created) {
-    if (::fchmod(f.fd, 0640) != 0) throw system_error_from_errno("chmod", path, errno);  // whatever the umask
-  } else if (st.st_mode & S_IWOTH) {
-    // msprobe's FileOpen (check_path_no_others_write) refuses to write such a file too.
-    throw usage_error(fmt::format("{}: others may write it (mode {:o}); refusing to append to it", path,
-                                  st.st_mode & 07777));
-  }
-  std::string text;
-  if (st.st_size == 0) text = free_benchmark_csv_header();
-  text += lines;
-  write_all(f.fd, text, path);  // one write: rows of processes appending to one file stay whole
-  const int fd = f.fd;
-  f.fd = -1;
-  if (::close(fd) != 0) throw system_error_from_errno("close", path, errno);
-  return created;
+  return safe_csv_append(path, free_benchmark_csv_header(), lines);
 }
 
 namespace {

@@ -47,13 +47,6 @@ namespace {
 constexpr const char *kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
 constexpr int64_t kShanghaiOffset = 8 * 3600;  // UTC+8, no daylight saving since 1991
 
-struct fd_guard {
-  int fd;
-  ~fd_guard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 std::string random_id8() {
   std::random_device rd;
   return fmt::format("{:08x}", static_cast<uint32_t>(rd()));
@@ -267,36 +260,7 @@ std::string monitor_rank_dir_name(int64_t unix_seconds, int64_t rank, const std:
 }
 
 bool monitor_csv_append(const std::string &path, const std::string &header, const std::string &lines) {
-  // O_EXCL first, so that "created" is known without a race and a new file gets its header;
-  // O_EXCL never follows a symbolic link, and the second open refuses one with O_NOFOLLOW.
-  // O_NONBLOCK: a FIFO planted there fails (ENXIO) instead of blocking.
-  constexpr int flags = O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
-  bool created = true;
-  fd_guard f{::open(path.c_str(), flags | O_CREAT | O_EXCL, 0640)};
-  if (f.fd < 0 && errno == EEXIST) {
-    created = false;
-    f.fd = ::open(path.c_str(), flags);
-    if (f.fd < 0 && errno == ELOOP) throw usage_error(fmt::format("{}: is a symbolic link; refusing to follow it", path));
-    if (f.fd < 0 && (errno == ENXIO || errno == EISDIR)) throw usage_error(fmt::format("{}: is not a regular file", path));
-  }
-  if (f.fd < 0) throw system_error_from_errno("open", path, errno);
-  struct stat st{};
-  if (::fstat(f.fd, &st) != 0) throw system_error_from_errno("stat", path, errno);
-  if (!S_ISREG(st.st_mode)) throw usage_error(fmt::format("{}: is not a regular file", path));
-  if (created) {
-    if (::fchmod(f.fd, 0640) != 0) throw system_error_from_errno("chmod", path, errno);  // whatever the umask
-  } else if (st.st_mode & S_IWOTH) {
-    throw usage_error(fmt::format("{}: others may write it (mode {:o}); refusing to append to it", path,
-                                  st.st_mode & 07777));
-  }
-  std::string text;
-  if (st.st_size == 0) text = header;
-  text += lines;
-  safe_write_all(f.fd, text.data(), text.size(), path);  // one write: a step's rows stay whole
-  const int fd = f.fd;
-  f.fd = -1;
-  if (::close(fd) != 0) throw system_error_from_errno("close", path, errno);
-  return created;
+  return safe_csv_append(path, header, lines);
 }
 
 monitor_stage_result monitor_stage_run(stage_io &io, const monitor_stage_options &o) {
