@@ -706,7 +706,7 @@ const std::vector<std::string> &config_built_tasks() {
   return built;
 }
 
-capture_config config_for_monitor(const std::string &monitor_config_path) {
+capture_config config_for_monitor(const std::string &monitor_config_path, const std::string &group_json, int rank) {
   if (monitor_config_path.empty()) throw usage_error("no monitor config: pass the path of a monitor json");
   const monitor_config monitor = monitor_config_read(monitor_config_path);
   capture_config cfg;
@@ -717,6 +717,41 @@ capture_config config_for_monitor(const std::string &monitor_config_path) {
   cfg.monitor = monitor.json;
   cfg.monitor["warnings"] = monitor.warnings;
   cfg.monitor["output_dir"] = cfg.dump_path;
+  // msprobe's AnomalyDataFactory: pp_stage = dist.get_group_rank(group, rank), group_mates =
+  // dist.get_process_group_ranks(group); the framework knows its group, the stage writes them.
+  const int64_t own = rank < 0 ? 0 : rank;
+  int64_t pp_stage = own;
+  std::vector<int64_t> mates{own};
+  if (!group_json.empty()) {
+    const std::string what = "tprobe_monitor_open: group";
+    nlohmann::json g;
+    try {
+      g = nlohmann::json::parse(group_json);
+    } catch (const nlohmann::json::exception &) {
+      throw usage_error(fmt::format("{}: not JSON: {}", what, group_json));
+    }
+    if (!g.is_object()) throw usage_error(fmt::format("{}: expected an object {{\"pp_stage\", \"group_mates\"}}", what));
+    for (const auto &[key, value] : g.items()) {
+      if (key == "pp_stage") {
+        if (!value.is_number_integer() || value.get<int64_t>() < 0)
+          throw usage_error(fmt::format("{}: \"pp_stage\": expected an integer >= 0, got {}", what, value.dump()));
+        pp_stage = value.get<int64_t>();
+      } else if (key == "group_mates") {
+        if (!value.is_array() || value.empty())
+          throw usage_error(fmt::format("{}: \"group_mates\": expected a non-empty list of ranks, got {}", what, value.dump()));
+        mates.clear();
+        for (const auto &r : value) {
+          if (!r.is_number_integer() || r.get<int64_t>() < 0)
+            throw usage_error(fmt::format("{}: \"group_mates\": {} is not a rank", what, r.dump()));
+          mates.push_back(r.get<int64_t>());
+        }
+      } else {
+        throw usage_error(fmt::format("{}: unknown key \"{}\" (pp_stage, group_mates)", what, key));
+      }
+    }
+  }
+  cfg.monitor["pp_stage"] = pp_stage;
+  cfg.monitor["group_mates"] = mates;
   return cfg;
 }
 

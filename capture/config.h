@@ -146,8 +146,11 @@ void config_apply_overrides(capture_config &cfg, const config_overrides &overrid
 // validated by core/monitor.h (monitor_config_read: usage_error `PATH: field "KEY": ...`, or
 // system_error when it cannot be read), task "monitor", dump_path $MONITOR_OUTPUT_DIR (default
 // ./monitor_output) made absolute under msprobe's path rule, `monitor` filled in; every other field
-// its default (all ranks, all steps).
-[[nodiscard]] capture_config config_for_monitor(const std::string &monitor_config_path);
+// its default (all ranks, all steps). group_json: tprobe_monitor_open's ({"pp_stage": int,
+// "group_mates": [int, ...]}, "" for the defaults: pp_stage max(rank, 0), group_mates [it]), kept
+// in `monitor` for tprobe-monitor's anomaly.json; usage_error naming the field when malformed.
+[[nodiscard]] capture_config config_for_monitor(const std::string &monitor_config_path, const std::string &group_json = "",
+                                                int rank = -1);
 
 // The pipeline the capture feeds, as far as the capture knows it: `tprobe run` hands the command
 // its manifest (TPROBE_PIPELINE) and the tasks the manifest can do (TPROBE_PIPELINE_TASKS,

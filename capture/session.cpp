@@ -238,6 +238,8 @@ struct tprobe_session {
   } narrow;
   int64_t narrowed_in_step = -1;  // the step the last narrow command came in
   bool stopped_by_pipeline = false;
+  // The last "monitor" command (tprobe_monitor_control): TPROBE_MONITOR_ON/OFF, or TPROBE_SKIPPED.
+  int monitor_switch = TPROBE_SKIPPED;
   payload_pool *pool = nullptr;  // one reference; frames in flight hold theirs
   // Large payloads for consumers on this host (transport/shm.h); null when no sender shares
   // memory. Frames in flight keep its segment mapped after the session is gone.
@@ -462,6 +464,13 @@ struct tprobe_session {
             std::fprintf(stderr, "tprobe: %s stopped the capture%s%s\n", from.c_str(), reason.empty() ? "" : ": ",
                          reason.c_str());
           service_ended = stopped_by_pipeline = true;
+        } else if (command == "monitor") {
+          if (config.task != "monitor") throw usage_error("command \"monitor\" is for a monitor session (TrainerMon)");
+          const auto on = m.find("on");
+          if (on == m.end() || !on->is_boolean()) throw usage_error("monitor: expected \"on\": true or false");
+          monitor_switch = on->get<bool>() ? TPROBE_MONITOR_ON : TPROBE_MONITOR_OFF;
+          std::fprintf(stderr, "tprobe: %s turned the monitor %s%s%s\n", from.c_str(), on->get<bool>() ? "on" : "off",
+                       reason.empty() ? "" : ": ", reason.c_str());
         } else if (command == "narrow") {
           narrowing n = narrow;
           if (auto it = m.find("step"); it != m.end()) {
@@ -760,7 +769,8 @@ struct tprobe_session {
 
   // A session of a config.json (config_path), or of task monitor from a monitor config
   // (monitor_config_path non-null: tprobe_monitor_open).
-  void open(const char *config_path, const tprobe_open_options *opts, const char *monitor_config_path = nullptr) {
+  void open(const char *config_path, const tprobe_open_options *opts, const char *monitor_config_path = nullptr,
+            const char *monitor_group_json = nullptr) {
     if (opts) options = *opts;
     else options = tprobe_open_options_default();
     if (options.queue_bytes == 0) options.queue_bytes = size_t{256} << 20;
@@ -774,7 +784,7 @@ struct tprobe_session {
 
     if (monitor_config_path) {
       // TPROBE_TASK and the other config.json overrides do not apply: the task is monitor.
-      config = config_for_monitor(monitor_config_path);
+      config = config_for_monitor(monitor_config_path, monitor_group_json ? monitor_group_json : "", options.rank);
     } else {
       std::string path = config_path ? config_path : "";
       if (path.empty()) {
@@ -1250,6 +1260,19 @@ struct tprobe_session {
       ++counts.undelivered;
       return TPROBE_SKIPPED;
     }
+    if (service_ended) {  // a stage's "stop": the monitor is over, TrainerMon removes its hooks
+      ++counts.skipped;
+      return TPROBE_SKIPPED;
+    }
+    if (std::string_view(prefix) == monitor_stack_info_slot) {
+      const std::string what = fmt::format("monitor stack_info at step {}", monitor_step);
+      const auto doc = pyjson_parse(rows_json, what);
+      if (!doc.is_object() || !doc.contains("step") || doc["step"] != monitor_step)
+        throw usage_error(fmt::format("{}: expected {{\"step\": {}, \"stack_info\": [...]}}", what, monitor_step));
+      const auto stacks = monitor_stack_info_from_json(doc.value("stack_info", nlohmann::ordered_json()), what);
+      return enqueue(monitor_stack_record_make(header(record_kind::tensor), monitor_step, stacks), true) ? TPROBE_OK
+                                                                                                     : TPROBE_SKIPPED;
+    }
     // Python's json.dumps writes NaN as NaN: pyjson reads it.
     const std::string what = fmt::format("monitor rows of {} at step {}", prefix, monitor_step);
     const monitor_rows rows = monitor_rows_from_json(pyjson_parse(rows_json, what), what);
@@ -1328,18 +1351,29 @@ int tprobe_session_open(const char *config_path, const tprobe_open_options *opti
   });
 }
 
-int tprobe_monitor_open(const char *monitor_config_path, const tprobe_open_options *options, tprobe_session **out) {
+int tprobe_monitor_open(const char *monitor_config_path, const char *group_json, const tprobe_open_options *options,
+                        tprobe_session **out) {
   if (!out) return null_session();
   *out = nullptr;
   return guarded([&] {
     if (!monitor_config_path || !*monitor_config_path)
       throw usage_error("tprobe_monitor_open: no monitor config: pass the path of a monitor json");
     auto s = std::make_unique<tprobe_session>();
-    s->open(nullptr, options, monitor_config_path);
+    s->open(nullptr, options, monitor_config_path, group_json);
     *out = s.release();
     return TPROBE_OK;
   });
 }
+
+int tprobe_monitor_control(tprobe_session *s) {
+  if (!s) return null_session();
+  return guarded([&] {
+    s->poll_control();
+    return std::exchange(s->monitor_switch, TPROBE_SKIPPED);
+  });
+}
+
+int tprobe_control_pending(const tprobe_session *s) { return s && s->control && s->control->pending() ? 1 : 0; }
 
 int tprobe_capture_monitor(tprobe_session *s, const char *prefix, int64_t step, const char *record_meta_json) {
   if (!s) return null_session();
@@ -1594,6 +1628,25 @@ int tprobe_entry_name_check(const char *name) {
   });
 }
 
+const char *tprobe_monitor_config_check(const char *monitor_config_path, const char *group_json) {
+  g_last_error.clear();
+  try {
+    if (!monitor_config_path || !*monitor_config_path)
+      throw usage_error("tprobe_monitor_config_check: no monitor config: pass the path of a monitor json");
+    capture_config config = config_for_monitor(monitor_config_path, group_json ? group_json : "");
+    config_check_task_runs(config, config_pipeline_from_env());
+    config_check_dump_path_usable(config);
+    auto meta = config.session_meta();
+    meta["pipeline_timeout_s"] = config.pipeline_timeout_s;
+    meta["on_pipeline_failure"] = config.on_pipeline_failure;
+    g_config_text = meta.dump();
+    return g_config_text.c_str();
+  } catch (const std::exception &e) {
+    g_last_error = e.what();
+    return nullptr;
+  }
+}
+
 const char *tprobe_session_config(const tprobe_session *s) {
   if (!s) {
     null_session();
@@ -1604,6 +1657,7 @@ const char *tprobe_session_config(const tprobe_session *s) {
   meta["rank_of_session"] = s->options.rank;
   meta["pipeline_timeout_s"] = s->config.pipeline_timeout_s;
   meta["on_pipeline_failure"] = s->config.on_pipeline_failure;
+  if (s->control) meta["control"] = s->control->endpoint();
   g_config_text = meta.dump();
   return g_config_text.c_str();
 }

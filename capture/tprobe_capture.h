@@ -281,7 +281,8 @@ int tprobe_capture_facts(tprobe_session *session, const char *entry, const char 
                          const tprobe_tensor_facts *facts);
 
 /* The effective configuration as one JSON object (the session record's meta: task, level,
-   dump_path, rank, step, summary_mode, data_mode, scope, list, tensor_list, …). NULL with
+   dump_path, rank, step, summary_mode, data_mode, scope, list, tensor_list, …, and "control":
+   the endpoint the session takes control commands on, when it listens). NULL with
    tprobe_last_error() set when session is NULL. The text stays valid until the next call of this
    function on the same thread. */
 const char *tprobe_session_config(const tprobe_session *session);
@@ -376,9 +377,19 @@ int tprobe_capture_fuzz_row(tprobe_session *session, const tprobe_fuzz_row *row)
    "monitor" whose dump_path is $MONITOR_OUTPUT_DIR (default ./monitor_output, made absolute), and
    whose session meta (tprobe_session_config) carries "monitor": the validated config with its
    defaults filled in and ops expanded (shape and dtype appended), its "warnings" (lines msprobe
-   logs: invalid ops dropped, int fields reset to defaults), and "output_dir". options may be NULL. */
-int tprobe_monitor_open(const char *monitor_config_path, const tprobe_open_options *options,
+   logs: invalid ops dropped, int fields reset to defaults), "output_dir", and the process group's
+   "pp_stage" and "group_mates" that anomaly.json records (msprobe's GradAnomalyData).
+   group_json: {"pp_stage": 0, "group_mates": [0, 1]} (the rank's index in the TrainerMon's
+   process group and the group's ranks), or NULL: pp_stage the rank (0 when not distributed) and
+   group_mates [rank]. options may be NULL. */
+int tprobe_monitor_open(const char *monitor_config_path, const char *group_json, const tprobe_open_options *options,
                         tprobe_session **session);
+
+/* The session config tprobe_monitor_open would give (group_json as there), with nothing opened
+   or sent: the check before a pipeline starts, and DYNAMIC_MONITOR's reload of a changed file.
+   NULL with tprobe_last_error() naming the file and the field. Valid until the next call on the
+   same thread. */
+const char *tprobe_monitor_config_check(const char *monitor_config_path, const char *group_json);
 
 /* Sends one csv prefix's rows of monitor step `step`. prefix: "actv", "actv_grad", "grad_reduced",
    "grad_unreduced", "exp_avg", "exp_avg_sq", "param_origin", "param_updated" or "other".
@@ -386,9 +397,27 @@ int tprobe_monitor_open(const char *monitor_config_path, const tprobe_open_optio
    "rows": [{"tag": "0:fc.input:0/rank0/actv", "values": [one per op but shape and dtype: a JSON
    integer where msprobe has an int (nans on the CPU), else a float; NaN as Python's json writes
    it, or null], "shape": [2, 3], "dtype": "torch.float16"}]} (shape and dtype null for a
-   non-tensor; core/monitor.h, monitor_rows_from_json; its "step" must equal `step`). The session adds its rank. TPROBE_SKIPPED
-   when the session is detached or its task is not monitor; TPROBE_ERROR for a bad record. */
+   non-tensor; core/monitor.h, monitor_rows_from_json; its "step" must equal `step`).
+   prefix "stack_info": the module call stacks of stack_info.csv (msprobe's write_stack_info, the
+   first collected step), record_meta_json {"step": S, "stack_info": [["0:fc", "File ..."], ...]}
+   (module name, stack text). The session adds its rank. TPROBE_SKIPPED when the session is
+   detached or its task is not monitor; TPROBE_ERROR for a bad record. */
 int tprobe_capture_monitor(tprobe_session *session, const char *prefix, int64_t step, const char *record_meta_json);
+
+/* Monitoring turned off or on through the control path: a stage sent the monitor session's
+   control endpoint (its session meta "control") the command {"command": "monitor", "on": false}
+   or {"command": "monitor", "on": true} (docs/wire-format.md, "Control"). Applies the commands
+   that wait and returns the last switch since the previous call: TPROBE_MONITOR_OFF,
+   TPROBE_MONITOR_ON, or TPROBE_SKIPPED when none came. The caller owns the monitoring itself (its
+   hooks): TrainerMon asks after each optimizer step. A "stop" still ends the session for good. */
+#define TPROBE_MONITOR_OFF 2
+#define TPROBE_MONITOR_ON 3
+int tprobe_monitor_control(tprobe_session *session);
+
+/* 1 when a control command has arrived that the session has not applied yet (it applies them at
+   its next capture call, step or tprobe_monitor_control), else 0: for a sender that must know
+   its command is in before the training goes on. */
+int tprobe_control_pending(const tprobe_session *session);
 
 #ifdef __cplusplus
 }

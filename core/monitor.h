@@ -155,6 +155,21 @@ struct monitor_rows {
 // comma), csv quoting as Python's csv (QUOTE_MINIMAL), '\n' line ends.
 [[nodiscard]] std::string monitor_csv_lines(const monitor_rows &rows, int ndigits);
 
+// ---- stack_info.csv (msprobe's write_stack_info) ----
+
+// One hooked module's call stack: msprobe's module_fwd_hook_context_by_module order.
+struct monitor_stack {
+  std::string module_name;  // "0:fc" (vpp prefix, squashed as the tags)
+  std::string stack;        // analyze_api_call_stack's text
+};
+// [["0:fc", "File ..."], ...] both ways; usage_error naming `what` when an item is not a pair of
+// strings.
+[[nodiscard]] nlohmann::ordered_json monitor_stack_info_to_json(const std::vector<monitor_stack> &stacks);
+[[nodiscard]] std::vector<monitor_stack> monitor_stack_info_from_json(const nlohmann::ordered_json &j, const std::string &what);
+// The file msprobe writes once per rank folder (pd.DataFrame(columns=[header, rows...]).to_csv):
+// "module_name,stack_info\n" then one line a module, quoted as Python's csv, '\n' line ends.
+[[nodiscard]] std::string monitor_stack_info_csv(const std::vector<monitor_stack> &stacks);
+
 // numpy's round(x, n) for float64 (np.around): rint(x * 10^n) / 10^n, half to even; n >= 0.
 [[nodiscard]] double monitor_round(double x, int ndigits);
 

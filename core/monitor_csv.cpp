@@ -11,6 +11,7 @@
 #include "monitor.h"
 
 #include "csv.h"
+#include "errors.h"
 #include "pyjson.h"
 
 namespace tprobe {
@@ -181,6 +182,35 @@ std::string monitor_csv_lines(const monitor_rows &rows, int ndigits) {
     }
     out += '\n';
   }
+  return out;
+}
+
+}  // namespace tprobe
+
+namespace tprobe {
+
+nlohmann::ordered_json monitor_stack_info_to_json(const std::vector<monitor_stack> &stacks) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto &s : stacks) out.push_back({s.module_name, s.stack});
+  return out;
+}
+
+std::vector<monitor_stack> monitor_stack_info_from_json(const nlohmann::ordered_json &j, const std::string &what) {
+  if (!j.is_array()) throw usage_error(fmt::format("{}: \"stack_info\" must be a list of [module_name, stack]", what));
+  std::vector<monitor_stack> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto &item = j[i];
+    if (!item.is_array() || item.size() != 2 || !item[0].is_string() || !item[1].is_string())
+      throw usage_error(fmt::format("{}: \"stack_info\"[{}] must be [module_name, stack], two strings, got {}", what, i,
+                                    item.dump()));
+    out.push_back({item[0].get<std::string>(), item[1].get<std::string>()});
+  }
+  return out;
+}
+
+std::string monitor_stack_info_csv(const std::vector<monitor_stack> &stacks) {
+  std::string out = csv_line({"module_name", "stack_info"}, "\n");
+  for (const auto &s : stacks) out += csv_line({s.module_name, s.stack}, "\n");
   return out;
 }
 

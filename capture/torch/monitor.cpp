@@ -4,7 +4,8 @@
 //
 //   monitor_open(str config_path, int rank, str options) -> str
 //     Opens the monitor session (tprobe_monitor_open: the config validated as msprobe's
-//     validate_config, defaults filled). options: {"endpoint": "", "watch_pid": 0}. Returns the
+//     validate_config, defaults filled). options: {"endpoint": "", "watch_pid": 0, "group":
+//     {"pp_stage": 0, "group_mates": [0]}} (group optional: anomaly.json's fields). Returns the
 //     session config (its "monitor" is the validated monitor config). Throws RuntimeError, one
 //     line naming the file and field, for a bad config; and when a monitor session is open.
 //   monitor_config_check(str config_path) -> str
@@ -31,6 +32,12 @@
 //     Hands one csv prefix's rows of a step to the session (tprobe_capture_monitor; meta is the
 //     record meta of monitor-common: {"step","ops","micro_step","rows"}). true: sent; false: the
 //     session does not take it (detached, stopped by a stage). Throws on TPROBE_ERROR.
+//   monitor_control() -> str
+//     "off" / "on" when a stage turned the monitor off or on through the control path since the
+//     last call (tprobe_monitor_control), else "". TrainerMon asks after each optimizer step.
+//   monitor_counters() -> str
+//     The session's counters (records, skipped, undelivered, detached, step) and control_pending:
+//     a control command has come that the session has not applied yet.
 //   monitor_close() -> str
 //     Closes the session (flush, end-of-stream); returns its counters as JSON. "{}" when none.
 //
@@ -176,31 +183,25 @@ std::string monitor_open(std::string config_path, int64_t rank, std::string opti
     throw std::runtime_error(std::string("tprobe: monitor_open: options are not JSON: ") + e.what());
   }
   const std::string endpoint = j.value("endpoint", std::string{});
+  const std::string group = j.contains("group") ? j["group"].dump() : std::string{};
   tprobe_open_options o = tprobe_open_options_default();
   o.rank = static_cast<int>(rank);
   o.framework = "pytorch";
   if (!endpoint.empty()) o.endpoint = endpoint.c_str();
   o.watch_pid = j.value("watch_pid", int64_t{0});
   tprobe_session *session = nullptr;
-  if (tprobe_monitor_open(config_path.c_str(), &o, &session) != TPROBE_OK) throw std::runtime_error(tprobe_last_error());
+  if (tprobe_monitor_open(config_path.c_str(), group.empty() ? nullptr : group.c_str(), &o, &session) != TPROBE_OK)
+    throw std::runtime_error(tprobe_last_error());
   m.session = session;
   m.owner = getpid();
   const char *config = tprobe_session_config(session);
   return config ? config : "{}";
 }
 
-// The C API validates a monitor config only as it opens a session: this one writes its records
-// to /dev/null (an endpoint without "://" is a record file, tprobe_capture.h) and is closed at once.
 std::string monitor_config_check(std::string config_path) {
-  tprobe_open_options o = tprobe_open_options_default();
-  o.framework = "pytorch";
-  o.endpoint = "/dev/null";
-  tprobe_session *session = nullptr;
-  if (tprobe_monitor_open(config_path.c_str(), &o, &session) != TPROBE_OK) throw std::runtime_error(tprobe_last_error());
-  const char *config = tprobe_session_config(session);
-  std::string text = config ? config : "{}";
-  tprobe_session_close(session);
-  return text;
+  const char *config = tprobe_monitor_config_check(config_path.c_str(), nullptr);
+  if (!config) throw std::runtime_error(tprobe_last_error());
+  return config;
 }
 
 tprobe_session *open_session(monitor_session &m) {
@@ -216,6 +217,16 @@ bool monitor_send(std::string prefix, int64_t step, std::string meta) {
   return rc == TPROBE_OK;
 }
 
+// "on", "off" (a stage turned the monitor on or off through the control path since the last
+// call) or "".
+std::string monitor_control() {
+  monitor_session &m = the_monitor();
+  std::lock_guard lock(m.mutex);
+  const int rc = tprobe_monitor_control(open_session(m));
+  if (rc == TPROBE_ERROR) fail("tprobe: monitor");
+  return rc == TPROBE_MONITOR_ON ? "on" : rc == TPROBE_MONITOR_OFF ? "off" : "";
+}
+
 std::string counters_of(const tprobe_session_counts &c, int64_t step) {
   return nlohmann::json{{"records", c.records},         {"skipped", c.skipped},
                         {"undelivered", c.undelivered}, {"detached", c.detached != 0},
@@ -229,7 +240,9 @@ std::string monitor_counters() {
   tprobe_session_counts c{};
   tprobe_session *s = open_session(m);
   tprobe_session_counts_get(s, &c);
-  return counters_of(c, tprobe_current_step(s));
+  std::string text = counters_of(c, tprobe_current_step(s));
+  text.insert(text.size() - 1, std::string(",\"control_pending\":") + (tprobe_control_pending(s) ? "true" : "false"));
+  return text;
 }
 
 std::string monitor_close() {
@@ -253,6 +266,7 @@ TORCH_LIBRARY_FRAGMENT(tprobe, m) {
   m.def("monitor_config_check(str config_path) -> str", &monitor_config_check);
   m.def("monitor_reduce(Tensor?[] xs, str ops, float eps) -> Tensor", &monitor_reduce);
   m.def("monitor_send(str prefix, int step, str meta) -> bool", &monitor_send);
+  m.def("monitor_control() -> str", &monitor_control);
   m.def("monitor_counters() -> str", &monitor_counters);
   m.def("monitor_close() -> str", &monitor_close);
 }

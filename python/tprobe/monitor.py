@@ -31,16 +31,13 @@ Differences from msprobe, on purpose (docs/pytorch.md, "Monitor"):
 """
 
 import atexit
-import csv
 import functools
-import glob
 import inspect
 import json
 import math
 import os
 import re
 import sys
-import time
 import types
 
 import torch
@@ -199,7 +196,6 @@ class TrainerMon:
             self.pp_stage = 0
             self.group_mates = [0]
         self._pipeline = None
-        self._started_at = time.time()
         self._closed = False
         self._send_failed = False
         self._warned = set()
@@ -328,10 +324,6 @@ class TrainerMon:
             status = self._pipeline.close()
             if status != 0:
                 problems.append(f"the pipeline (tprobe run) ended with status {status}")
-        try:
-            self._flush_stack_info()
-        except OSError as e:
-            problems.append(f"stack_info.csv: {e}")
         for p in problems:
             print(f"tprobe: monitor: {p}", file=sys.stderr)
         if problems and explicit:
@@ -349,8 +341,9 @@ class TrainerMon:
             watch_pid = self._pipeline.process.pid
         try:
             rank = _rank()
+            group = {"pp_stage": self.pp_stage, "group_mates": self.group_mates}  # anomaly.json's
             text = self._ops.monitor_open(self.config_file_path, -1 if rank is None else rank,
-                                          json.dumps({"endpoint": endpoint, "watch_pid": watch_pid}))
+                                          json.dumps({"endpoint": endpoint, "watch_pid": watch_pid, "group": group}))
         except BaseException:
             if self._pipeline is not None:
                 self._pipeline.close()
@@ -837,6 +830,7 @@ class TrainerMon:
                 self._remove_all_hooks_final()
         self._step += 1
         self._dynamic_monitor()
+        self._control_monitor()
 
     def _hook_step_final(self, optimizer):
         if getattr(optimizer, "_tprobe_monitor", None) is self:
@@ -886,6 +880,25 @@ class TrainerMon:
         _warn(f"config is updated at step{self._step - 1}, will start new hook at step{self._step}.")
         self._register_hooks()
 
+    # ---- on/off through the control path (a stage's {"command": "monitor", "on": ...}) ----
+
+    def _control_monitor(self):
+        if self._send_failed or self._closed:
+            return
+        try:
+            switch = self._ops.monitor_control()
+        except RuntimeError as e:
+            _warn(f"{e}; the control path is not read any more")
+            self._send_failed = True
+            return
+        if switch == "off" and self.monitoring:
+            self._remove_all_hooks()
+        elif switch == "on" and not self.monitoring:
+            # As a DYNAMIC_MONITOR restart: from the next step on, collect_times counted afresh.
+            self.has_collect_times = 0
+            self.start_step = self._step
+            self._register_hooks()
+
     # ---- writing ----
 
     def _write(self, step):
@@ -919,7 +932,7 @@ class TrainerMon:
             ctx.actv.clear()
         self._other = {}
         if self.stack_info:
-            self._write_stack_info()
+            self._write_stack_info(step)
             self.stack_info = False
             self.handles.remove("stack")
 
@@ -930,7 +943,11 @@ class TrainerMon:
         for tag, cell in tags.items():
             rows.append({"tag": tag, "values": self._row_values(cell, values), "shape": cell.shape,
                          "dtype": cell.dtype, "call_id": self._call_ids.get(tag, -1)})
-        meta = {"step": step, "ops": self._ops_list, "micro_step": micro_step, "rows": rows}
+        self._send_meta(prefix, step, {"step": step, "ops": self._ops_list, "micro_step": micro_step, "rows": rows})
+
+    def _send_meta(self, prefix, step, meta):
+        if self._send_failed or self._closed:
+            return
         try:
             sent = self._ops.monitor_send(prefix, step, json.dumps(meta))
         except RuntimeError as e:
@@ -947,37 +964,11 @@ class TrainerMon:
             self._remove_all_hooks()
             self.dynamic_enable = False
 
-    def _write_stack_info(self):
+    def _write_stack_info(self, step):
         """stack_info.csv (msprobe's write_stack_info: header module_name,stack_info, one row per
-        module that ran) belongs in the rank directory, which the stage names. Written at once when
-        the session says which it is ("rank_dir"), else at close(), once the stage has made it."""
-        self._stack_rows = [[ctx.name, ctx.stack] for ctx in self._fwd_ctx.values()]
-        if self._rank_dir():
-            self._flush_stack_info()
-
-    def _flush_stack_info(self):
-        rows, self._stack_rows = getattr(self, "_stack_rows", None), None
-        if not rows:
-            return
-        directory = self._rank_dir()
-        if not directory:
-            # The stage's {time}-rank{R}-{id} directory made since this monitor began.
-            found = [d for d in glob.glob(os.path.join(self.output_dir, f"*-rank{self.rank}-*"))
-                     if os.path.isdir(d) and os.path.getmtime(d) >= self._started_at - 1]
-            if len(found) != 1:
-                _warn(f"stack_info.csv not written: {len(found)} rank directories of this run under {self.output_dir}")
-                return
-            directory = found[0]
-        path = os.path.join(directory, "stack_info.csv")
-        if os.path.exists(path):
-            return
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f, lineterminator="\n")
-            writer.writerow(["module_name", "stack_info"])
-            writer.writerows(rows)
-
-    def _rank_dir(self):
-        return self.session_config.get("rank_dir") or self.config.get("rank_dir")
+        module that ran) goes to the stage, which writes it in the rank folder it made."""
+        stacks = [[ctx.name, ctx.stack] for ctx in self._fwd_ctx.values()]
+        self._send_meta("stack_info", step, {"step": step, "stack_info": stacks})
 
     def _save_module_struct(self):
         directory = os.path.join(self.output_dir or os.getenv("MONITOR_OUTPUT_DIR", "./monitor_output"),

@@ -57,8 +57,27 @@ SCRIPT = textwrap.dedent("""
             m.register_forward_hook(fwd)
             m.register_full_backward_hook(bwd)
     losses = []
+    def command(on):
+        # A user's stage would send it on seeing something; here the script sends it itself, then
+        # waits (bounded) until the capture has it, so the test knows the step it applies after.
+        import time, zmq
+        from tprobe.stage import encode_header
+        sock = zmq.Context.instance().socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.connect(mon.session_config["control"])
+        sock.send(encode_header({"kind": "control", "meta": {"command": "monitor", "on": on, "from": "train.py"}}))
+        deadline = time.monotonic() + 20
+        while not json.loads(mon._ops.monitor_counters())["control_pending"]:
+            assert time.monotonic() < deadline, "the control command never arrived"
+            time.sleep(0.001)
+        sock.close()
+
     for step in range(N_TRAIN):
         where["step"] = step
+        if os.environ.get("CONTROL_OFF_AT") == str(step):
+            command(False)
+        if os.environ.get("CONTROL_ON_AT") == str(step):
+            command(True)
         if os.environ.get("DYNAMIC_AT") == str(step):
             with open(os.environ["MONITOR_CONFIG"]) as f:
                 c = json.load(f)
@@ -186,6 +205,11 @@ class MonitorCase(tt.CaptureTest):
         run.config_path = config_path
         return MonitorRun(run)
 
+    def anomalies(self, mon, rank=0):
+        path = os.path.join(mon.base, "anomaly_detected", f"rank{rank}", "anomaly.json")
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
     def check_rows(self, rows, expected, ops):
         """rows: the csv's; expected: {key: tensor or None}. Same keys, same values, shape, dtype."""
         self.assertEqual(sorted(rows), sorted(expected))
@@ -286,11 +310,6 @@ class MonitorTest(MonitorCase):
         self.assertEqual(losses[0], losses[1])
         self.assertEqual(len(losses[0].split()), 8)
 
-    def anomalies(self, mon, rank=0):
-        path = os.path.join(mon.base, "anomaly_detected", f"rank{rank}", "anomaly.json")
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-
     def test_gradient_spike_is_the_anomaly(self):
         """Same data every step, lr 0: the grads repeat exactly until step 3 multiplies the loss
         by 100. Every anomaly is at step 3, in the norm and mean of the grads."""
@@ -343,6 +362,20 @@ class MonitorTest(MonitorCase):
                         config["ops"])
         with open(mon.run.config_path) as f:
             self.assertIs(json.load(f)["dynamic_on"], False)
+
+    def test_control_path_off_and_on(self):
+        """A stage's {"command": "monitor", "on": false} arriving in step 1 turns the monitor off
+        after that step (its rows are written); "on" in step 3 turns it on from step 4, with the
+        values of the tensors of those steps; the session goes on in between."""
+        config = monitor_config(wg_distribution=True, mv_distribution=True)
+        mon = self.run_monitor(config, env={"CONTROL_OFF_AT": "1", "CONTROL_ON_AT": "3"}, steps=6)
+        refs = mon.refs()
+        for prefix in ("grad_reduced", "grad_unreduced"):
+            self.check_rows(mon.rows(prefix), {(n, s, None): refs["grad"][s][n] for s in (0, 1, 4, 5) for n in PARAMS},
+                            config["ops"])
+        self.assertEqual({s for _, s, _ in mon.rows("exp_avg")}, {1, 4, 5})  # Adam has no state at step 0
+        self.assertIn("train.py turned the monitor off", mon.run.result.stderr)
+        self.assertIn("train.py turned the monitor on", mon.run.result.stderr)
 
     def test_print_struct(self):
         config = monitor_config(xy_distribution=True, print_struct=True)
@@ -402,8 +435,10 @@ DDP = textwrap.dedent("""
 class MonitorDistributedTest(MonitorCase):
     def test_two_ranks_gloo(self):
         """Each rank its own directory; the unreduced grads differ (different data), the reduced
-        ones are their sum on both ranks."""
-        config = monitor_config(wg_distribution=True)
+        ones are their sum on both ranks; anomaly.json names each rank's place in the group
+        (pp_stage: its group rank) and the group (group_mates), as msprobe's GradAnomalyData."""
+        config = monitor_config(wg_distribution=True,  # AnomalyNan with threshold 0: every nonzero value fires
+                                alert={"rules": [{"rule_name": "AnomalyNan", "args": {"threshold": 0}}], "dump": True})
         mon = self.run_monitor(config, script=DDP.replace("STEPS", "2"), steps=2)
         pre = [mon.rows("grad_unreduced", r) for r in (0, 1)]
         post = [mon.rows("grad_reduced", r) for r in (0, 1)]
@@ -414,6 +449,11 @@ class MonitorDistributedTest(MonitorCase):
             self.assertEqual(post[0][key], post[1][key], key)
             total = float(pre[0][key]["mean"]) + float(pre[1][key]["mean"])
             self.assertAlmostEqual(float(post[0][key]["mean"]), total, places=5)
+        for rank in (0, 1):
+            found = self.anomalies(mon, rank)
+            self.assertTrue(found, rank)
+            for key, a in found.items():
+                self.assertEqual((a["rank"], a["pp_stage"], a["group_mates"]), (rank, rank, [0, 1]), key)
 
 
 if __name__ == "__main__":

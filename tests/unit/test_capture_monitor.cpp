@@ -2,15 +2,21 @@
 // monitor config as core/monitor.h does (one line naming the file and the field), opens a session
 // whose dump_path is $MONITOR_OUTPUT_DIR and whose session record carries the validated config;
 // tprobe_capture_monitor sends one record per call (capture/monitor_record.h) with the session's
-// rank and the caller's step; a config.json asking for task "monitor" is refused.
+// rank and the caller's step; stack_info travels as one record; the process group (pp_stage,
+// group_mates) travels in the session meta; a stage turns the monitor off and on through the
+// control path; a config.json asking for task "monitor" is refused.
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "config.h"
+#include "endpoint.h"
 #include "monitor_record.h"
 #include "record.h"
 #include "test_support.h"
@@ -59,7 +65,7 @@ struct monitor_session {
     tprobe_open_options o = tprobe_open_options_default();
     o.endpoint = stream.c_str();
     o.rank = rank;
-    EXPECT_EQ(tprobe_monitor_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
+    EXPECT_EQ(tprobe_monitor_open(config.c_str(), nullptr, &o, &s), TPROBE_OK) << tprobe_last_error();
   }
   ~monitor_session() { tprobe_session_close(s); }
   monitor_session(const monitor_session &) = delete;
@@ -171,20 +177,20 @@ TEST(capture_monitor, a_bad_monitor_config_fails_the_open_in_one_line) {
   o.endpoint = stream.c_str();
   tprobe_session *s = nullptr;
   test::write_file(config, R"({"ndigits": 30})");
-  EXPECT_EQ(tprobe_monitor_open(config.c_str(), &o, &s), TPROBE_ERROR);
+  EXPECT_EQ(tprobe_monitor_open(config.c_str(), nullptr, &o, &s), TPROBE_ERROR);
   EXPECT_EQ(s, nullptr);
   EXPECT_THAT(tprobe_last_error(), ::testing::StartsWith(config + ": field \"ndigits\": "));
   EXPECT_EQ(std::string(tprobe_last_error()).find('\n'), std::string::npos);
   test::write_file(config, R"({"eps": 0})");
-  EXPECT_EQ(tprobe_monitor_open(config.c_str(), &o, &s), TPROBE_ERROR);
+  EXPECT_EQ(tprobe_monitor_open(config.c_str(), nullptr, &o, &s), TPROBE_ERROR);
   EXPECT_THAT(tprobe_last_error(), ::testing::StartsWith(config + ": field \"eps\": "));
-  EXPECT_EQ(tprobe_monitor_open((dir / "absent.json").c_str(), &o, &s), TPROBE_ERROR);
-  EXPECT_EQ(tprobe_monitor_open(nullptr, &o, &s), TPROBE_ERROR);
-  EXPECT_EQ(tprobe_monitor_open(config.c_str(), &o, nullptr), TPROBE_ERROR);
+  EXPECT_EQ(tprobe_monitor_open((dir / "absent.json").c_str(), nullptr, &o, &s), TPROBE_ERROR);
+  EXPECT_EQ(tprobe_monitor_open(nullptr, nullptr, &o, &s), TPROBE_ERROR);
+  EXPECT_EQ(tprobe_monitor_open(config.c_str(), nullptr, &o, nullptr), TPROBE_ERROR);
   // A MONITOR_OUTPUT_DIR outside msprobe's path rule.
   output_dir_env bad(dir / "out put");
   test::write_file(config, R"({})");
-  EXPECT_EQ(tprobe_monitor_open(config.c_str(), &o, &s), TPROBE_ERROR);
+  EXPECT_EQ(tprobe_monitor_open(config.c_str(), nullptr, &o, &s), TPROBE_ERROR);
   EXPECT_THAT(tprobe_last_error(), ::testing::StartsWith("MONITOR_OUTPUT_DIR: "));
 }
 
@@ -217,4 +223,144 @@ TEST(capture_monitor, other_tasks_skip_monitor_rows) {
 TEST(capture_monitor, monitor_is_a_task_a_manifest_can_name) {
   EXPECT_THAT(config_task_names(), ::testing::Contains("monitor"));
   EXPECT_THAT(config_built_tasks(), ::testing::Contains("monitor"));
+}
+
+TEST(capture_monitor, the_process_group_travels_in_the_session_meta_and_is_checked) {
+  test::temp_dir dir;
+  output_dir_env env(dir / "out");
+  const std::string config = dir / "monitor.json";
+  test::write_file(config, R"({"ops": ["norm"]})");
+  // Defaults: pp_stage the rank, group_mates [rank]; rank -1 (not distributed) counts as 0.
+  capture_config plain = config_for_monitor(config, "", 3);
+  EXPECT_EQ(plain.monitor["pp_stage"], 3);
+  EXPECT_EQ(plain.monitor["group_mates"], nlohmann::ordered_json::parse("[3]"));
+  EXPECT_EQ(config_for_monitor(config).monitor["group_mates"], nlohmann::ordered_json::parse("[0]"));
+  const char *checked = tprobe_monitor_config_check(config.c_str(), R"({"pp_stage": 1, "group_mates": [2, 5]})");
+  ASSERT_NE(checked, nullptr) << tprobe_last_error();
+  const auto meta = nlohmann::ordered_json::parse(checked);
+  EXPECT_EQ(meta["task"], "monitor");
+  EXPECT_EQ(meta["monitor"]["pp_stage"], 1);
+  EXPECT_EQ(meta["monitor"]["group_mates"], nlohmann::ordered_json::parse("[2, 5]"));
+  for (const char *bad : {R"({"pp_stage": -1})", R"({"group_mates": []})", R"({"group_mates": ["a"]})",
+                          R"({"pp": 1})", "[1]", "{"}) {
+    EXPECT_EQ(tprobe_monitor_config_check(config.c_str(), bad), nullptr) << bad;
+    EXPECT_THAT(tprobe_last_error(), ::testing::StartsWith("tprobe_monitor_open: group: ")) << bad;
+  }
+  // The check refuses what the open refuses, and opens nothing.
+  test::write_file(config, R"({"ndigits": 30})");
+  EXPECT_EQ(tprobe_monitor_config_check(config.c_str(), nullptr), nullptr);
+  EXPECT_THAT(tprobe_last_error(), ::testing::StartsWith(config + ": field \"ndigits\": "));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+
+  // Through a session: its record's meta carries the group for tprobe-monitor.
+  test::write_file(config, R"({"ops": ["norm"]})");
+  const std::string stream = dir / "capture.tpr";
+  tprobe_open_options o = tprobe_open_options_default();
+  o.endpoint = stream.c_str();
+  o.rank = 1;
+  tprobe_session *s = nullptr;
+  ASSERT_EQ(tprobe_monitor_open(config.c_str(), R"({"pp_stage": 1, "group_mates": [0, 1]})", &o, &s), TPROBE_OK)
+      << tprobe_last_error();
+  ASSERT_EQ(tprobe_session_close(s), TPROBE_OK);
+  record_file_reader reader(stream);
+  nlohmann::ordered_json session;
+  while (auto r = reader.read())
+    if (r->header.kind == record_kind::session) session = r->header.meta;
+  EXPECT_EQ(session["monitor"]["pp_stage"], 1);
+  EXPECT_EQ(session["monitor"]["group_mates"], nlohmann::ordered_json::parse("[0, 1]"));
+}
+
+TEST(capture_monitor, stack_info_travels_as_one_record) {
+  monitor_session m(R"({"ops": ["norm"], "stack_info": true})");
+  ASSERT_NE(m.s, nullptr);
+  ASSERT_EQ(tprobe_capture_monitor(m.s, "stack_info", 0,
+                                   R"({"step": 0, "stack_info": [["0:fc", "File \"t.py\", line 3, in <module>, \n x = 1"], ["0:", ""]]})"),
+            TPROBE_OK)
+      << tprobe_last_error();
+  EXPECT_EQ(tprobe_capture_monitor(m.s, "stack_info", 0, R"({"step": 0, "stack_info": [["0:fc"]]})"), TPROBE_ERROR);
+  EXPECT_THAT(tprobe_last_error(), ::testing::HasSubstr("\"stack_info\"[0] must be [module_name, stack]"));
+  EXPECT_EQ(tprobe_capture_monitor(m.s, "stack_info", 1, R"({"step": 0, "stack_info": []})"), TPROBE_ERROR);
+  auto [session, records] = m.close_and_read();
+  ASSERT_EQ(records.size(), 1u);
+  const monitor_record_view v = monitor_record_read(records[0]);
+  EXPECT_EQ(v.prefix, "stack_info");
+  ASSERT_EQ(v.stack_info.size(), 2u);
+  EXPECT_EQ(v.stack_info[0].module_name, "0:fc");
+  // pandas' to_csv of msprobe's DataFrame: quoted where Python's csv quotes, '\n' line ends.
+  EXPECT_EQ(monitor_stack_info_csv(v.stack_info),
+            "module_name,stack_info\n0:fc,\"File \"\"t.py\"\", line 3, in <module>, \n x = 1\"\n0:,\n");
+}
+
+TEST(capture_monitor, a_stage_turns_the_monitor_off_and_on_through_the_control_path) {
+  monitor_session m(R"({"ops": ["norm"]})");
+  ASSERT_NE(m.s, nullptr);
+  const auto meta = nlohmann::ordered_json::parse(tprobe_session_config(m.s));
+  ASSERT_TRUE(meta.contains("control")) << meta.dump();
+  const std::string endpoint = meta["control"];
+  EXPECT_EQ(tprobe_monitor_control(m.s), TPROBE_SKIPPED);  // nothing came yet
+  EXPECT_EQ(tprobe_control_pending(m.s), 0);
+
+  zmq::context_t ctx;
+  control_sender sender(ctx);
+  auto command = [](nlohmann::ordered_json meta) {
+    record r(record_kind::control);
+    r.header.meta = std::move(meta);
+    return r;
+  };
+  // The commands arrive on the listener's thread: wait (with a deadline) until one is in.
+  auto wait_pending = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!tprobe_control_pending(m.s) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    return tprobe_control_pending(m.s) == 1;
+  };
+  ASSERT_TRUE(sender.send(endpoint, command({{"command", "monitor"}, {"on", false}, {"from", "test"}})));
+  ASSERT_TRUE(wait_pending());
+  EXPECT_EQ(tprobe_monitor_control(m.s), TPROBE_MONITOR_OFF);
+  EXPECT_EQ(tprobe_monitor_control(m.s), TPROBE_SKIPPED);  // said once
+
+  ASSERT_TRUE(sender.send(endpoint, command({{"command", "monitor"}, {"on", true}})));
+  ASSERT_TRUE(wait_pending());
+  EXPECT_EQ(tprobe_monitor_control(m.s), TPROBE_MONITOR_ON);
+
+  // A malformed command is reported and ignored: the last switch stands, the session goes on.
+  ASSERT_TRUE(sender.send(endpoint, command({{"command", "monitor"}, {"on", "yes"}})));
+  ASSERT_TRUE(wait_pending());
+  EXPECT_EQ(tprobe_monitor_control(m.s), TPROBE_SKIPPED);
+  EXPECT_EQ(tprobe_capture_monitor(m.s, "grad_reduced", 0,
+                                   R"({"step": 0, "ops": ["norm", "shape", "dtype"], "rows": []})"),
+            TPROBE_OK)
+      << tprobe_last_error();
+
+  // "stop" still ends the session for good: nothing more is taken.
+  ASSERT_TRUE(sender.send(endpoint, command({{"command", "stop"}, {"from", "test"}})));
+  ASSERT_TRUE(wait_pending());
+  EXPECT_EQ(tprobe_monitor_control(m.s), TPROBE_SKIPPED);
+  EXPECT_EQ(tprobe_capture_monitor(m.s, "grad_reduced", 1,
+                                   R"({"step": 1, "ops": ["norm", "shape", "dtype"], "rows": []})"),
+            TPROBE_SKIPPED);
+  EXPECT_EQ(tprobe_monitor_control(nullptr), TPROBE_ERROR);
+}
+
+TEST(capture_monitor, the_monitor_command_is_refused_by_a_dump_session) {
+  test::temp_dir dir;
+  const std::string config = dir / "config.json";
+  test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + R"("})");
+  const std::string stream = dir / "capture.tpr";
+  tprobe_open_options o = tprobe_open_options_default();
+  o.endpoint = stream.c_str();
+  tprobe_session *s = nullptr;
+  ASSERT_EQ(tprobe_session_open(config.c_str(), &o, &s), TPROBE_OK) << tprobe_last_error();
+  const std::string endpoint = nlohmann::ordered_json::parse(tprobe_session_config(s))["control"];
+  zmq::context_t ctx;
+  control_sender sender(ctx);
+  record r(record_kind::control);
+  r.header.meta = {{"command", "monitor"}, {"on", false}};
+  ASSERT_TRUE(sender.send(endpoint, r));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!tprobe_control_pending(s) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_EQ(tprobe_control_pending(s), 1);
+  EXPECT_EQ(tprobe_monitor_control(s), TPROBE_SKIPPED);  // ignored with a warning line
+  EXPECT_EQ(tprobe_session_close(s), TPROBE_OK);
 }

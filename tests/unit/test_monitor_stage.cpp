@@ -357,5 +357,47 @@ TEST(MonitorStage, CsvAppendKeepsOneHeaderAndRefusesLinksOpenFilesAndFolders) {
   EXPECT_THROW((void)monitor_csv_append(dir / "folder.csv", "h\n", "x\n"), usage_error);
 }
 
+
+// stack_info.csv (msprobe's write_stack_info) is written by the stage in the rank folder it made,
+// once: a second record (a dynamic restart) leaves it; and anomaly.json takes pp_stage and
+// group_mates from the capture's session meta (tprobe_monitor_open's group).
+TEST(MonitorStage, StackInfoInTheRankFolderAndTheGroupInAnomalyJson) {
+  test::temp_dir dir;
+  test::stage_harness h;
+  const std::string out = dir / "out";
+  const std::string path = dir / "monitor.json";
+  test::write_file(path, config_doc("csv", true).dump());
+  ::setenv("MONITOR_OUTPUT_DIR", out.c_str(), 1);
+  record session(record_kind::session);
+  session.header.run = "g";
+  session.header.rank = 1;
+  session.header.meta = config_for_monitor(path, R"({"pp_stage": 1, "group_mates": [0, 1]})", 1).session_meta();
+  ::unsetenv("MONITOR_OUTPUT_DIR");
+  record_header sh;
+  sh.run = "g";
+  sh.rank = 1;
+  const std::vector<monitor_stack> stacks = {{"0:fc", "File \"train.py\", line 9, in <module>, \n x"}, {"0:", ""}};
+  monitor_stage_result res;
+  const auto passed = h.run(
+      [&](stage_io &io) {
+        monitor_stage_options o;
+        res = monitor_stage_run(io, o);
+      },
+      list_of(std::move(session), monitor_stack_record_make(sh, 0, stacks), rows_record("g", 1, "grad_reduced", grads(0, 1)),
+              rows_record("g", 1, "grad_reduced", grads(1, 1)), rows_record("g", 1, "grad_reduced", grads(2, 1)),
+              monitor_stack_record_make(sh, 3, {{"0:other", "later"}})));
+  ASSERT_EQ(res.rank_dirs.size(), 1u);
+  EXPECT_EQ(test::read_file(res.rank_dirs[0] + "/stack_info.csv"),
+            "module_name,stack_info\n0:fc,\"File \"\"train.py\"\", line 9, in <module>, \n x\"\n0:,\n");
+  EXPECT_EQ(mode_of(res.rank_dirs[0] + "/stack_info.csv"), 0640u);
+  const ojson anomalies = ojson::parse(test::read_file(out + "/anomaly_detected/rank1/anomaly.json"));
+  ASSERT_FALSE(anomalies.empty());
+  for (const auto &[key, a] : anomalies.items()) {
+    EXPECT_EQ(a["pp_stage"], 1) << key;
+    EXPECT_EQ(a["group_mates"], ojson::parse("[0, 1]")) << key;
+  }
+  EXPECT_EQ(passed.size(), 6u);  // every record passed on
+}
+
 }  // namespace
 }  // namespace tprobe

@@ -200,6 +200,16 @@ class monitor_writer {
       throw usage_error(fmt::format("{}: monitor record before its session record", r.describe()));
     rank_state &s = it->second;
     const monitor_record_view v = monitor_record_read(r);
+    if (v.prefix == monitor_stack_info_slot) {
+      // msprobe's write_stack_info: once, in the rank folder, never over an existing file
+      // (append_output's earlier run keeps its own).
+      if (!s.writes || s.rank_dir.empty()) return;
+      const std::string path = s.rank_dir + "/stack_info.csv";
+      std::error_code ec;
+      if (std::filesystem::symlink_status(path, ec).type() != std::filesystem::file_type::not_found) return;
+      if (safe_csv_append(path, "", monitor_stack_info_csv(v.stack_info))) res_.csv_paths.push_back(path);
+      return;
+    }
     if (!s.writes || v.rows.rows.empty()) return;  // msprobe writes nothing for an empty prefix
     res_.rows += v.rows.rows.size();
 
