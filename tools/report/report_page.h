@@ -1,4 +1,7 @@
-// report_page.h: the HTML page of the report stage, with its CSS and script inline.
+// report_page.h: the HTML page of the report stage, with its CSS and script inline: written as
+// tools/report/page/report.html, report.css and report.js (plain ES2017 and SVG, no library: the
+// page must open offline in any current browser, and a reader can audit what it runs), and made
+// one string at configure time (cmake/embed_page.cmake).
 //
 // The template holds two markers that report_render_html() replaces: @@TITLE@@ (HTML-escaped text)
 // and @@DATA@@ (the JSON document of report.cpp, with "</" written "<\/"). The script reads that
