@@ -51,7 +51,7 @@ double cpu_seconds(clockid_t clock) {
 
 struct args {
   long records = 50000;    // 1 KiB tensors through capture -> stats -> writer (was 2000 while long streams hung at
-                           // their end: fixed, docs/performance.md "Figures after the end-of-stream fix")
+                           // their end: fixed, docs/performance-history.md "The end-of-stream fix")
   long steps = 100;
   long big_count = 200;    // large tensors through capture -> stats -> null sink
   long big_mib = 16;

@@ -44,7 +44,7 @@ const std::vector<std::string> common_keys{"task",      "dump_path",         "ra
 const std::vector<std::string> tprobe_keys{"pipeline_timeout_s", "on_pipeline_failure", "tensor_format", "nan_analyze"};
 const std::vector<std::string> data_mode_names{"all", "forward", "backward", "input", "output"};
 
-// The keys msprobe documents for the section of each task (§2.4-§2.10).
+// The keys msprobe documents for the section of each task (§3.4-§3.10).
 const std::vector<std::string> &section_keys(const std::string &task) {
   static const std::vector<std::string> statistics{"scope",     "list",         "tensor_list",
                                                    "data_mode", "summary_mode", "device"};
@@ -276,7 +276,7 @@ std::vector<std::string> parse_scope(const ordered_json &v, const std::string &w
   return scope;
 }
 
-// statistics and tensor (§2.4, §2.5).
+// statistics and tensor (§3.4, §3.5).
 void parse_dump_section(const ordered_json &section, const std::string &source, capture_config &cfg) {
   auto where = [&](const char *key) { return field_where(source, cfg.task + "." + key); };
   if (auto *v = get(section, "scope")) cfg.scope = parse_scope(*v, where("scope"));
@@ -381,7 +381,7 @@ void parse_task_section(const ordered_json &doc, const std::string &source, capt
   }
 }
 
-// --- cross-field rules (§2.1, §2.11) ---------------------------------------------------------
+// --- cross-field rules (§3.1, §3.11) ---------------------------------------------------------
 
 void check_scope_names(const capture_config &cfg, const std::string &source) {
   const std::string where = field_where(source, cfg.task + ".scope");
@@ -757,7 +757,7 @@ capture_config config_for_monitor(const std::string &monitor_config_path, const 
 
 void config_check_task_runs(const capture_config &cfg, const config_pipeline &pipeline) {
   const std::string source = cfg.source_name.empty() ? "config" : cfg.source_name;
-  // msprobe's pre-check is no capture task: it replays a dump afterwards (msprobe-next.md §1.1).
+  // msprobe's pre-check is no capture task: it replays a dump afterwards (docs/msprobe-compat.md §7.1).
   if (cfg.task == "run_ut")
     throw usage_error(fmt::format("{}: task \"run_ut\" replays a dump, it captures nothing: dump with task "
                                   "\"tensor\" (or \"statistics\") at level L1, then run `tprobe precheck DUMP "

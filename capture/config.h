@@ -1,6 +1,6 @@
 // config.h: msprobe's config.json for the capture, parsed, validated and turned into a filter.
 //
-// The file is msprobe's own (docs: msprobe-compat.md §2), so an existing msprobe config works
+// The file is msprobe's own (docs: docs/msprobe-compat.md §3), so an existing msprobe config works
 // unchanged:
 //
 //     { "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [0, "2-4"],
@@ -38,7 +38,7 @@ struct capture_config {
   // exception_dump (MindSpore only in msprobe; accepted with level L2 and never captured).
   std::string task = "statistics";
   // Absolute and lexically normalised (no ".", "..", trailing "/"): the capture and the stages
-  // may run in different working directories. Checked against msprobe's path rules (§2.2).
+  // may run in different working directories. Checked against msprobe's path rules (§3.2).
   std::string dump_path;
   // Expanded ("2-4" -> 2, 3, 4), sorted, deduplicated; empty = all ranks / all steps.
   std::vector<int64_t> rank, step;
@@ -56,7 +56,7 @@ struct capture_config {
   std::vector<std::string> list;         // substrings of entry names
   std::vector<std::string> tensor_list;  // statistics: these entries also get tensors saved
   std::vector<std::string> data_mode{"all"};
-  std::string summary_mode = "statistics";  // statistics | md5 (md5 is a CRC-32, §1.6)
+  std::string summary_mode = "statistics";  // statistics | md5 (md5 is a CRC-32, §2.6)
   std::string file_format = "npy";          // npy | bin (only effective for MindSpore L2)
   int64_t overflow_nums = 1;                // overflow_check: -1 (never stop) or > 0
 
@@ -110,7 +110,7 @@ void config_check_dump_path_usable(const capture_config &cfg);
 // directory"), usage_error for invalid JSON (with the line and column) or an invalid config.
 [[nodiscard]] capture_config config_load(const std::string &path);
 
-// One field of §2.3: null or a list of ints in [0, 1000000] and "a-b" strings (a <= b, both in
+// One field of §3.3: null or a list of ints in [0, 1000000] and "a-b" strings (a <= b, both in
 // range), expanded, sorted and deduplicated. `field` and `source` name it in messages.
 [[nodiscard]] std::vector<int64_t> config_parse_rank_or_step(const nlohmann::ordered_json &value,
                                                              const std::string &field,

@@ -463,7 +463,7 @@ void value_int_append(std::string &out, int64_t v, std::string_view type) {
 }
 
 namespace {
-// A real as Python's json writes it: NaN / Infinity / -Infinity tokens (msprobe-compat.md §1.4),
+// A real as Python's json writes it: NaN / Infinity / -Infinity tokens (docs/msprobe-compat.md §2.4),
 // never strings, so that a reader sees a float; else the shortest text that reads back as the
 // same double, with a point or an exponent so that it reads back as a float (2.0, not 2).
 void real_text_append(std::string &out, double v) {

@@ -1,5 +1,5 @@
-// dump_semantics.h: msprobe's dump semantics, in one place (msprobe-compat.md §1.2, §1.3, §1.5,
-// §1.6, §1.7, §1.8). The capture (C++ and, through torch.ops.tprobe, Python), the writer, the
+// dump_semantics.h: msprobe's dump semantics, in one place (docs/msprobe-compat.md §2.2, §2.3, §2.5,
+// §2.6, §2.7, §2.8). The capture (C++ and, through torch.ops.tprobe, Python), the writer, the
 // compare stages and the transport's tap all decide through these functions what an entry name
 // means, which slots data_mode lets through, where a slot goes in dump.json and how a tensor, a
 // statistic or a non-tensor value is written there. No other file re-derives any of it.
@@ -15,7 +15,7 @@
 // parameters (forward), input or output (backward), and path segments list indices or dict keys:
 // "input.0", "input.1.0", "kwargs.dim", "output.0.1", "parameters.weight". A parameters_grad
 // entry's slot is the parameter's name ("weight"; "parameters_grad.weight" is accepted). The
-// tensor file of a slot is "{entry}.{slot}.npy" (§1.3).
+// tensor file of a slot is "{entry}.{slot}.npy" (§2.3).
 //
 // Everything here is a pure function of its arguments (thread-safe, no I/O, no allocation beyond
 // its results). This file and dump_semantics.cpp use only the standard library and nlohmann_json,
@@ -55,7 +55,7 @@ struct entry_name {
   bool is_backward() const { return direction == entry_direction::backward; }
   bool is_parameters_grad() const { return direction == entry_direction::parameters_grad; }
   // A module's forward or backward, "Module.a.B.forward.0": such a forward entry gets its
-  // parameters and keeps is_recompute last (msprobe-compat.md §10.2).
+  // parameters and keeps is_recompute last (docs/msprobe-compat.md §2.5).
   bool is_module() const { return count_last && module_prefix && !is_parameters_grad(); }
 };
 
@@ -97,7 +97,7 @@ inline std::string entry_backward_of(std::string_view forward) {
 
 // ---- slots ---------------------------------------------------------------------------------
 
-// The backward slot a forward slot's gradient goes to (§1.5: a backward's "input" holds the
+// The backward slot a forward slot's gradient goes to (§2.5: a backward's "input" holds the
 // gradients of the forward outputs, its "output" those of the forward inputs): "input.1.0" →
 // "output.1.0", "output.0" → "input.0"; "" for slots that have no place in a backward entry
 // (kwargs, parameters).
@@ -114,7 +114,7 @@ struct slot_location {
   bool whole_entry = false;             // a debug save's "debug" slot is the entry's value itself
 };
 
-// msprobe's layout (§1.5): forward "input" → input_args, "kwargs" → input_kwargs (its first path
+// msprobe's layout (§2.5): forward "input" → input_args, "kwargs" → input_kwargs (its first path
 // segment is the keyword, never an index), "parameters.{name}" → parameters/{name}; backward
 // "input"/"output" stay; a parameters_grad entry maps each parameter to a one-element list
 // ({param: [leaf]}). Digit-only path segments are list indices, others dict keys; a quoted
@@ -240,7 +240,7 @@ nlohmann::ordered_json &entry_slot_json(nlohmann::ordered_json &entry, const ent
 // "rounded_sum" (half_mean_of_rounded_sum, transport/record.h). A non-object meta: the defaults.
 stats_options stats_options_of_session(const nlohmann::ordered_json &session_meta);
 
-// A statistic as dump.json writes it (§1.6): null, true/false, an integer or a real (NaN and
+// A statistic as dump.json writes it (§2.6): null, true/false, an integer or a real (NaN and
 // Inf stay IEEE values; pyjson_dump writes them as Python does).
 nlohmann::ordered_json stat_json(const stat_value &v);
 
@@ -263,7 +263,7 @@ struct tensor_facts {
   bool uninitialized = false;
 };
 
-// §1.6, PyTorch key order: type, dtype, shape, Max, Min, Mean, Norm, requires_grad,
+// §2.6, PyTorch key order: type, dtype, shape, Max, Min, Mean, Norm, requires_grad,
 // [data_name], [md5] (md5 = the CRC-32 as 8 lowercase hex digits, when computed).
 nlohmann::ordered_json tensor_leaf_json(const tensor_facts &t);
 // The same leaf as text, appended to `out`: exactly pyjson_dump_append(out, tensor_leaf_json(t), 1,
@@ -299,8 +299,8 @@ void tensor_leaf_fields(const tensor_facts &t, Emit &&emit) {
   }
 }
 
-// Non-tensor values (§1.7), built from typed facts. Reals: NaN and ±Inf are written as msprobe's
-// json.dump writes them, the bare tokens NaN, Infinity and -Infinity (§1.4), so every reader sees
+// Non-tensor values (§2.7), built from typed facts. Reals: NaN and ±Inf are written as msprobe's
+// json.dump writes them, the bare tokens NaN, Infinity and -Infinity (§2.4), so every reader sees
 // a float; the texts are JSON as pyjson_parse reads it (core/pyjson.h), and so is the capture's
 // value text. The tree value_real holds the IEEE value (pyjson_dump writes it as a token,
 // nlohmann's dump() as null), so a capture hands reals on as text, the *_append forms. Older
@@ -338,7 +338,7 @@ void value_ndarray_append(std::string &out, std::string_view dtype, const std::v
 
 // ---- stack.json ----------------------------------------------------------------------------
 
-// One frame as msprobe writes it (§1.8): "File {file}, line {line}, in {function}, \n {code}",
+// One frame as msprobe writes it (§2.8): "File {file}, line {line}, in {function}, \n {code}",
 // code stripped of surrounding whitespace.
 std::string stack_line(std::string_view file, int64_t line, std::string_view function, std::string_view code);
 

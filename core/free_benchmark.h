@@ -1,5 +1,5 @@
 // free_benchmark.h: msprobe 8.3.3's task free_benchmark (无标杆比对; docs/stages/free-benchmark.md,
-// msprobe-next.md §2): each selected API call is run a second time with a perturbed input (or in
+// docs/msprobe-compat.md §8): each selected API call is run a second time with a perturbed input (or in
 // higher precision, or on the CPU) and the two outputs compared; the calls whose outputs part are
 // the rows of {dump_path}/step{N}/rank{R}/free_benchmark.csv.
 //
@@ -30,7 +30,7 @@
 
 namespace tprobe {
 
-// ---- The config section (msprobe's FreeBenchmarkCheckConfig, validation rules of §2.2) ----
+// ---- The config section (msprobe's FreeBenchmarkCheckConfig, validation rules of §8.2) ----
 
 struct free_benchmark_settings {
   std::vector<std::string> scope;  // exact API names ("Torch.matmul.0.forward"); excludes `list`
@@ -53,7 +53,7 @@ struct free_benchmark_settings {
   [[nodiscard]] bool wants(std::string_view api_name) const;
 };
 
-// All msprobe's rules (§2.2), each broken one a usage_error:
+// All msprobe's rules (§8.2), each broken one a usage_error:
 //   `{where}: field "free_benchmark.{key}": {problem}`
 // Missing keys take the defaults above. Unknown keys are the config parser's to refuse.
 [[nodiscard]] free_benchmark_settings free_benchmark_settings_from_json(const nlohmann::ordered_json &section,
@@ -111,13 +111,13 @@ struct free_benchmark_row {
 [[nodiscard]] nlohmann::ordered_json free_benchmark_row_to_json(const free_benchmark_row &row);
 [[nodiscard]] free_benchmark_row free_benchmark_row_from_json(const nlohmann::ordered_json &j, const std::string &where);
 
-// ---- Preheat (msprobe's PreheatHandler and PreheatCounter, §2.6) ----
+// ---- Preheat (msprobe's PreheatHandler and PreheatCounter, §8.6) ----
 //
 // Thresholds adapt per API (its pure name, api_name.rsplit(".", 2)[0]: "Torch.matmul") and per
 // dtype. Step 0 only counts the calls of each API; from step 1 every call is compared against the
 // API's threshold (initially 2.05), and while step < preheat_step some calls are sampled: also run
 // on the CPU, their (ratio, cpu_consistent) recorded; once a step has its samples the threshold
-// moves (§2.6's four rules) and never falls below DTYPE_PER_THD.
+// moves (§8.6's four rules) and never falls below DTYPE_PER_THD.
 class free_benchmark_preheat {
  public:
   static constexpr double initial_threshold = 2.05;  // PREHEAT_INITIAL_THD
@@ -148,7 +148,7 @@ class free_benchmark_preheat {
   // A sampled call's result (torch_dtype: the first tensor's of the original output; ratio: the
   // largest float ratio of its elements, 0 when none). Recorded for the step when the dtype still
   // preheats; once the step's sampled calls of the API reach per_step, every dtype recorded this
-  // step has its threshold adjusted (§2.6's four rules, floor free_benchmark_threshold).
+  // step has its threshold adjusted (§8.6's four rules, floor free_benchmark_threshold).
   void add_sample(const std::string &pure, const std::string &torch_dtype, int64_t step, double ratio,
                   bool cpu_consistent);
   // Whether a step compares at all (step 0 only counts).

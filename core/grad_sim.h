@@ -1,4 +1,4 @@
-// grad_sim.h: gradient similarity between two runs (msprobe-compat.md §5.2, msprobe 8.3.3's
+// grad_sim.h: gradient similarity between two runs (docs/msprobe-compat.md §6.2, msprobe 8.3.3's
 // GradComparator), for one rank: the fraction of elements whose gradient direction (grad > 0)
 // agrees, per parameter and optimizer step, and the summary per step weighted by element count
 // (Σsame / Σtotal over the parameters). The offline verb (tprobe gradsim, from the .npy files) and

@@ -1,4 +1,4 @@
-// monitor.h: msprobe 8.3.3's training monitor (TrainerMon, 训练状态监控; msprobe-next.md §3) as far as
+// monitor.h: msprobe 8.3.3's training monitor (TrainerMon, 训练状态监控; docs/msprobe-compat.md §9) as far as
 // it needs no tensor library: the monitor config and its validation, the tag grammar, the csv
 // files' names and bytes, and the anomaly rules with their records and ordering.
 //

@@ -88,7 +88,7 @@ const std::set<std::string, std::less<>> &communication_apis() {
   return apis;
 }
 
-// §4.2 step 3: the type a directed API has when its rank argument is this rank.
+// §5.2 step 3: the type a directed API has when its rank argument is this rank.
 std::optional<comm_type> directed_type(std::string_view api) {
   static const std::pair<std::string_view, comm_type> table[] = {
       {"send", comm_type::dst},        {"recv", comm_type::src},    {"isend", comm_type::dst},

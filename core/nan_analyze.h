@@ -1,4 +1,4 @@
-// nan_analyze.h: which operator produced the first NaN/Inf, on which rank (msprobe-compat.md §4.2).
+// nan_analyze.h: which operator produced the first NaN/Inf, on which rank (docs/msprobe-compat.md §5.2).
 //
 // One analysis, two front doors: `tprobe nan-analyze STEPDIR` reads a step's rank folders
 // (nan_load_step) and the live stage `tprobe-nan-live` assembles the same per-rank entry objects
@@ -22,7 +22,7 @@
 //                expected, e.g. behind an intentional -inf mask;
 //   propagator   any other call with a non-finite output (it only passed on what it got);
 //   clean        outputs finite (an Inf absorbed, e.g. softmax of a masked row, is no anomaly).
-// A communication call (Distributed.{all_reduce, broadcast, send, recv, …}, the list of §4.2)
+// A communication call (Distributed.{all_reduce, broadcast, send, recv, …}, the list of §5.2)
 // whose inputs are clean but whose output is not is a propagator when the input of a peer in the
 // same communication was non-finite: the producer is on that peer. When no dumped peer had a
 // non-finite input it is a producer (an fp16 sum that overflows); if some peers are missing from

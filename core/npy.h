@@ -1,4 +1,4 @@
-// npy.h: NumPy .npy files (format 1.0), the tensor files of a tprobe dump (msprobe-compat.md §1.3).
+// npy.h: NumPy .npy files (format 1.0), the tensor files of a tprobe dump (docs/msprobe-compat.md §2.3).
 //
 // The writer produces the bytes np.save() writes for the same array: magic "\x93NUMPY", version
 // 1.0, the header dict "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" followed by

@@ -1,4 +1,4 @@
-// pyjson.h: JSON text byte-compatible with Python's `json` module (msprobe-compat.md §1.4, §10.1).
+// pyjson.h: JSON text byte-compatible with Python's `json` module (docs/msprobe-compat.md §2.4, §1.3).
 //
 // msprobe writes dump.json, stack.json and construct.json with `json.dump(obj, f, indent=1)`,
 // i.e. ensure_ascii=True, allow_nan=True, separators "," and ": ", floats as repr(float).

@@ -1,4 +1,4 @@
-// safe_path.h: creating a dump tree the way msprobe does (msprobe-compat.md §1.1, §2.2).
+// safe_path.h: creating a dump tree the way msprobe does (docs/msprobe-compat.md §2.1, §3.2).
 //
 // Directories 0750, files 0640 whatever the umask; paths limited to [a-zA-Z0-9_./-]; no symbolic
 // link inside the dump tree is ever followed. Directory walks use openat()/mkdirat() with

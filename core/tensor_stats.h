@@ -1,4 +1,4 @@
-// tensor_stats.h: per-tensor statistics with msprobe's semantics (msprobe-compat.md §1.6).
+// tensor_stats.h: per-tensor statistics with msprobe's semantics (docs/msprobe-compat.md §2.6).
 //
 // One pass over memory; the inner loops are written so that g++ -O2/-O3 vectorises them.
 // Thread-safe: pure functions of their arguments.

@@ -1,5 +1,5 @@
 // torch_save.h: PyTorch's torch.save file format for one tensor, written and read without LibTorch
-// (the tensor files msprobe writes for PyTorch dumps, msprobe-compat.md §1.3: `NAME.pt`).
+// (the tensor files msprobe writes for PyTorch dumps, docs/msprobe-compat.md §2.3: `NAME.pt`).
 //
 // The file is what torch >= 1.6 writes for torch.save(t) of a contiguous CPU tensor (msprobe saves
 // tensor.clone().contiguous().detach()): a zip archive, every member stored (method 0, never

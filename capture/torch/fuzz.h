@@ -42,7 +42,7 @@ fuzz_ratio fuzz_max_ratio(const at::Tensor &origin, const at::Tensor &perturbed,
 // NaN is consistent.
 bool fuzz_single_compare(const at::Tensor &actual, const at::Tensor &golden);
 
-// The perturbations of one tensor (§2.4); nullopt where msprobe cancels (not floating, empty, a
+// The perturbations of one tensor (§8.4); nullopt where msprobe cancels (not floating, empty, a
 // dtype outside its tables, every |x| below the dtype's tolerance, a shape change_value cannot swap).
 std::optional<at::Tensor> fuzz_add_noise(const at::Tensor &x);
 std::optional<at::Tensor> fuzz_bit_noise(const at::Tensor &x);

@@ -1,5 +1,5 @@
 // monitor.cpp: the torch.ops.tprobe operators of python/tprobe/monitor.py (TrainerMon, msprobe's
-// training monitor; msprobe-next.md §3). The monitor's session is its own, apart from the one
+// training monitor; docs/msprobe-compat.md §9). The monitor's session is its own, apart from the one
 // PrecisionDebugger holds (capture_state.h): a process may run both, each to its own pipeline.
 //
 //   monitor_open(str config_path, int rank, str options) -> str

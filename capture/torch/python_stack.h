@@ -10,7 +10,7 @@
 // declared weak and resolved at load time from the interpreter that loaded us. Outside a Python
 // process (or before Py_Initialize / during finalisation) there is simply no stack.
 //
-// Lines have msprobe's form (msprobe-compat.md §1.8), innermost frame first:
+// Lines have msprobe's form (docs/msprobe-compat.md §2.8), innermost frame first:
 //   "File /path/train.py, line 42, in forward, \n x = F.linear(x, w)"
 // Frames from files under an excluded directory (tprobe's own package) are left out.
 //

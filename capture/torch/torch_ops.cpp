@@ -72,7 +72,7 @@ int64_t op_tensors(std::string entry, at::TensorList tensors, std::string slots)
 bool op_value(std::string entry, std::string slot, std::string json) { return tc::value(entry, slot, json); }
 
 // Value encoding for python/tprobe/_values.py: Python passes a value's typed facts, one operator
-// call per value, and core/dump_semantics.h builds its msprobe leaf (msprobe-compat.md §1.7).
+// call per value, and core/dump_semantics.h builds its msprobe leaf (docs/msprobe-compat.md §2.7).
 // Cheaper per call than a leaf built in Python, serialised with json.dumps and parsed again here.
 // As text: a real's NaN / Infinity are Python's json tokens, which no nlohmann tree can write.
 std::string scalar_leaf(const c10::Scalar &v, const c10::optional<std::string> &type) {

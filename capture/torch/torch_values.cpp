@@ -39,7 +39,7 @@ std::string python_dtype_name(c10::ScalarType t) {
   return "torch." + name;
 }
 
-// msprobe's JSON leaf of a non-tensor argument (msprobe-compat.md §1.7), as text. `arg` is the
+// msprobe's JSON leaf of a non-tensor argument (docs/msprobe-compat.md §2.7), as text. `arg` is the
 // schema's argument name: ints named dtype / memory_format / layout are enums, an int named
 // reduction the str its Python API took.
 void ivalue_leaf_append(std::string &out, const c10::IValue &v, std::string_view arg) {
@@ -337,7 +337,7 @@ bool state::capture_summary_null(const std::string &entry, const std::string &sl
   return checked(tprobe_capture_summary(session, entry.c_str(), slot.c_str(), &s), "summary") == TPROBE_OK;
 }
 
-// msprobe's output of a collective is its in-place buffers after the communication (§1.5). The
+// msprobe's output of a collective is its in-place buffers after the communication (§2.5). The
 // operator returns before that (the caller waits on its work handle, outside any operator), so
 // the buffers are read later: at the next captured operator, or at stop/step/close, by which
 // time a synchronous collective has completed. An asynchronous one still in flight by then is

@@ -1,6 +1,6 @@
 // torch_values.h: value encoding for the PyTorch capture. How an ATen value is described:
 // tensors by their DLPack dtype (or, for what tprobe cannot read, by their facts alone), other
-// values as msprobe's JSON leaves (msprobe-compat.md §1.7). The routing of an operator argument to
+// values as msprobe's JSON leaves (docs/msprobe-compat.md §2.7). The routing of an operator argument to
 // the capture calls (capture_tensor, capture_ivalue, …) is state's, in torch_values.cpp.
 #pragma once
 

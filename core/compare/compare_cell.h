@@ -1,5 +1,5 @@
 // compare_cell.h: one cell of a compare result table, and the Python text forms msprobe's tables
-// are made of (msprobe-compat.md §3.5–§3.8).
+// are made of (docs/msprobe-compat.md §4.5–§4.8).
 //
 // msprobe builds its result as a pandas DataFrame of Python objects: a metric is a float or a
 // string such as 'unsupported', a statistic is whatever dump.json held (int, float, the strings

@@ -1,5 +1,5 @@
 // compare_dump.h: reading one side of a compare: dump.json flattened into rows, and stack.json
-// (msprobe-compat.md §1.4–§1.8, §3.2, §3.3).
+// (docs/msprobe-compat.md §2.4–§2.8, §4.2, §4.3).
 //
 // Accepts what tprobe and msprobe write: the NaN / Infinity / -Infinity tokens, tensor files named
 // by data_name (".npy" or ".pt"), both stack.json forms ({"0": [[names], [lines]], …} and the legacy
@@ -15,7 +15,7 @@
 // Errors (usage_error, naming the file): not JSON, no 'task' or 'data', an entry that is not an
 // object, a shape that is not a list or a requires_grad that is not a bool in an input/output,
 // nesting deeper than 400. system_error when a file cannot be read. A name or string value that
-// starts like a spreadsheet formula is read as it is (msprobe refuses the whole dump, §3.3): the
+// starts like a spreadsheet formula is read as it is (msprobe refuses the whole dump, §4.3): the
 // writers escape the cell (spreadsheet_text, compare_output.h).
 // Thread-safe: no shared state.
 #pragma once
@@ -72,7 +72,7 @@ struct dump_file {
 [[nodiscard]] dump_file dump_from_json(const nlohmann::ordered_json &doc, const std::string &path,
                                        const std::string &side);
 
-// msprobe's get_dump_mode (§3.2): equal tasks; "tensor" → all; "statistics" → md5 if both sides have
+// msprobe's get_dump_mode (§4.2): equal tasks; "tensor" → all; "statistics" → md5 if both sides have
 // md5 fields, summary if neither. usage_error otherwise (naming both files).
 [[nodiscard]] compare_mode dump_mode(const dump_file &npu, const dump_file &bench);
 

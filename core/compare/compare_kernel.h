@@ -20,7 +20,7 @@ namespace tprobe {
 // float32), float64, or "other" (integers, bool, complex) which is cast to float64.
 enum class kernel_precision : uint8_t { f16 = 0, f32 = 1, f64 = 2, other = 3 };
 
-// The precision class of a side for the relative error (NumPy's dtype promotion, §3.6): float16,
+// The precision class of a side for the relative error (NumPy's dtype promotion, §4.6): float16,
 // float32 (and bf16, loaded as float32), float64; everything else is cast to float64.
 kernel_precision kernel_precision_of(dtype t);
 

@@ -1,5 +1,5 @@
 // compare_metrics.h: the columns msprobe computes for one NPU/bench pair, independent of how the
-// pair was found or read (msprobe-compat.md §3.6–§3.8).
+// pair was found or read (docs/msprobe-compat.md §4.6–§4.8).
 //
 // Offline compare (compare.h) reads two dumps and calls these per matched row; a live compare
 // that aligns records as they stream in calls the same functions, so both give the same numbers.
@@ -65,7 +65,7 @@ struct real_data_result {
   bool error = false;
 };
 
-// Why a row has no tensors to compare (msprobe's step 1, §3.6).
+// Why a row has no tensors to compare (msprobe's step 1, §4.6).
 enum class real_data_missing {
   npu_no_file,      // NPU data_name '-1'      → 'unsupported', "NPU does not have data file."
   bench_no_file,    // bench data_name '-1'    → 'unsupported', "Bench does not have data file."

@@ -1,4 +1,4 @@
-// compare_output.h: the files one compare writes (msprobe-compat.md §3.10, §3.11).
+// compare_output.h: the files one compare writes (docs/msprobe-compat.md §4.10, §4.11).
 //
 //   compare_result{suffix}_{ts}.xlsx   msprobe's table. Without highlighting one sheet "Sheet1"
 //                                      (split into "part_0", "part_1", … past 1,048,500 rows) with a

@@ -1,5 +1,5 @@
 // compare_table.h: from two flattened dumps to msprobe's result table: matching, the per-row
-// columns, highlighting and the advisor (msprobe-compat.md §3.4, §3.5, §3.7–§3.9, §3.11).
+// columns, highlighting and the advisor (docs/msprobe-compat.md §4.4, §4.5, §4.7–§4.9, §4.11).
 //
 // Matching (compare_table_build):
 //   auto      the default: calls aligned in execution order by family, direction and shapes, rows
@@ -119,7 +119,7 @@ struct advisor_result {
 // The advisor file's text: "Line: …\nSuspect Nodes: …\nExpert Advice: …\n".
 [[nodiscard]] std::string advisor_text(const advisor_result &a);
 
-// msprobe's advice for a failing row's NPU name (§3.11).
+// msprobe's advice for a failing row's NPU name (§4.11).
 [[nodiscard]] std::string advisor_message(const std::string &npu_name);
 
 }  // namespace tprobe

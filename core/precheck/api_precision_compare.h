@@ -1,4 +1,4 @@
-// api_precision_compare.h: msprobe's stage-2 pre-check verdict (msprobe-next.md §1.11,
+// api_precision_compare.h: msprobe's stage-2 pre-check verdict (docs/msprobe-compat.md §7.11,
 // compare/api_precision_compare.py): two accuracy_checking_details_*.csv files, one from the
 // device under test ("NPU") and one from a trusted device ("GPU"), each against its CPU bench, are
 // judged row by row by the ratio of NPU error to GPU error, then per API.

@@ -1,5 +1,5 @@
 // precheck_files.h: the two CSV files of a pre-check run, in msprobe's layout
-// (msprobe-next.md §1.9): accuracy_checking_result_{ts}.csv and accuracy_checking_details_{ts}.csv,
+// (docs/msprobe-compat.md §7.9): accuracy_checking_result_{ts}.csv and accuracy_checking_details_{ts}.csv,
 // UTF-8 with a BOM, CRLF line endings, csv quoting only where needed, " " for an empty cell,
 // floats as "{:.14f}". Readers accept both of msprobe's float spellings ("%.14f" and numpy's str).
 //

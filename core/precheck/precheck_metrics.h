@@ -1,5 +1,5 @@
-// precheck_metrics.h: the numbers of msprobe's accuracy pre-check (msprobe-next.md §1.7.2, §1.8.2,
-// §1.8.3), computed the way numpy computes them in msprobe's compare/algorithm.py and
+// precheck_metrics.h: the numbers of msprobe's accuracy pre-check (docs/msprobe-compat.md §7.7.2, §7.8.2,
+// §7.8.3), computed the way numpy computes them in msprobe's compare/algorithm.py and
 // precision_standard/*.py.
 //
 // Why numpy's arithmetic and not plain double: msprobe's arrays keep their dtypes, so a float16
@@ -114,7 +114,7 @@ struct ratio_result {
 [[nodiscard]] double small_value_atol(std::string_view dtype, std::string_view standard);
 [[nodiscard]] double rtol_of(std::string_view dtype);
 [[nodiscard]] double accumulative_error_bound(std::string_view dtype);
-[[nodiscard]] double minimum_err(std::string_view dtype);  // _minmum_err: ratio floor (§1.11)
+[[nodiscard]] double minimum_err(std::string_view dtype);  // _minmum_err: ratio floor (§7.11)
 [[nodiscard]] double accumulative_error_eb_threshold(std::string_view dtype);
 
 // ---- the standards' metrics (precision_standard/*.py _compute_metrics) --------------------------

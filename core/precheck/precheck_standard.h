@@ -1,19 +1,19 @@
 // precheck_standard.h: msprobe's accuracy pre-check (精度预检) judgement of one replayed API, with
 // no LibTorch in it: the bench (CPU, one precision higher) and the device output of each output and
 // input gradient arrive as plain value arrays, and the rows of accuracy_checking_details_*.csv and
-// accuracy_checking_result_*.csv come out (../shared/reference/msprobe-next.md §1.7–§1.10).
+// accuracy_checking_result_*.csv come out (docs/msprobe-compat.md §7.7–§7.10).
 //
 // The replay (tools/precheck/replay.h, LibTorch) produces the arrays; the offline tool
 // (tprobe-precheck), the live stage (tprobe-precheck-live) and the tests all judge through here,
 // so both front doors write the same rows.
 //
-// Two dialects, as msprobe's versions differ (msprobe-next.md §0.2):
+// Two dialects, as msprobe's versions differ (docs/msprobe-compat.md §1.2):
 //   msprobe_8_3_3  per-API standards from api_precision_standard.yaml (absolute threshold, binary,
 //                  ULP, thousandth, benchmark), Status spelled "Warning", NaN cosine is an error,
 //                  an empty output is an error, int8 not comparable.
 //   msprobe_head   every float output uses the benchmark standard, "warning", NaN cosine passes,
 //                  an empty output is SKIP, int8 compared bit-exactly (quantization list: ≤ 1).
-// The Status column is msprobe's legacy stage-1 verdict (§1.7.2) in both.
+// The Status column is msprobe's legacy stage-1 verdict (§7.7.2) in both.
 //
 // Thread-safe: pure functions.
 #pragma once
@@ -83,7 +83,7 @@ struct result_row {
 // "Torch.linalg.inv.0" → "linalg.inv", "Tensor.__add__.0" → "__add__". Empty for any other shape.
 [[nodiscard]] std::string bare_api_name(std::string_view full_name);
 
-// The standard §1.8.1 dispatches to: "benchmark", "absolute_threshold", "binary_consistency",
+// The standard §7.8.1 dispatches to: "benchmark", "absolute_threshold", "binary_consistency",
 // "ulp_compare", "thousandth_threshold", "accumulative_error_compare".
 // `in_dtype` is "torch.float32", or "torch.float8_e4m3fn" when the inputs were fp8.
 [[nodiscard]] std::string_view standard_of(std::string_view bare_api, std::string_view out_dtype,
@@ -123,7 +123,7 @@ struct api_judgement {
   std::vector<detail_row> details;
 };
 
-// The rows msprobe writes for one API (§1.7.1 structure rules, §1.9.2/§1.9.3 row shapes),
+// The rows msprobe writes for one API (§7.7.1 structure rules, §7.9.2/§7.9.3 row shapes),
 // including list-length and type mismatches (error rows) and dropout (status only).
 // Where msprobe's code and its documented contract differ, the contract is kept:
 //   - a direction's status is error when any output is error, else warning when any is warning

@@ -1,4 +1,4 @@
-"""Module hooks for levels L0 and mix (msprobe-compat.md §1.2, §1.5, §1.9).
+"""Module hooks for levels L0 and mix (docs/msprobe-compat.md §2.2, §2.5, §2.9).
 
 Entries, counted from 0 per step:
   Module.{path}.{Class}.forward.{n}          input_args, input_kwargs, output, parameters

@@ -1,4 +1,4 @@
-"""Recomputation inside PyTorch's own backward kernels (msprobe-compat.md §1.2, `is_recompute`).
+"""Recomputation inside PyTorch's own backward kernels (docs/msprobe-compat.md §2.2, `is_recompute`).
 
 A non-reentrant checkpoint (`torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`) runs
 its forward again from a saved-tensor unpack hook, inside the autograd node that unpacks, under a

@@ -1,4 +1,4 @@
-"""Python arguments and results as msprobe slots (msprobe-compat.md §1.5, §1.7).
+"""Python arguments and results as msprobe slots (docs/msprobe-compat.md §2.5, §2.7).
 
 walk() visits a nested value and calls `tensor(slot, t)` for each tensor and `value(slot, v)`
 for every other leaf, with slots as the capture names them: "input.0", "input.1.0", "kwargs.dim",

@@ -1,4 +1,4 @@
-"""TrainerMon: msprobe's training monitor (msprobe-next.md §3) over tprobe's capture.
+"""TrainerMon: msprobe's training monitor (docs/msprobe-compat.md §9) over tprobe's capture.
 
     from tprobe import TrainerMon
     mon = TrainerMon("monitor_config.json", params_have_main_grad=False)

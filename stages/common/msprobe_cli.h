@@ -51,7 +51,7 @@ struct known_option {
                                                               const std::vector<known_option> &known,
                                                               std::string_view tool);
 
-// msprobe's `-i compare.json` for compare (msprobe-compat.md §3.1): {"npu_path", "bench_path",
+// msprobe's `-i compare.json` for compare (docs/msprobe-compat.md §4.1): {"npu_path", "bench_path",
 // "stack_path" (optional), "is_print_compare_log" (optional, no effect here)}. Any other key, a
 // missing path or a value of the wrong type is a usage_error naming the file and the key.
 struct msprobe_compare_input {

@@ -43,7 +43,7 @@ inline bool record_tensor_saved(const record &r) {
   return r.header.kind == record_kind::tensor && r.has_payload() && (r.header.flags & RECORD_FLAG_SAVE) != 0;
 }
 
-// The file name of a saved tensor (msprobe-compat.md §1.3), "{entry}.{slot}.npy", or ".pt" for the
+// The file name of a saved tensor (docs/msprobe-compat.md §2.3), "{entry}.{slot}.npy", or ".pt" for the
 // session's tensor_format "pt".
 inline std::string record_data_name(const record_header &h, std::string_view tensor_format) {
   return h.entry + "." + h.slot + (tensor_format == "pt" ? ".pt" : ".npy");

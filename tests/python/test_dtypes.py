@@ -1,5 +1,5 @@
-"""Statistics of every dtype and odd tensor the capture meets (msprobe-compat.md §1.6), and
-non-tensor arguments (§1.7), compared with what torch computes."""
+"""Statistics of every dtype and odd tensor the capture meets (docs/msprobe-compat.md §2.6), and
+non-tensor arguments (§2.7), compared with what torch computes."""
 
 import math
 import os

@@ -1,4 +1,4 @@
-"""Task grad_probe on real PyTorch runs (msprobe-compat.md §5): PrecisionDebugger.monitor(model) alone
+"""Task grad_probe on real PyTorch runs (docs/msprobe-compat.md §6): PrecisionDebugger.monitor(model) alone
 writes rank{R}/grad_summary_{S}.csv and rank{R}/step{S}/{param}.npy whose numbers equal what torch
 computes from the same gradients (the script saves them as the reference); `tprobe gradsim` finds
 the step where two runs part, offline and live (pipelines/gradsim-live.json); the param_list, step
@@ -64,7 +64,7 @@ def read_csv(path):
 
 
 def reference_row(name, grad, level, bounds):
-    """msprobe's GradStatCsv row, from torch (msprobe-compat.md §5.1)."""
+    """msprobe's GradStatCsv row, from torch (docs/msprobe-compat.md §6.1)."""
     row = [name]
     if level == "L0":
         row.append(f"{zlib.crc32(grad.float().numpy().tobytes()):08x}")

@@ -1,4 +1,4 @@
-"""TrainerMon (msprobe's training monitor, msprobe-next.md §3) on real PyTorch runs: every csv's
+"""TrainerMon (msprobe's training monitor, docs/msprobe-compat.md §9) on real PyTorch runs: every csv's
 values equal msprobe's statistics of the tensors the training script saved as it ran (weight
 grads accumulated over two micro-batches, Adam's exp_avg / exp_avg_sq before the step, the
 weights before and after it, activations and their gradients, mg_direction); monitor_reduce

@@ -1,4 +1,4 @@
-"""Task overflow_check (msprobe-compat.md §2.6, §4.1): only calls with NaN/Inf in Max or Min are
+"""Task overflow_check (docs/msprobe-compat.md §3.6, §5.1): only calls with NaN/Inf in Max or Min are
 written, with their tensors; after overflow_nums such calls the capture stops (tprobe-overflow
 sends the capture a stop on its control endpoint) and training goes on."""
 

@@ -3,7 +3,7 @@
 the same run, and a tprobe dump against one with an inserted operator.
 
 CI has no msprobe, so the msprobe-format dump is recorded here the way msprobe records (reference
-§1.2, §1.5, §1.7): the public APIs of torch.nn.functional, torch and torch.Tensor are wrapped
+§2.2, §2.5, §2.7): the public APIs of torch.nn.functional, torch and torch.Tensor are wrapped
 ("Functional.linear.0.forward", "Tensor.transpose.0.forward", "Tensor.__add__.0.forward"), calls
 made inside a wrapped call are not recorded, arguments become input_args / input_kwargs leaves,
 modules (mix) become "Module.{path}.{Class}.forward.{n}" at their forward hook. It records forward

@@ -5,8 +5,8 @@ last stage of a manifest.
 The inputs are made here, not taken from a model: two small mix-level statistics dumps whose runs
 part at one operator (so compare fails there, with msprobe's red mark for a NaN maximum), one
 operator that turns finite inputs into inf (so nan-analyze names it), and a similarities.csv in
-msprobe's §5.2 format whose step 2 drops (so gradsim's rule flags it), and a pre-check's two CSV
-files in msprobe's layout (§1.9) with an error on layers.3's linear (linked to its compare rows) and
+msprobe's §6.2 format whose step 2 drops (so gradsim's rule flags it), and a pre-check's two CSV
+files in msprobe's layout (§7.9) with an error on layers.3's linear (linked to its compare rows) and
 a warning on layers.5's exp. Everything is checked
 against what the inputs imply, so each check can fail.
 
@@ -83,7 +83,7 @@ def build_dump(root, diverge):
 
 
 def write_similarities(path, drop_at):
-    """msprobe §5.2: UTF-8 BOM, "step,0,1,…", one row per parameter, then "summary"."""
+    """docs/msprobe-compat.md §6.2: UTF-8 BOM, "step,0,1,…", one row per parameter, then "summary"."""
     steps = 5
     rows = {"layers.0.weight": [1.0] * steps, "layers.3.weight": [0.99] * steps, "layers.5.bias": [1.0] * steps}
     rows["layers.3.weight"][drop_at:] = [0.8] * (steps - drop_at)
@@ -133,7 +133,7 @@ def write_precheck(folder, ts="20250101120000"):
 
 def write_free_benchmark(dump):
     """msprobe 8.3.3's free_benchmark.csv as DataWriter.write_data_to_csv writes it (csv.writer,
-    CRLF, no BOM; msprobe-next.md §2.8): the doc figure's row at step 2, V-3's three rows at step 3."""
+    CRLF, no BOM; docs/msprobe-compat.md §8.8): the doc figure's row at step 2, V-3's three rows at step 3."""
     import csv
     header = ["rank", "pert_mode", "stage", "step", "api_name", "max_rel", "dtype", "shape", "output_index"]
     steps = {2: [[0, "improve_precision", "forward", 2, "Torch.matmul.40.forward", 0.022563696, "torch.float16",

@@ -3,7 +3,7 @@ the terminal line, the page's data, and the trends view in a real browser (Debia
 headless, as tests/python/test_report_browser.py): one chart per tag, a line per rank, anomalies
 ringed where anomaly.json puts them, the type/op/rank/filter controls and the anomaly table.
 
-The folder is made here in msprobe's own bytes: msprobe-next.md §3.12's V-5 files (ops min, max,
+The folder is made here in msprobe's own bytes: docs/msprobe-compat.md §9.12's V-5 files (ops min, max,
 norm, mean, zeros, nans; step_count_per_record 2; ×3 at step 2), for two ranks, and V-5's
 anomaly.json entries (AnomalyTurbulence on the mean of fc.weight's grad and of fc.input at step 2).
 """

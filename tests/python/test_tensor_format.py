@@ -1,5 +1,5 @@
 """tprobe.tensor_format "pt": dump_tensor_data/ holds torch.save files, as msprobe writes them for
-PyTorch (msprobe-compat.md §1.3), that torch.load reads with the captured values; dump.json's
+PyTorch (docs/msprobe-compat.md §2.3), that torch.load reads with the captured values; dump.json's
 data_name fields name them; `tprobe compare` reads them, against themselves and against the .npy
 dump of the same run."""
 

@@ -1,5 +1,5 @@
 // test_free_benchmark_torch.cpp: free_benchmark's tensor side (capture/torch/fuzz.h) against
-// msprobe 8.3.3's own vectors (msprobe-next.md §2.8: V-3, V-4 and its unit tests'
+// msprobe 8.3.3's own vectors (docs/msprobe-compat.md §8.8: V-3, V-4 and its unit tests'
 // expectations), run on the CPU with LibTorch.
 #include <cmath>
 #include <limits>

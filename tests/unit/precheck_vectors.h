@@ -1,4 +1,4 @@
-// precheck_vectors.h: msprobe-next.md's test vectors V-1 and V-2 (§1.10, §1.11) for the pre-check
+// precheck_vectors.h: docs/msprobe-compat.md's test vectors V-1 and V-2 (§7.10, §7.11) for the pre-check
 // tests, with the expected CSV text, and the helpers that compare our rows with it.
 //
 // The [HEAD] texts are the document's. The [8.3.3] texts were produced by msprobe 8.3.3's own
@@ -63,7 +63,7 @@ inline std::vector<api_replay> v1_replays(bool gpu = false) {
   return {linear, matmul, add, argmax};
 }
 
-// §1.10 V-1 [HEAD], details rows verbatim (BOM and CRLF aside).
+// §7.10 V-1 [HEAD], details rows verbatim (BOM and CRLF aside).
 inline const char *v1_head_details =
     "API Name,Bench Dtype,DEVICE Dtype,Shape,余弦相似度,最大绝对误差,双百指标,双千指标,双万指标,二进制一致错误率,误差均衡性,均方根误差,小值域错误占比,相对误差最大值,相对误差平均值,inf/nan错误率,相对误差错误率,绝对误差错误率,ULP误差最大值,ULP误差平均值,ULP误差大于阈值占比,Status,Message\r\n"
     "Functional.linear.0.forward.output.0,torch.float32,torch.float16,\"(2, 4)\",0.99999998392154,0.0078125,1.00000000000000,1.00000000000000, , ,0.25000000000000,0.00328769515116,1.00000000000000,0.00078125,0.00023871528, , , , , , ,pass,\"\nRelative error is less than 0.001, consider as pass, skip other check and set to SPACE.\n\"\r\n"
@@ -104,7 +104,7 @@ inline const char *v1_gpu_833_details =
     "Tensor.__add__.0.forward.output.0,torch.float32,torch.bfloat16,\"(4,)\",0.99999999999999,5.493639e-07, , , , , , , , , ,0,0.00000000000000,0, , , ,pass,\"\nMax abs error is less than 0.001, consider as pass, skip other check and set to SPACE.\n\"\r\n"
     "Torch.argmax.0.forward.output.0,torch.int64,torch.int64,\"(3,)\", , , , , ,0.00000000000000, , , , , , , , , , , ,pass,\"Compare algorithm is not supported for int64 data. Only judged by Error Rate.\n\"\r\n";
 
-// §1.11 V-2 [HEAD] (the linear backward row, which the document leaves out, is checked apart).
+// §7.11 V-2 [HEAD] (the linear backward row, which the document leaves out, is checked apart).
 inline const char *v2_head_details =
     "API Name,小值域错误比值,小值域判定结果,均方根误差比值,均方根误差判定结果,相对误差最大值比值,相对误差最大值判定结果,相对误差平均值比值,相对误差平均值判定结果,误差均衡性比值,误差均衡性判定结果,inf/nan错误率,inf/nan判定结果,相对误差错误率,相对误差判定结果,绝对误差错误率,绝对误差判定结果,二进制一致错误率,二进制一致错误率判定结果,ULP误差平均值,ULP误差大于阈值占比,ULP误差大于阈值占比比值,ULP误差判定结果,双千指标,双千指标判定结果,比对结果,比对算法,Message\r\n"
     "Functional.linear.0.forward.output.0,1.00000000000000,pass,6.73319966957568,error,1.60000000000000,pass,0.48888889344000,pass,512.00000000000000,error, , , , , , , , , , , , , , ,error,标杆比对法,\"ERROR: 均方根误差比值超过阈值\n\"\r\n"

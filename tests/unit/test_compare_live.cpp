@@ -73,7 +73,7 @@ outcome run_live(const test::temp_dir &dir, const std::vector<record> &in, compa
   return out;
 }
 
-const std::vector<float> X1{1, 2, 3, 4}, X1b{1, 2, 3, 4.1f};  // Accuracy Yes (msprobe-compat §3.6)
+const std::vector<float> X1{1, 2, 3, 4}, X1b{1, 2, 3, 4.1f};  // Accuracy Yes (docs/msprobe-compat.md §4.6)
 const std::vector<float> X2{1, 2}, X2b{1, -1};                 // Accuracy No
 const std::vector<float> X3{0.5f, -0.5f, 2, 8};
 
@@ -218,7 +218,7 @@ TEST(compare_live, entries_on_one_side_are_unmatched) {
   const size_t bench = column(doc, "Bench Name"), err = column(doc, "Err_message");
   ASSERT_EQ(doc["rows"].size(), 4u);
   EXPECT_EQ(doc["rows"][3][bench], "N/A");
-  // msprobe's mode-all wording for an unmatched tensor row (reference §3.5).
+  // msprobe's mode-all wording for an unmatched tensor row (docs/msprobe-compat.md §4.5).
   EXPECT_EQ(doc["rows"][3][err], "Requires_grad inconsistent. Bench api/module unmatched.");
   EXPECT_EQ(doc["unmatched_rows"], 1);
 }

@@ -1,6 +1,6 @@
 // Tests for core/compare/compare_metrics.h: msprobe's real-data metrics against an independent
-// float64 computation, every special case of msprobe-compat.md §3.6, the accuracy rule, the
-// statistics (§3.7) and md5 (§3.8) columns, and the Python text helpers of compare_cell.h.
+// float64 computation, every special case of docs/msprobe-compat.md §4.6, the accuracy rule, the
+// statistics (§4.7) and md5 (§4.8) columns, and the Python text helpers of compare_cell.h.
 #include "compare/compare_metrics.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Tests for core/compare/compare_dump.h and compare_table.h: flattening dump.json (msprobe's own
 // examples, verbatim), mode detection, matching (exact, dtype gate, fuzzy, mapping), the statistics
-// and md5 tables, highlighting, the advisor and stack.json (msprobe-compat.md §1.11, §3.2–§3.11).
+// and md5 tables, highlighting, the advisor and stack.json (docs/msprobe-compat.md §2.11, §4.2–§4.11).
 #include "compare/compare_table.h"
 
 #include <gtest/gtest.h>
@@ -28,7 +28,7 @@ std::vector<std::string> names(const dump_file &f) {
   return v;
 }
 
-// msprobe-compat.md §1.11, "L1, task tensor", verbatim.
+// docs/msprobe-compat.md §2.11, "L1, task tensor", verbatim.
 const char *const l1_tensor = R"({
  "task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir":"/dump/path",
  "data": {
@@ -52,7 +52,7 @@ const char *const l1_tensor = R"({
  }
 })";
 
-// §1.11 "mix, task statistics", verbatim except the "..." the reference uses for elision.
+// §2.11 "mix, task statistics", verbatim except the "..." the reference uses for elision.
 const char *const mix_statistics = R"({ "task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": null,
   "data": {
     "Tensor.__add__.0.forward": {
@@ -456,7 +456,7 @@ TEST(CompareAdvisor, Messages) {
 
 TEST(CompareTable, UnmatchedRowInRealDataMode) {
   // msprobe overwrites "No bench data matched." with the requires_grad message, then appends the
-  // real-data message (§3.5).
+  // real-data message (§4.5).
   const dump_file npu = parse(l1_tensor);
   const dump_file bench = parse(R"({"task": "tensor", "data": {}})", "bench");
   compare_table_options o;

@@ -25,7 +25,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
-// msprobe's packaged msprobe/config.json (msprobe-compat.md §2).
+// msprobe's packaged msprobe/config.json (docs/msprobe-compat.md §3).
 constexpr const char *packaged_default_config = R"({
   "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [], "level": "L1",
   "enable_dataloader": false, "async_dump": false,

@@ -418,7 +418,7 @@ TEST(DumpSemantics, ValueLeaves) {
   EXPECT_EQ(value_int(-7).dump(), R"({"type":"int","value":-7})");
   EXPECT_EQ(value_int(3, "int64").dump(), R"({"type":"int64","value":3})");
   EXPECT_EQ(value_real(0.5).dump(), R"({"type":"float","value":0.5})");
-  // Non-finite reals as Python's json writes them (msprobe-compat.md §1.4), never as strings: a
+  // Non-finite reals as Python's json writes them (docs/msprobe-compat.md §2.4), never as strings: a
   // string "-inf" made compare refuse every masked attention's dump (issue 60).
   const auto real_text = [](double v, std::string_view type = "float") {
     std::string text;

@@ -1,5 +1,5 @@
 // core/free_benchmark and capture/free_benchmark_record: msprobe 8.3.3's task free_benchmark
-// (msprobe-next.md §2): the csv rows of V-3 rebuilt from rows, the thresholds and chunks of
+// (docs/msprobe-compat.md §8): the csv rows of V-3 rebuilt from rows, the thresholds and chunks of
 // calculate_max_ratio, preheat's sampling and threshold rules, the config section's validation,
 // and the row's record.
 #include <cmath>

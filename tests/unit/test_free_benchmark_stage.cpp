@@ -1,6 +1,6 @@
 // stages/stream/free_benchmark (tprobe-free-benchmark) in process, through the stage harness: the
 // rows of free_benchmark records written to {dump_path}/step{N}/rank{R}/free_benchmark.csv as
-// msprobe 8.3.3's DataWriter.write_data_to_csv writes them (msprobe-next.md §2.7: the header once,
+// msprobe 8.3.3's DataWriter.write_data_to_csv writes them (docs/msprobe-compat.md §8.7: the header once,
 // CRLF, no BOM, 0640, arrival order, an earlier run's file appended to), every record passed on,
 // the line per row, and the refusals (a link, a file others may write or a folder where the csv
 // goes).
@@ -67,7 +67,7 @@ mode_t mode_of(const std::string &path) {
   return st.st_mode & 07777;
 }
 
-// msprobe's rows of the doc figure and of V-3 (msprobe-next.md §2.8), in two steps and two ranks.
+// msprobe's rows of the doc figure and of V-3 (docs/msprobe-compat.md §8.8), in two steps and two ranks.
 TEST(FreeBenchmarkStage, WritesMsprobesCsvPerStepAndRankAndPassesEveryRecordOn) {
   test::temp_dir dir;
   const std::string dump = dir / "dump";

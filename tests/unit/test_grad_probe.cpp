@@ -1,6 +1,6 @@
-// core/grad_probe and core/grad_sim: msprobe's grad_probe rows (msprobe-compat.md §5.1, the rows of
+// core/grad_probe and core/grad_sim: msprobe's grad_probe rows (docs/msprobe-compat.md §6.1, the rows of
 // msprobe's own test_grad_csv.py), the csv dialect, settings, the gradient record, and the
-// similarity table, its csv and the suspect-step rule (§5.2).
+// similarity table, its csv and the suspect-step rule (§6.2).
 #include <cmath>
 #include <cstring>
 #include <limits>

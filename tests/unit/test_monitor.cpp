@@ -1,5 +1,5 @@
 // core/monitor.h against msprobe 8.3.3: the csv bytes and anomaly messages of V-5
-// (msprobe-next.md §3.12; the expected text was written by msprobe's own CSVWriterWithAD and
+// (docs/msprobe-compat.md §9.12; the expected text was written by msprobe's own CSVWriterWithAD and
 // AnomalyDataWriter with pandas 1.5.3, the input numbers are msprobe's get_metrics of V-5's
 // tensors), pandas' column typing on odd rows, msprobe's unit-test expectations (EMA, _ad, the
 // rules, get_train_stage, squash, tag names), the config validation and the top-k order.

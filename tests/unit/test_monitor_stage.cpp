@@ -1,5 +1,5 @@
-// stages/stream/monitor (tprobe-monitor) in process, through the stage harness: msprobe-next.md
-// §3.12's V-5 (ops min, max, norm, mean, zeros, nans; ndigits 6; step_count_per_record 2;
+// stages/stream/monitor (tprobe-monitor) in process, through the stage harness: docs/msprobe-compat.md
+// §9.12's V-5 (ops min, max, norm, mean, zeros, nans; ndigits 6; step_count_per_record 2;
 // AnomalyTurbulence(0.5); grads and activations ×3 at step 2) sent as monitor records: the csv
 // files as msprobe's CSVWriterWithAD writes them (header once, rows appended, the step ranges),
 // every record passed on, the alarms the moment they fire with msprobe's message, anomaly.json
@@ -190,7 +190,7 @@ TEST(MonitorStage, WritesV5sCsvFilesAlarmsAndAnomalyJsonAndPassesEveryRecordOn) 
       << rank_dir;
   EXPECT_EQ(mode_of(rank_dir), 0750u);
 
-  // V-5's files, byte for byte (msprobe-next.md §3.12), the step-2 rows in the next range.
+  // V-5's files, byte for byte (docs/msprobe-compat.md §9.12), the step-2 rows in the next range.
   EXPECT_EQ(res.csv_paths, (std::vector<std::string>{rank_dir + "/actv_0-1.csv", rank_dir + "/grad_reduced_0-1.csv",
                                                      rank_dir + "/actv_2-3.csv", rank_dir + "/grad_reduced_2-3.csv"}));
   EXPECT_EQ(test::read_file(rank_dir + "/grad_reduced_0-1.csv"),

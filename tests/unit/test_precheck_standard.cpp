@@ -1,6 +1,6 @@
 // The pre-check's stage-1 judgement (core/precheck/precheck_standard.h, precheck_metrics.h):
-// msprobe-next.md's V-1 in both dialects, and the expectations of msprobe's own unit tests
-// (§1.10 "Unit-test expectations").
+// docs/msprobe-compat.md's V-1 in both dialects, and the expectations of msprobe's own unit tests
+// (§7.10 "Unit-test expectations").
 #include <cmath>
 #include <limits>
 
@@ -253,7 +253,7 @@ TEST(PrecheckStandard, StandardRegisterBothDialects) {
     EXPECT_EQ(standard_of(api, f32, f32, dialect::msprobe_head), "benchmark") << api;
   EXPECT_EQ(standard_of("relu", "torch.float16", f32, dialect::msprobe_head), "benchmark");
   EXPECT_EQ(standard_of("relu", "torch.int64", f32, dialect::msprobe_head), "binary_consistency");
-  // [8.3.3] the yaml lists decide (msprobe-next.md §1.8.1, "checked by running").
+  // [8.3.3] the yaml lists decide (docs/msprobe-compat.md §7.8.1, "checked by running").
   const dialect old = dialect::msprobe_8_3_3;
   EXPECT_EQ(standard_of("relu", "torch.float16", f32, old), "binary_consistency");
   EXPECT_EQ(standard_of("topk", f32, f32, old), "binary_consistency");

@@ -1,5 +1,5 @@
 // tools/report: task free_benchmark's files on the report (issue 62 item 3): msprobe 8.3.3's V-3
-// rows and the doc figure's row verbatim (msprobe-next.md §2.8), found in a dump's step*/rank*/
+// rows and the doc figure's row verbatim (docs/msprobe-compat.md §8.8), found in a dump's step*/rank*/
 // folders and nowhere else there, ordered by step and rank; every row listed, each a failure of
 // the verdict; a file with its header alone a pass; files the stage writes read back equal; the
 // terminal line and the page's data; malformed files named once, never a pass.
@@ -22,7 +22,7 @@ using json = nlohmann::ordered_json;
 
 const std::string header = "rank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index\r\n";
 
-// §2.8 V-3 (step 3) and the doc figure's row (step 2), verbatim.
+// §8.8 V-3 (step 3) and the doc figure's row (step 2), verbatim.
 const std::string v3 = header +
                        "0,improve_precision,forward,3,Torch.add.0.forward,0.004049780885728493,torch.float16,torch.Size([2]),\r\n"
                        "0,improve_precision,forward,3,Torch.mul.1.forward,symbol_flipping,torch.float16,torch.Size([3]),\r\n"

@@ -1,5 +1,5 @@
 // tools/report: the accuracy pre-check's two CSV files on the report (issue 61 item 5): msprobe's
-// verbatim V-1 output (msprobe-next.md §1.10) and files written by core/precheck's writer, read
+// verbatim V-1 output (docs/msprobe-compat.md §7.10) and files written by core/precheck's writer, read
 // through core/precheck; counts by status, the APIs not pass in order (errors, then warnings, then
 // SKIP) with their worst details row and the metric that failed it, the links between an API and
 // the rows of a compare on the same page, the terminal line, and malformed files (named once,
@@ -25,7 +25,7 @@ using json = nlohmann::ordered_json;
 
 const char *const bom = "\xEF\xBB\xBF";
 
-// msprobe HEAD's V-1 details and result files, verbatim (§1.10): numpy's str floats beside
+// msprobe HEAD's V-1 details and result files, verbatim (§7.10): numpy's str floats beside
 // "%.14f", messages quoted across lines, " " for empty cells and for no backward.
 std::string v1_details(const std::string &warning = "warning") {
   return std::string(bom) +

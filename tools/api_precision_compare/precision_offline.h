@@ -1,5 +1,5 @@
 // precision_offline.h: tprobe-api-precision-compare, msprobe's api_precision_compare
-// (msprobe-next.md §1.11) as an offline tool over two accuracy_checking_details_*.csv files:
+// (docs/msprobe-compat.md §7.11) as an offline tool over two accuracy_checking_details_*.csv files:
 //
 //   tprobe api-precision-compare -npu NPU.csv -gpu GPU.csv -o OUT [--msprobe-version 8.3.3|head]
 //   tprobe -f pytorch api_precision_compare --npu_csv_path NPU.csv --gpu_csv_path GPU.csv --out_path OUT

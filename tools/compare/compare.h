@@ -1,13 +1,13 @@
 // compare.h: the offline compare stage (tprobe-compare): two dumps in, msprobe's result files out
-// (msprobe-compat.md §3).
+// (docs/msprobe-compat.md §4).
 //
 //   tprobe compare NPU BENCH -o OUTDIR [--match auto|name] [--fuzzy-match] [--stack-mode] [--highlight]
 //                  [--mapping FILE]
 //
 // NPU and BENCH are both dump.json files (compared into compare_result_{ts}.*) or both step folders
 // (step0/ holding rank0/, rank1/, … or rank/): ranks are sorted by number and paired by position,
-// each pair compared into compare_result_rank{N}_{ts}.* (§3.12). The mode comes from the dumps'
-// task (§3.2): tensor → real data, statistics → Max/Min/Mean/Norm, statistics with md5 → checksums.
+// each pair compared into compare_result_rank{N}_{ts}.* (§4.12). The mode comes from the dumps'
+// task (§4.2): tensor → real data, statistics → Max/Min/Mean/Norm, statistics with md5 → checksums.
 //
 // The pipeline per pair: dump_load (compare_dump.h, both sides in parallel) → compare_table_build
 // (matching, compare_table.h) → in mode all, the tensors of every matched row are memory-mapped and

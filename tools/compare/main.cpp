@@ -6,7 +6,7 @@
 
 namespace {
 
-// msprobe's spellings of compare's flags (msprobe-compat.md §3.1; msprobe_cli.h). msprobe's "-f"
+// msprobe's spellings of compare's flags (docs/msprobe-compat.md §4.1; msprobe_cli.h). msprobe's "-f"
 // is its fuzzy match, as tprobe's; "-f pytorch" (the framework, msprobe's first argument) is taken
 // where it stands before or after the verb.
 constexpr tprobe::msprobe_flag msprobe_flags[] = {

@@ -1,5 +1,5 @@
 // gradsim.h: tprobe-gradsim, the offline front door of the gradient similarity of core/grad_sim.h
-// (msprobe's GradComparator, msprobe-compat.md §5.2); the live one is
+// (msprobe's GradComparator, docs/msprobe-compat.md §6.2); the live one is
 // stages/stream/gradsim_live/gradsim_live.h, and both write the files of core/grad_sim_output.h.
 //
 // Offline, tprobe-gradsim (`tprobe gradsim DIR1 DIR2 -o OUTDIR`): two grad_probe dump_paths (their

@@ -1,6 +1,6 @@
 // monitor_anomaly.h: tprobe-monitor-anomaly, msprobe's anomaly sorter
 // (`python3 -m msprobe.core.monitor.anomaly_processor -d DIR [-o OUT] [-k 8] [-s "[steps]"]`,
-// msprobe-next.md §3.8) over the anomaly.json files that tprobe-monitor (or msprobe's TrainerMon)
+// docs/msprobe-compat.md §9.8) over the anomaly.json files that tprobe-monitor (or msprobe's TrainerMon)
 // writes under {output_dir}/anomaly_detected/:
 //
 //   tprobe monitor-anomaly -d monitor_output/anomaly_detected [-o OUT] [-k 8] [-s "[2, 3]"]

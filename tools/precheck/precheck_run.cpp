@@ -33,7 +33,7 @@ namespace {
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-// msprobe's unsupported_api_list, always on the black list (§1.2).
+// msprobe's unsupported_api_list, always on the black list (§7.2).
 constexpr std::string_view unsupported_apis[] = {"to", "empty", "empty_like", "empty_strided", "new_empty",
                                                  "new_empty_strided", "empty_with_format"};
 

@@ -79,7 +79,7 @@ struct arg_value {
   std::vector<arg_value> items;
 };
 
-// Draws a tensor from its statistics as msprobe's gen_random_tensor does (msprobe-next.md §1.6.1).
+// Draws a tensor from its statistics as msprobe's gen_random_tensor does (docs/msprobe-compat.md §7.6.1).
 at::Tensor random_tensor(const json &entry, at::ScalarType type, const std::vector<int64_t> &shape, at::Generator &gen) {
   auto number = [&](const char *key) -> double {
     if (!entry.contains(key) || entry[key].is_null()) return std::numeric_limits<double>::quiet_NaN();
@@ -886,7 +886,7 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
       for (const auto &[value, tensor] : device) keep->forward_output_device.push_back(tensor);
     }
 
-    // Backward, from the dumped gradient of output 0 (msprobe §1.6.3).
+    // Backward, from the dumped gradient of output 0 (docs/msprobe-compat.md §7.6.3).
     if (replay.has_backward) {
       const json &grads_in = (*backward).contains("input") ? (*backward)["input"] : json();
       std::vector<const json *> grad_entries, grad_outputs;

@@ -1,5 +1,5 @@
 // replay.h: the pre-check's replay of one API call on the CPU, one precision higher, with LibTorch
-// (msprobe-next.md §1.6). The one replay both front doors use: tprobe-precheck over dump files
+// (docs/msprobe-compat.md §7.6). The one replay both front doors use: tprobe-precheck over dump files
 // (precheck_offline.h) and tprobe-precheck-live over the tensor stream.
 //
 // For one call (its .forward entry and, when the dump has one, its .backward entry):
@@ -71,7 +71,7 @@ struct replay_options {
   bool allow_random = true;    // statistics dumps: inputs drawn from Max/Min
 };
 
-// The tensors of one replay, kept for -save_error_data (msprobe's {full}.{part}.{index}.pt, §1.9.4):
+// The tensors of one replay, kept for -save_error_data (msprobe's {full}.{part}.{index}.pt, §7.9.4):
 // undefined tensors stand for None and scalars, which take an index too.
 struct replay_tensors {
   std::vector<at::Tensor> forward_input, forward_output_bench, forward_output_device, backward_input,

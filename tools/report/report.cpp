@@ -152,7 +152,7 @@ std::optional<double> parse_number(const std::string &s) {
   return v;
 }
 
-// The dump's task/level/framework: the first keys of dump.json in msprobe's order (§1.4), read
+// The dump's task/level/framework: the first keys of dump.json in msprobe's order (§2.4), read
 // from its head only, since the dump itself can be gigabytes.
 ojson dump_head_info(const std::string &dump_json) {
   std::ifstream in(dump_json, std::ios::binary);
@@ -497,7 +497,7 @@ report_precheck_failure report_precheck_failed_metric(const std::vector<std::str
     if (!j || *j >= row.size()) return std::nullopt;
     return precheck::parse_float_cell(row[*j]);
   };
-  // msprobe's legacy verdict (§1.7.2), in its order: the first check that fails set the Status.
+  // msprobe's legacy verdict (§7.7.2), in its order: the first check that fails set the Status.
   const auto cosine = value("余弦相似度");
   if (cosine && *cosine <= 0.99) return {"余弦相似度", cosine, "≤ 0.99"};
   if (auto b = value("二进制一致错误率"); b && *b > 0) return {"二进制一致错误率", b, "> 0"};

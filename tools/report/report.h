@@ -9,14 +9,14 @@
 //                               (compare_output.h); a compare_result*.csv without its .json (an
 //                               older or hand-made result) is read as text, with advisor*.txt of
 //                               the same suffix and timestamp
-//   anomaly_analyze_*.json      tprobe nan-analyze / nan-live (msprobe-compat.md §4.2)
-//   similarities.csv            gradsim, msprobe's §5.2 format: "step,0,1,…", a row per
+//   anomaly_analyze_*.json      tprobe nan-analyze / nan-live (docs/msprobe-compat.md §5.2)
+//   similarities.csv            gradsim, msprobe's §6.2 format: "step,0,1,…", a row per
 //                               parameter, a last row "summary"; the rank from a rank{N}/ folder
 //   accuracy_checking_result_*.csv   the accuracy pre-check (tprobe precheck, msprobe's run_ut;
-//                               msprobe-next.md §1.9), read with accuracy_checking_details_* of the
+//                               docs/msprobe-compat.md §7.9), read with accuracy_checking_details_* of the
 //                               same timestamp beside it, through core/precheck (read_csv_table)
 //   step*/rank*/free_benchmark.csv   task free_benchmark's inconsistent API calls (tprobe-free-
-//                               benchmark, msprobe 8.3.3's 无标杆比对; msprobe-next.md §2.7): a dump
+//                               benchmark, msprobe 8.3.3's 无标杆比对; docs/msprobe-compat.md §8.7): a dump
 //                               folder given is searched in its step*/rank*/ folders for this file
 //                               only (a step folder given: its rank*/; a rank folder: itself)
 //   a monitor output folder     tprobe-monitor's or msprobe TrainerMon's $MONITOR_OUTPUT_DIR: a folder
@@ -58,12 +58,12 @@
 //   {"name": "report", "stage": "report", "inputs": ["capture", "compare"],
 //    "options": {"output": "output/report.html"}}
 //
-// Suspect steps (gradsim, msprobe-compat.md §5.2 rule 7): a parameter's similarity below 0.97 at
+// Suspect steps (gradsim, docs/msprobe-compat.md §6.2 rule 7): a parameter's similarity below 0.97 at
 // the first step, or lower by more than 0.03 than at the step before.
 //
 // Pre-check verdict: FAIL when an API's forward or backward is error or warning (as a compare's
 // "Warning" row fails); SKIP does not fail. The metric that failed a details row follows msprobe's
-// legacy verdict (§1.7.2) in its order: cosine ≤ 0.99, binary error rate > 0, 双百 ≤ 0.99,
+// legacy verdict (§7.7.2) in its order: cosine ≤ 0.99, binary error rate > 0, 双百 ≤ 0.99,
 // 双千 ≤ 0.999, 双万 ≤ 0.9999 (a ratio fails when it is not above 1 − its threshold); a row failed
 // by none of them (shape or dtype mismatch, a NaN cosine) is explained by its Message alone.
 //

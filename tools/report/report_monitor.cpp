@@ -51,7 +51,7 @@ std::optional<int64_t> cell_integer(const std::string &s) {
 }
 
 // The csv prefix whose file holds a tag's numbers, from the tag's last part (msprobe's tags,
-// msprobe-next.md §3.4): "0:fc.weight/rank0/post_grad" → grad_reduced.
+// docs/msprobe-compat.md §9.4): "0:fc.weight/rank0/post_grad" → grad_reduced.
 std::string prefix_of_tag(const std::string &tag_name) {
   const std::string kind = tag_name.substr(tag_name.rfind('/') + 1);
   if (kind == "post_grad") return "grad_reduced";

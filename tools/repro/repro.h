@@ -1,5 +1,5 @@
 // repro.h: `tprobe repro DUMP --api NAME -o DIR`, msprobe's single-API script generator
-// (单算子API自动生成脚本, op_generate; msprobe-next.md §1.12) on tprobe's pre-check pieces.
+// (单算子API自动生成脚本, op_generate; docs/msprobe-compat.md §7.12) on tprobe's pre-check pieces.
 //
 // For one API call of a dump (Functional.linear.0) it writes into DIR:
 //   * the tensor files the call needs, copied from the dump's dump_tensor_data/ (names kept): the

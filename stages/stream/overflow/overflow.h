@@ -2,7 +2,7 @@
 //
 // Passes on only the calls that overflowed: a call whose tensors (a forward call's inputs and
 // outputs together, each backward or parameters_grad entry on its own) have NaN or ±Inf in Max or
-// Min, as msprobe's INF/NAN mode decides (reference §4.1), with every record of that call (its
+// Min, as msprobe's INF/NAN mode decides (docs/msprobe-compat.md §5.1), with every record of that call (its
 // entry record, tensors with their data, values). The statistics that decide it arrive computed
 // (by the capture in place, or by tprobe-stats before this stage); a call's records are held only
 // until its verdict is known: when a record of another call arrives after the call's outputs, or

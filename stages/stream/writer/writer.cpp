@@ -707,7 +707,7 @@ class dump_writer {
     else record_meta_pyjson_append(d.data.text(), h, 1, level);
 
     // A module forward keeps is_recompute last, after a section that arrives later (parameters),
-    // as msprobe writes it (msprobe-compat.md §10.2).
+    // as msprobe writes it (docs/msprobe-compat.md §2.5).
     if (name.is_module() && name.is_forward() && e.find("is_recompute") && !e.find(section)) {
       dump_node flag = e.take("is_recompute");
       e.append(section, {});

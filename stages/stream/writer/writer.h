@@ -1,6 +1,6 @@
 // writer.h: the dump writer stage (tprobe-writer).
 //
-// Turns records into msprobe's dump layout (msprobe-compat.md §1):
+// Turns records into msprobe's dump layout (docs/msprobe-compat.md §2):
 //
 //   {dump_path}/step{S}/rank{R}/dump.json        statistics and structure of every entry
 //                              /stack.json       call stacks, identical stacks deduplicated
