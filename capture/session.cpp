@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "config.h"
+#include "capture_config.h"
 #include "dump_semantics.h"
 #include "safe_path.h"
 #include "endpoint.h"

@@ -92,7 +92,7 @@ typedef struct tprobe_session tprobe_session;
    override the file. Every config field is validated; a bad one fails the call with a message
    naming the file and the field. A task tprobe does not build (run_ut, exception_dump), or one
    the pipeline's manifest cannot do (TPROBE_PIPELINE_TASKS, set by
-   `tprobe run`), fails it too (config.h, config_check_task_runs). options may be NULL (defaults). */
+   `tprobe run`), fails it too (core/capture_config.h, config_check_task_runs). options may be NULL (defaults). */
 int tprobe_session_open(const char *config_path, const tprobe_open_options *options, tprobe_session **session);
 
 /* Flushes the queue, sends end-of-stream and frees the session. NULL is a no-op. */
@@ -293,7 +293,7 @@ const char *tprobe_session_config(const tprobe_session *session);
  * step the framework hands every parameter's gradient over, then calls tprobe_step (the config's
  * `step` counts optimizer steps). Gradient captures need no tprobe_start: the optimizer step is
  * their trigger. They are filtered by the config's rank and step and grad_probe.param_list.
- * Per parameter one record travels (capture/grad_record.h): the numbers of the gradient (max, min,
+ * Per parameter one record travels (transport/grad_record.h): the numbers of the gradient (max, min,
  * norm; the CRC-32 at level L0; bucket counts and zeros at L2) and, at L1 and L2, its directions
  * (grad > 0) packed eight to a byte. */
 
@@ -333,7 +333,7 @@ int tprobe_capture_grad_numbers(tprobe_session *session, const char *param, cons
  * With "task": "free_benchmark" the session captures no dump entries: the framework re-runs the
  * selected API calls itself (perturbed, in higher precision or on the CPU, in the training process
  * where the tensors are), compares, and hands over only the calls whose outputs part, one row
- * each (capture/free_benchmark_record.h); tprobe-free-benchmark writes
+ * each (transport/free_benchmark_record.h); tprobe-free-benchmark writes
  * {dump_path}/step{N}/rank{R}/free_benchmark.csv. The session fills in the row's rank, pert_mode
  * and step (the current one). Like dump entries, rows need the capture started, this rank and
  * this step. */

@@ -5,10 +5,10 @@ function(tprobe_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra)
 endfunction()
 
-# tprobe_add_stage(<verb> LIBRARY <sources…> MAIN <main.cpp> [DEPS <targets…>])
-# The library sources join tprobe_stages (so tests call run() in-process); MAIN becomes the
-# binary build/bin/tprobe-<verb>, which `tprobe <verb>` runs.
-function(tprobe_add_stage verb)
+# A tprobe-<verb> binary: its library sources join tprobe_stages (so tests call its run() in
+# process), MAIN becomes build/bin/tprobe-<verb>, which `tprobe <verb>` runs, and the tests depend
+# on it (TPROBE_BINARY_TARGETS). The three helpers below say which kind of binary it is.
+function(_tprobe_add_binary verb)
   cmake_parse_arguments(S "" "MAIN" "LIBRARY;DEPS" ${ARGN})
   if(S_LIBRARY)
     target_sources(tprobe_stages PRIVATE ${S_LIBRARY})
@@ -19,14 +19,25 @@ function(tprobe_add_stage verb)
   add_executable(tprobe-${verb} ${S_MAIN})
   target_link_libraries(tprobe-${verb} PRIVATE tprobe::stages)
   tprobe_warnings(tprobe-${verb})
-  set_property(GLOBAL APPEND PROPERTY TPROBE_STAGE_TARGETS tprobe-${verb})
+  set_property(GLOBAL APPEND PROPERTY TPROBE_BINARY_TARGETS tprobe-${verb})
+endfunction()
+
+# tprobe_add_stage(<verb> LIBRARY <sources…> MAIN <main.cpp> [DEPS <targets…>])
+# A stage of a pipeline (stages/stream/<stage>/): reads records on --input, writes --output.
+function(tprobe_add_stage verb)
+  _tprobe_add_binary(${verb} ${ARGN})
 endfunction()
 
 # tprobe_add_tool(<verb> LIBRARY <sources…> MAIN <main.cpp> [DEPS <targets…>])
-# The same for an offline tool over files (tools/<tool>/): its library part joins tprobe_stages as
-# well, so tests call it in process, and its binary is tprobe-<verb> too; only its folder differs.
+# An offline tool over files (tools/<tool>/): no stream; only its folder and its contract differ.
 function(tprobe_add_tool verb)
-  tprobe_add_stage(${verb} ${ARGN})
+  _tprobe_add_binary(${verb} ${ARGN})
+endfunction()
+
+# tprobe_add_launcher(<verb> LIBRARY <sources…> MAIN <main.cpp>)
+# The launcher (launcher/run/): starts the stages of a manifest and the training command.
+function(tprobe_add_launcher verb)
+  _tprobe_add_binary(${verb} ${ARGN})
 endfunction()
 
 # tprobe_add_test(<name> SOURCES <…> LABEL unit|e2e [TIMEOUT s] [DEPS …])

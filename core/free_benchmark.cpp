@@ -9,6 +9,7 @@
 
 #include "errors.h"
 #include "free_benchmark.h"
+#include "json_kind.h"
 
 namespace tprobe {
 
@@ -25,20 +26,6 @@ const std::vector<std::string> fuzz_levels{"L1"};
 const std::vector<std::string> fuzz_stages{"forward", "backward"};
 
 std::string json_quoted(const std::string &s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
-
-std::string kind(const json &v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a bool";
-    case json::value_t::string: return "a string";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an int";
-    case json::value_t::number_float: return "a float";
-    case json::value_t::array: return "a list";
-    case json::value_t::object: return "an object";
-    default: return v.type_name();
-  }
-}
 
 std::string joined(const std::vector<std::string> &values) {
   std::string out;
@@ -62,7 +49,7 @@ struct section_reader {
   std::string one_of(const std::string &key, const std::string &fallback, const std::vector<std::string> &allowed) const {
     const json *v = find(key);
     if (!v) return fallback;
-    if (!v->is_string()) fail(key, "expected one of " + joined(allowed) + ", got " + kind(*v));
+    if (!v->is_string()) fail(key, "expected one of " + joined(allowed) + ", got " + json_kind(*v));
     std::string value = v->get<std::string>();
     if (std::find(allowed.begin(), allowed.end(), value) == allowed.end())
       fail(key, json_quoted(value) + " is not one of " + joined(allowed));
@@ -78,10 +65,10 @@ struct section_reader {
       if (s.empty()) return {};
       return {s};
     }
-    if (!v->is_array()) fail(key, std::string("expected a list of strings") + (string_allowed ? " or a string" : "") + ", got " + kind(*v));
+    if (!v->is_array()) fail(key, std::string("expected a list of strings") + (string_allowed ? " or a string" : "") + ", got " + json_kind(*v));
     std::vector<std::string> out;
     for (const auto &e : *v) {
-      if (!e.is_string()) fail(key, "element " + e.dump(-1, ' ', false, json::error_handler_t::replace) + " is " + kind(e) + ", expected a string");
+      if (!e.is_string()) fail(key, "element " + e.dump(-1, ' ', false, json::error_handler_t::replace) + " is " + json_kind(e) + ", expected a string");
       out.push_back(e.get<std::string>());
     }
     return out;
@@ -92,7 +79,7 @@ struct section_reader {
     if (!v) return fallback;
     if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       fail(key, v->dump() + " is out of the int64 range");
-    if (!v->is_number_integer()) fail(key, "expected an int, got " + kind(*v));
+    if (!v->is_number_integer()) fail(key, "expected an integer, got " + json_kind(*v));
     int64_t n = v->get<int64_t>();
     if (n <= 0) fail(key, std::to_string(n) + " is invalid: must be > 0");
     return n;
@@ -122,7 +109,7 @@ bool free_benchmark_settings::wants(std::string_view api_name) const {
 free_benchmark_settings free_benchmark_settings_from_json(const json &section, const std::string &where) {
   free_benchmark_settings s;
   if (section.is_null()) return s;
-  if (!section.is_object()) throw usage_error(where + ": field \"free_benchmark\": expected an object, got " + kind(section));
+  if (!section.is_object()) throw usage_error(where + ": field \"free_benchmark\": expected an object, got " + json_kind(section));
   const section_reader r{section, where};
   s.scope = r.names("scope", true);
   s.list = r.names("list", false);
@@ -136,7 +123,7 @@ free_benchmark_settings free_benchmark_settings_from_json(const json &section, c
   if (s.backward() && s.list.empty()) r.fail("list", "must not be empty when fuzz_stage is \"backward\"");
   s.fuzz_level = r.one_of("fuzz_level", s.fuzz_level, fuzz_levels);
   if (const json *v = r.find("if_preheat")) {
-    if (!v->is_boolean()) r.fail("if_preheat", "expected a bool (JSON true or false), got " + kind(*v));
+    if (!v->is_boolean()) r.fail("if_preheat", "expected a boolean (JSON true or false), got " + json_kind(*v));
     s.if_preheat = v->get<bool>();
   }
   if (s.fix()) {

@@ -7,7 +7,7 @@
 // thresholds, the chunking of the ratio, preheat's sampling and threshold adaptation, and the
 // row with its csv text. The perturbation and the comparison of tensors run in the training
 // process (capture/torch/free_benchmark.h), where the tensors are; the rows travel as records
-// (capture/free_benchmark_record.h) to tprobe-free-benchmark, which writes the csv.
+// (transport/free_benchmark_record.h) to tprobe-free-benchmark, which writes the csv.
 //
 // Errors: usage_error (core/errors.h) with one line naming `where` and the field, for a section
 // that does not parse (the capture's config parser validates the same rules first, with this
@@ -106,7 +106,7 @@ struct free_benchmark_row {
 [[nodiscard]] std::string free_benchmark_max_rel_text(const free_benchmark_row &row);
 [[nodiscard]] std::string free_benchmark_shape_text(const std::vector<int64_t> &shape);
 
-// A row as record meta and back (capture/free_benchmark_record.h); from_json throws usage_error
+// A row as record meta and back (transport/free_benchmark_record.h); from_json throws usage_error
 // naming `where` for a malformed one.
 [[nodiscard]] nlohmann::ordered_json free_benchmark_row_to_json(const free_benchmark_row &row);
 [[nodiscard]] free_benchmark_row free_benchmark_row_from_json(const nlohmann::ordered_json &j, const std::string &where);

@@ -1,6 +1,6 @@
 // grad_probe.h: msprobe's task grad_probe (docs/msprobe-compat.md §3.8, §6.1): per-parameter gradient
 // summaries and gradient directions, computed the way msprobe 8.3.3's GradStatCsv computes them,
-// and written in its file formats. The capture (capture/grad_record.h) computes the numbers in
+// and written in its file formats. The capture (transport/grad_record.h) computes the numbers in
 // the training process; tprobe-grad-probe writes them; gradsim (core/grad_sim.h) compares the
 // directions of two runs.
 //

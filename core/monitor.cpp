@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "errors.h"
+#include "json_kind.h"
 #include "pyjson.h"
 
 namespace tprobe {
@@ -25,20 +26,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string &source, std::string_view field, const std::string &problem) {
   throw usage_error(fmt::format("{}: field \"{}\": {}", source, field, problem));
-}
-
-std::string kind_of(const ordered_json &v) {
-  switch (v.type()) {
-    case ordered_json::value_t::null: return "null";
-    case ordered_json::value_t::boolean: return "a boolean";
-    case ordered_json::value_t::number_integer:
-    case ordered_json::value_t::number_unsigned: return "an integer";
-    case ordered_json::value_t::number_float: return "a number with a fraction or exponent";
-    case ordered_json::value_t::string: return "a string";
-    case ordered_json::value_t::array: return "a list";
-    case ordered_json::value_t::object: return "an object";
-    default: return "a value of another kind";
-  }
 }
 
 // Python's str() of a JSON value, for the warnings msprobe prints with f"{value}".
@@ -64,7 +51,7 @@ bool python_int(const ordered_json &v) { return v.is_number_integer() || v.is_nu
 bool expect_bool(const ordered_json &doc, const char *key, bool fallback, const std::string &source) {
   const ordered_json *v = find(doc, key);
   if (!v) return fallback;
-  if (!v->is_boolean()) fail(source, key, fmt::format("{} should be a bool, got {}", key, kind_of(*v)));
+  if (!v->is_boolean()) fail(source, key, fmt::format("{} should be a bool, got {}", key, json_kind(*v)));
   return v->get<bool>();
 }
 
@@ -73,7 +60,7 @@ bool expect_bool(const ordered_json &doc, const char *key, bool fallback, const 
 bool expect_flag(const ordered_json &doc, const char *key, const std::string &source) {
   const ordered_json *v = find(doc, key);
   if (!v || v->is_null()) return false;
-  if (!v->is_boolean()) fail(source, key, fmt::format("{} should be a bool, got {}", key, kind_of(*v)));
+  if (!v->is_boolean()) fail(source, key, fmt::format("{} should be a bool, got {}", key, json_kind(*v)));
   return v->get<bool>();
 }
 
@@ -103,16 +90,16 @@ int64_t int_arg(const ordered_json &doc, const char *key, int64_t minimum, int64
 }
 
 void validate_alert(const ordered_json &alert, const std::string &source, monitor_config &cfg) {
-  if (!alert.is_object()) fail(source, "alert", "alert should be a dictionary, got " + kind_of(alert));
+  if (!alert.is_object()) fail(source, "alert", "alert should be a dictionary, got " + json_kind(alert));
   const ordered_json *rules = find(alert, "rules");
   // msprobe reads alert["rules"] (a KeyError without it); tprobe takes none.
   if (rules && !rules->is_null()) {
-    if (!rules->is_array()) fail(source, "alert.rules", "must be a list of rules, got " + kind_of(*rules));
+    if (!rules->is_array()) fail(source, "alert.rules", "must be a list of rules, got " + json_kind(*rules));
     for (size_t i = 0; i < rules->size(); ++i) {
       const ordered_json &rule = (*rules)[i];
       const std::string where = fmt::format("alert.rules[{}]", i);
       if (!rule.is_object())
-        fail(source, where, "must be an object {\"rule_name\": ..., \"args\": {...}}, got " + kind_of(rule));
+        fail(source, where, "must be an object {\"rule_name\": ..., \"args\": {...}}, got " + json_kind(rule));
       const ordered_json *name = find(rule, "rule_name");
       const ordered_json *args = find(rule, "args");
       // validate_alert: a truthy rule_name must be one of RULE_NAME; truthy dict args need a
@@ -180,7 +167,7 @@ bool monitor_rule::apply(double cur, double history) const {
 
 monitor_config monitor_config_from_json(const ordered_json &doc, const std::string &source) {
   if (!doc.is_object())
-    throw usage_error(fmt::format("{}: expected a JSON object at the top level, got {}", source, kind_of(doc)));
+    throw usage_error(fmt::format("{}: expected a JSON object at the top level, got {}", source, json_kind(doc)));
   monitor_config cfg;
   auto &warnings = cfg.warnings;
 
@@ -188,7 +175,7 @@ monitor_config monitor_config_from_json(const ordered_json &doc, const std::stri
   // dtype appended.
   {
     const ordered_json *ops = find(doc, "ops");
-    if (ops && !ops->is_array()) fail(source, "ops", "ops should be a list, got " + kind_of(*ops));
+    if (ops && !ops->is_array()) fail(source, "ops", "ops should be a list, got " + json_kind(*ops));
     if (ops) {
       for (const auto &op : *ops) {
         const bool known = op.is_string() && std::ranges::find(monitor_op_list(), op.get<std::string>()) !=
@@ -220,29 +207,29 @@ monitor_config monitor_config_from_json(const ordered_json &doc, const std::stri
   }
 
   if (const ordered_json *v = find(doc, "eps")) {
-    if (!v->is_number_float()) fail(source, "eps", "eps should be a float (write 1e-8 or 0.0, not 0), got " + kind_of(*v));
+    if (!v->is_number_float()) fail(source, "eps", "eps should be a float (write 1e-8 or 0.0, not 0), got " + json_kind(*v));
     cfg.eps = v->get<double>();
   }
 
   if (const ordered_json *v = find(doc, "module_ranks")) {
-    if (!v->is_array()) fail(source, "module_ranks", "module_ranks should be a list, got " + kind_of(*v));
+    if (!v->is_array()) fail(source, "module_ranks", "module_ranks should be a list, got " + json_kind(*v));
     for (const auto &r : *v) {
-      if (!python_int(r)) fail(source, "module_ranks", "element in module_ranks should be a int, got " + kind_of(r));
+      if (!python_int(r)) fail(source, "module_ranks", "element in module_ranks should be a int, got " + json_kind(r));
       cfg.module_ranks.push_back(r.get<int64_t>());
     }
   }
 
   const ordered_json *targets = find(doc, "targets");
   if (targets) {
-    if (!targets->is_object()) fail(source, "targets", "targets in config.json should be a dict, got " + kind_of(*targets));
+    if (!targets->is_object()) fail(source, "targets", "targets in config.json should be a dict, got " + json_kind(*targets));
     for (const auto &[name, field] : targets->items())
       if (!field.is_object())
         fail(source, "targets." + name,
-             "values of targets should be cared filed e.g. {\"input\": \"tensor\"}, got " + kind_of(field));
+             "values of targets should be cared filed e.g. {\"input\": \"tensor\"}, got " + json_kind(field));
   }
 
   if (const ordered_json *v = find(doc, "l2_targets")) {
-    if (!v->is_object()) fail(source, "l2_targets", "l2_targets in config.json should be a dict, got " + kind_of(*v));
+    if (!v->is_object()) fail(source, "l2_targets", "l2_targets in config.json should be a dict, got " + json_kind(*v));
     for (const auto &[hook, list] : v->items()) {
       if (hook != "linear_hook" && hook != "attention_hook")
         fail(source, "l2_targets", fmt::format("key of l2_targets must be in ['linear_hook', 'attention_hook'], got {}", hook));
@@ -267,7 +254,7 @@ monitor_config monitor_config_from_json(const ordered_json &doc, const std::stri
   (void)expect_bool(doc, "param_distribution", false, source);
 
   if (const ordered_json *v = find(doc, "cc_distribution")) {
-    if (!v->is_object()) fail(source, "cc_distribution", "cc_distribution should be a dictionary, got " + kind_of(*v));
+    if (!v->is_object()) fail(source, "cc_distribution", "cc_distribution should be a dictionary, got " + json_kind(*v));
     for (const auto &[key, value] : v->items()) {
       if (key == "enable" || key == "cc_pre_hook" || key == "cc_log_only") {
         if (!value.is_boolean()) fail(source, "cc_distribution." + key, fmt::format("cc_distribution {} should be a bool", key));
@@ -282,7 +269,7 @@ monitor_config monitor_config_from_json(const ordered_json &doc, const std::stri
   if (const ordered_json *v = find(doc, "alert")) validate_alert(*v, source, cfg);
 
   if (const ordered_json *v = find(doc, "step_count_per_record")) {
-    if (!python_int(*v)) fail(source, "step_count_per_record", "step_count_per_record must be int, got " + kind_of(*v));
+    if (!python_int(*v)) fail(source, "step_count_per_record", "step_count_per_record must be int, got " + json_kind(*v));
     if (v->is_number_integer() && v->get<int64_t>() < 1)
       fail(source, "step_count_per_record", "step_count_per_record must greater than 0");
     if (v->is_number_unsigned() ? v->get<uint64_t>() > 1000000 : v->get<int64_t>() > 1000000)
@@ -297,7 +284,7 @@ monitor_config monitor_config_from_json(const ordered_json &doc, const std::stri
   cfg.squash_name = expect_bool(doc, "squash_name", true, source);
 
   if (const ordered_json *v = find(doc, "append_output")) {
-    if (!v->is_array()) fail(source, "append_output", "append_output should be a list, got " + kind_of(*v));
+    if (!v->is_array()) fail(source, "append_output", "append_output should be a list, got " + json_kind(*v));
     if (!v->empty() && v->size() != 2)
       fail(source, "append_output", "append_output should be empty or contain exactly 2 elements");
     for (const auto &t : *v)
@@ -465,7 +452,7 @@ ordered_json monitor_rows_to_json(const monitor_rows &rows) {
 
 monitor_rows monitor_rows_from_json(const ordered_json &j, const std::string &what) {
   auto bad = [&](std::string_view field, const std::string &problem) -> void { fail(what, field, problem); };
-  if (!j.is_object()) throw usage_error(fmt::format("{}: monitor rows must be an object, got {}", what, kind_of(j)));
+  if (!j.is_object()) throw usage_error(fmt::format("{}: monitor rows must be an object, got {}", what, json_kind(j)));
   monitor_rows rows;
   auto step = j.find("step");
   if (step == j.end() || !python_int(*step)) bad("step", "must be an integer");
@@ -504,7 +491,7 @@ monitor_rows monitor_rows_from_json(const ordered_json &j, const std::string &wh
       } else if (v.is_number_float()) {
         row.values.push_back({v.get<double>(), false});
       } else {
-        bad(at + ".values", "must be numbers or null (NaN), got " + kind_of(v));
+        bad(at + ".values", "must be numbers or null (NaN), got " + json_kind(v));
       }
     }
     if (auto s = r.find("shape"); s != r.end() && !s->is_null()) {

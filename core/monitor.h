@@ -4,7 +4,7 @@
 //
 // Where each piece runs: the framework capture (python/tprobe/monitor.py, capture/torch/monitor.cpp)
 // reduces the tensors and hands one step's rows per csv prefix to the capture API
-// (tprobe_capture_monitor), which carries them as a record (capture/monitor_record.h) to the
+// (tprobe_capture_monitor), which carries them as a record (transport/monitor_record.h) to the
 // tprobe-monitor stage; the stage writes the csv files with monitor_csv_*, runs the rules with
 // monitor_anomaly_detector and writes anomaly.json with monitor_anomaly_data. The top-k command
 // (msprobe's anomaly_processor) sorts with monitor_anomaly_top_k.

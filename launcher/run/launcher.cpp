@@ -22,7 +22,7 @@
 
 #include <zmq.hpp>
 
-#include "config.h"
+#include "capture_config.h"
 #include "endpoint.h"
 #include "errors.h"
 #include "quiet_thread.h"
@@ -488,7 +488,7 @@ class launcher {
     // The checkout's python/tprobe, unless the user's own PYTHONPATH or an installed tprobe is meant
     // to win: it goes last.
     if (auto python_path = python_path_with_package()) env.emplace_back("PYTHONPATH", std::move(*python_path));
-    // The capture checks its task against them (capture/config.h), for a config the launcher does
+    // The capture checks its task against them (core/capture_config.h), for a config the launcher does
     // not see (PrecisionDebugger(config_path=…)).
     env.emplace_back("TPROBE_PIPELINE", m_.path);
     std::string tasks;

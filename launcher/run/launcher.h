@@ -46,7 +46,7 @@
 //    producer's start-up with a message naming the consumer's endpoint.
 //  - --config (else an inherited TPROBE_CONFIG) is read and validated as the capture will (with
 //    the manifest's "capture" overrides), its task checked against the manifest's "tasks" and the
-//    tasks tprobe builds (capture/config.h), and its dump_path checked, before anything starts: a
+//    tasks tprobe builds (core/capture_config.h), and its dump_path checked, before anything starts: a
 //    bad one is exit 100.
 //  - First Ctrl-C: not fatal to the launcher. The command gets the terminal's SIGINT itself and
 //    usually exits, which ends the run as in 5; a SIGINT sent to the launcher alone by a process

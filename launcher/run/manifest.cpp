@@ -14,8 +14,9 @@
 #include <set>
 #include <sstream>
 
-#include "config.h"
+#include "capture_config.h"
 #include "errors.h"
+#include "json_kind.h"
 
 extern char **environ;
 
@@ -54,12 +55,6 @@ void check_known_keys(const json &object, const std::vector<std::string> &known,
   }
 }
 
-std::string json_type_of(const json &value) {
-  if (value.is_number_integer()) return "an integer";
-  if (value.is_number()) return "a number";
-  return std::string(value.is_array() || value.is_object() ? "an " : "a ") + value.type_name();
-}
-
 bool valid_name(std::string_view name) {
   auto plain = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   if (name.empty() || !plain(name.front())) return false;
@@ -84,7 +79,7 @@ bool valid_env_name(std::string_view name) {
 
 manifest_run parse_run(const json &doc, size_t index, const manifest &m) {
   std::string where = m.path + ": runs[" + std::to_string(index) + "]";
-  if (!doc.is_object()) throw usage_error(where + ": must be an object, got " + json_type_of(doc));
+  if (!doc.is_object()) throw usage_error(where + ": must be an object, got " + json_kind(doc));
   manifest_run r;
   auto name = doc.find("name");
   if (name == doc.end()) throw usage_error(where + ": missing \"name\"");
@@ -96,19 +91,19 @@ manifest_run parse_run(const json &doc, size_t index, const manifest &m) {
     if (other.name == r.name) throw usage_error(where + ": a run of that name exists already");
   check_known_keys(doc, {"name", "args", "env"}, where);
   if (auto args = doc.find("args"); args != doc.end()) {
-    if (!args->is_array()) throw usage_error(where + ": \"args\" must be an array of strings, got " + json_type_of(*args));
+    if (!args->is_array()) throw usage_error(where + ": \"args\" must be an array of strings, got " + json_kind(*args));
     for (const auto &a : *args) {
-      if (!a.is_string()) throw usage_error(where + ": \"args\" must hold strings, got " + json_type_of(a));
+      if (!a.is_string()) throw usage_error(where + ": \"args\" must hold strings, got " + json_kind(a));
       r.args.push_back(a.get<std::string>());
     }
   }
   if (auto env = doc.find("env"); env != doc.end()) {
-    if (!env->is_object()) throw usage_error(where + ": \"env\" must be an object, got " + json_type_of(*env));
+    if (!env->is_object()) throw usage_error(where + ": \"env\" must be an object, got " + json_kind(*env));
     for (const auto &[key, value] : env->items()) {
       if (!valid_env_name(key))
         throw usage_error(where + ": env name " + in_quotes(key) + " must match [A-Za-z_][A-Za-z0-9_]*");
       if (!value.is_string())
-        throw usage_error(where + ": env " + in_quotes(key) + " must be a string, got " + json_type_of(value));
+        throw usage_error(where + ": env " + in_quotes(key) + " must be a string, got " + json_kind(value));
       r.env.emplace_back(key, value.get<std::string>());
     }
   }
@@ -117,12 +112,12 @@ manifest_run parse_run(const json &doc, size_t index, const manifest &m) {
 
 manifest_stage parse_stage(const json &doc, size_t index, const manifest &m) {
   std::string where = m.path + ": stages[" + std::to_string(index) + "]";
-  if (!doc.is_object()) throw usage_error(where + ": must be an object, got " + json_type_of(doc));
+  if (!doc.is_object()) throw usage_error(where + ": must be an object, got " + json_kind(doc));
 
   manifest_stage s;
   auto name = doc.find("name");
   if (name == doc.end()) throw usage_error(where + ": missing \"name\"");
-  if (!name->is_string()) throw usage_error(where + ": \"name\" must be a string, got " + json_type_of(*name));
+  if (!name->is_string()) throw usage_error(where + ": \"name\" must be a string, got " + json_kind(*name));
   s.name = name->get<std::string>();
   if (!valid_name(s.name))
     throw usage_error(where + ": name " + in_quotes(s.name) + " must match [a-z0-9][a-z0-9_-]*");
@@ -137,7 +132,7 @@ manifest_stage parse_stage(const json &doc, size_t index, const manifest &m) {
   if ((verb == doc.end()) == (exec == doc.end()))
     throw usage_error(where + ": needs exactly one of \"stage\" (a tprobe stage) or \"exec\" (a binary)");
   if (verb != doc.end()) {
-    if (!verb->is_string()) throw usage_error(where + ": \"stage\" must be a string, got " + json_type_of(*verb));
+    if (!verb->is_string()) throw usage_error(where + ": \"stage\" must be a string, got " + json_kind(*verb));
     s.verb = verb->get<std::string>();
     if (!valid_verb(s.verb))
       throw usage_error(where + ": stage " + in_quotes(s.verb) + " is not a stage verb ([a-z0-9][a-z0-9-]*)");
@@ -153,16 +148,16 @@ manifest_stage parse_stage(const json &doc, size_t index, const manifest &m) {
 
   if (auto inputs = doc.find("inputs"); inputs != doc.end()) {
     if (!inputs->is_array())
-      throw usage_error(where + ": \"inputs\" must be an array of stage names, got " + json_type_of(*inputs));
+      throw usage_error(where + ": \"inputs\" must be an array of stage names, got " + json_kind(*inputs));
     for (const auto &input : *inputs) {
       if (!input.is_string())
-        throw usage_error(where + ": \"inputs\" must hold stage names (strings), got " + json_type_of(input));
+        throw usage_error(where + ": \"inputs\" must hold stage names (strings), got " + json_kind(input));
       s.inputs.push_back(input.get<std::string>());
     }
   }
   if (auto options = doc.find("options"); options != doc.end()) {
     if (!options->is_object())
-      throw usage_error(where + ": \"options\" must be an object, got " + json_type_of(*options));
+      throw usage_error(where + ": \"options\" must be an object, got " + json_kind(*options));
     s.options = *options;
   }
   return s;
@@ -265,17 +260,17 @@ std::vector<size_t> manifest::capture_readers() const {
 manifest manifest_parse(const json &doc, const std::string &path) {
   manifest m;
   m.path = path;
-  if (!doc.is_object()) throw usage_error(path + ": a manifest is a JSON object, got " + json_type_of(doc));
+  if (!doc.is_object()) throw usage_error(path + ": a manifest is a JSON object, got " + json_kind(doc));
   check_known_keys(doc, {"description", "capture", "tasks", "runs", "stages"}, path);
 
   if (auto d = doc.find("description"); d != doc.end()) {
-    if (!d->is_string()) throw usage_error(path + ": \"description\" must be a string, got " + json_type_of(*d));
+    if (!d->is_string()) throw usage_error(path + ": \"description\" must be a string, got " + json_kind(*d));
     m.description = d->get<std::string>();
   }
 
   if (auto c = doc.find("capture"); c != doc.end()) {
     std::string where = path + ": capture";
-    if (!c->is_object()) throw usage_error(where + ": must be an object, got " + json_type_of(*c));
+    if (!c->is_object()) throw usage_error(where + ": must be an object, got " + json_kind(*c));
     check_known_keys(*c, {"task", "level", "dump_path"}, where);
     auto text = [&](const char *key, std::optional<std::string> &out) {
       auto v = c->find(key);
@@ -303,7 +298,7 @@ manifest manifest_parse(const json &doc, const std::string &path) {
   if (auto t = doc.find("tasks"); t != doc.end()) {
     const std::string where = path + ": tasks";
     if (!t->is_array() || t->empty())
-      throw usage_error(where + ": must be a non-empty array of task names, got " + json_type_of(*t));
+      throw usage_error(where + ": must be a non-empty array of task names, got " + json_kind(*t));
     for (const auto &v : *t) {
       if (!v.is_string()) throw usage_error(where + ": a task name must be a string, got " + v.dump());
       const std::string task = v.get<std::string>();
@@ -325,7 +320,7 @@ manifest manifest_parse(const json &doc, const std::string &path) {
 
   if (auto runs = doc.find("runs"); runs != doc.end()) {
     if (!runs->is_array() || runs->empty())
-      throw usage_error(path + ": \"runs\" must be a non-empty array of runs, got " + json_type_of(*runs));
+      throw usage_error(path + ": \"runs\" must be a non-empty array of runs, got " + json_kind(*runs));
     for (size_t i = 0; i < runs->size(); ++i) m.runs.push_back(parse_run((*runs)[i], i, m));
   }
 
@@ -435,7 +430,7 @@ stage_description stage_description_parse(const std::string &text, const std::st
   } catch (const json::exception &e) {  // parse_error, and out_of_range for a number like 1e309
     throw usage_error(where + " did not print JSON: " + json_error_text(e));
   }
-  if (!doc.is_object()) throw usage_error(where + " printed " + json_type_of(doc) + ", not an object");
+  if (!doc.is_object()) throw usage_error(where + " printed " + json_kind(doc) + ", not an object");
 
   // Unknown keys are ignored here: newer stages may describe more (record kinds, ranges).
   auto text_of = [&](const json &object, const char *key, bool required, const std::string &in) -> std::string {

@@ -11,7 +11,7 @@
 //     "tasks": ["statistics", "tensor", "structure"],
 //                                     optional: the capture tasks (config.json "task") this pipeline
 //                                     can do, each one of msprobe's and built by tprobe
-//                                     (capture/config.h), no repeats, capture.task among them;
+//                                     (core/capture_config.h), no repeats, capture.task among them;
 //                                     default [capture.task], else any built task. The launcher
 //                                     refuses a --config (or TPROBE_CONFIG) asking for another
 //                                     before anything starts, and hands them to the command as

@@ -51,7 +51,7 @@ test::process_result run_live(const test::temp_dir &dir, const std::string &run_
 
 }  // namespace
 
-TEST(compare_live, two_seeds_diverge_and_the_divergence_is_named) {
+TEST(CompareLive, two_seeds_diverge_and_the_divergence_is_named) {
   test::temp_dir dir;
   const auto r = run_live(dir, R"(, "args": ["--seed", "1"])", R"(, "args": ["--seed", "2"])", "out", {"--steps", "1"});
   // The stage exits 1 (a negative answer), and so does the launcher, the command having succeeded.
@@ -88,7 +88,7 @@ TEST(compare_live, two_seeds_diverge_and_the_divergence_is_named) {
   EXPECT_EQ(files, 4u);
 }
 
-TEST(compare_live, same_seed_is_clean) {
+TEST(CompareLive, same_seed_is_clean) {
   test::temp_dir dir;
   const auto r = run_live(dir, "", "", "out", {"--steps", "2"});
   EXPECT_EQ(r.status, 0) << r.err;
@@ -97,7 +97,7 @@ TEST(compare_live, same_seed_is_clean) {
 }
 
 // The live table of two runs equals the offline compare of the same runs' dumps, rank by rank.
-TEST(compare_live, tables_equal_the_offline_compare) {
+TEST(CompareLive, tables_equal_the_offline_compare) {
   test::temp_dir dir;
   for (const std::string seed : {"1", "2"}) {
     const std::string config = dir / ("config" + seed + ".json");

@@ -27,7 +27,7 @@ std::string write_manifest(const test::temp_dir &dir, const std::string &writer_
 
 }  // namespace
 
-TEST(declared_options, launcher_refuses_a_negative_flush_interval_before_starting) {
+TEST(DeclaredOptions, launcher_refuses_a_negative_flush_interval_before_starting) {
   test::temp_dir dir;
   const auto r = test::run_process({test::bin("tprobe"), "run", write_manifest(dir, R"({"flush-interval": -1})"), "--",
                                     "/bin/sh", "-c", "echo command ran"});
@@ -36,7 +36,7 @@ TEST(declared_options, launcher_refuses_a_negative_flush_interval_before_startin
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("command ran")));
 }
 
-TEST(declared_options, binaries_refuse_what_their_table_refuses) {
+TEST(DeclaredOptions, binaries_refuse_what_their_table_refuses) {
   for (const auto &[argv, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{test::bin("tprobe-writer"), "--input", "ipc:///tmp/x", "--flush-interval", "-1"},
             "tprobe-writer: fatal: --flush-interval must be in [0.001, 86400], got -1"},
@@ -53,7 +53,7 @@ TEST(declared_options, binaries_refuse_what_their_table_refuses) {
   }
 }
 
-TEST(declared_options, help_and_describe_come_from_the_same_table) {
+TEST(DeclaredOptions, help_and_describe_come_from_the_same_table) {
   const auto help = test::run_process({test::bin("tprobe-writer"), "--help"});
   EXPECT_EQ(help.status, 0);
   EXPECT_THAT(help.out, HasSubstr("--flush-interval"));
@@ -63,7 +63,7 @@ TEST(declared_options, help_and_describe_come_from_the_same_table) {
   EXPECT_THAT(describe.out, HasSubstr("\"name\": \"flush-interval\""));
 }
 
-TEST(declared_options, launcher_refuses_a_stage_whose_default_is_outside_its_own_range) {
+TEST(DeclaredOptions, launcher_refuses_a_stage_whose_default_is_outside_its_own_range) {
   test::temp_dir dir;
   const std::string stage = dir / "mine.sh";
   test::write_file(stage, "#!/bin/sh\n"
@@ -81,7 +81,7 @@ TEST(declared_options, launcher_refuses_a_stage_whose_default_is_outside_its_own
 // Every binary, stage or offline tool, reads its options from its table: whatever --describe
 // declares, --help lists with its default (and the binary parses: an option --help shows that the
 // parser lacked would fail the bad-value test below).
-TEST(declared_options, every_binary_helps_with_its_whole_table) {
+TEST(DeclaredOptions, every_binary_helps_with_its_whole_table) {
   for (const std::string stage : {"stats", "writer", "overflow", "tap", "compare-live", "nan-live", "null", "fault",
                                   "synth", "keygen", "compare", "gradsim", "gradsim-live", "report", "grad-probe",
                                   "nan-analyze", "free-benchmark", "monitor", "monitor-anomaly"}) {
@@ -103,7 +103,7 @@ TEST(declared_options, every_binary_helps_with_its_whole_table) {
 
 // The mains converted last: a bad value is refused by the parser with exit 100 and one line that
 // names the option, before any file is read or socket bound.
-TEST(declared_options, offline_tools_and_sources_refuse_what_their_table_refuses) {
+TEST(DeclaredOptions, offline_tools_and_sources_refuse_what_their_table_refuses) {
   test::temp_dir dir;
   const std::string out = dir / "out";
   for (const auto &[argv, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
@@ -140,7 +140,7 @@ TEST(declared_options, offline_tools_and_sources_refuse_what_their_table_refuses
 }
 
 // A flag on by default is turned off by --no-<name> as well as by --name=false.
-TEST(declared_options, a_flag_on_by_default_has_its_no_form) {
+TEST(DeclaredOptions, a_flag_on_by_default_has_its_no_form) {
   for (const std::string off : {"--no-entry-records", "--entry-records=false"}) {
     test::temp_dir dir;
     const std::string file = dir / "records.bin";

@@ -147,7 +147,7 @@ void check_dump(const std::string &dump_path, const std::string &context) {
 
 }  // namespace
 
-TEST(faults, killed_or_stopped_stages_under_tprobe_run) {
+TEST(Faults, killed_or_stopped_stages_under_tprobe_run) {
   std::mt19937 random(20261125);  // seeded: a failure names its run, and reruns the same way
   const int runs = 40;
   int landed = 0;
@@ -199,7 +199,7 @@ TEST(faults, killed_or_stopped_stages_under_tprobe_run) {
   std::printf("faults: %d runs under tprobe run, %d faults landed during training\n", runs, landed);
 }
 
-TEST(faults, a_full_disk_is_a_clear_error_and_a_valid_partial_dump) {
+TEST(Faults, a_full_disk_is_a_clear_error_and_a_valid_partial_dump) {
   test::temp_dir dir;
   const std::string disk = dir / "disk";
   fs::create_directories(disk);
@@ -229,7 +229,7 @@ TEST(faults, a_full_disk_is_a_clear_error_and_a_valid_partial_dump) {
 // reported "2 stages finished" and exit 0 over a dump that lacks the rest of the training. Now
 // the stage exits 128+N (stage_main.h) and the launcher fails the run naming it, while the
 // training goes on to its end as for any failed stage.
-TEST(faults, a_stage_ended_by_a_signal_before_its_end_of_stream_fails_the_run) {
+TEST(Faults, a_stage_ended_by_a_signal_before_its_end_of_stream_fails_the_run) {
   for (const std::string stage : {"writer", "stats"}) {
     for (const int signal : {SIGTERM, SIGINT}) {
       const std::string context = std::string(signal == SIGTERM ? "SIGTERM" : "SIGINT") + " to " + stage;

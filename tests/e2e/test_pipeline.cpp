@@ -123,7 +123,7 @@ void check_dump(const std::string &root, int steps, const std::vector<int> &rank
 
 }  // namespace
 
-TEST(pipeline, statistics_manifest_two_ranks) {
+TEST(Pipeline, statistics_manifest_two_ranks) {
   test::temp_dir dir;
   const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json",
                                     "--config", write_config(dir, "statistics"), "--",
@@ -132,7 +132,7 @@ TEST(pipeline, statistics_manifest_two_ranks) {
   check_dump(dir / "dump", 2, {0, 1}, false);
 }
 
-TEST(pipeline, tensor_manifest_writes_the_bytes_sent) {
+TEST(Pipeline, tensor_manifest_writes_the_bytes_sent) {
   test::temp_dir dir;
   const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/tensor.json",
                                     "--config", write_config(dir, "statistics"), "--",
@@ -155,7 +155,7 @@ TEST(pipeline, tensor_manifest_writes_the_bytes_sent) {
   }
 }
 
-TEST(pipeline, md5_mode_writes_crc32) {
+TEST(Pipeline, md5_mode_writes_crc32) {
   test::temp_dir dir;
   const auto r = test::run_process(
       {test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json", "--config",
@@ -173,7 +173,7 @@ TEST(pipeline, md5_mode_writes_crc32) {
   }
 }
 
-TEST(pipeline, killed_stage_leaves_a_valid_dump) {
+TEST(Pipeline, killed_stage_leaves_a_valid_dump) {
   test::temp_dir dir;
   const std::string writer_in = "ipc://" + dir.path() + "/writer.in", stats_in = "ipc://" + dir.path() + "/stats.in";
   const std::string stats_tap = "ipc://" + dir.path() + "/stats.tap";
@@ -219,7 +219,7 @@ TEST(pipeline, killed_stage_leaves_a_valid_dump) {
     EXPECT_TRUE(std::filesystem::exists(dir.path() + "/dump/step" + std::to_string(step) + "/rank/dump.json")) << step;
 }
 
-TEST(pipeline, launcher_names_the_stage_that_died) {
+TEST(Pipeline, launcher_names_the_stage_that_died) {
   test::temp_dir dir;
   const std::string manifest = dir / "m.json";
   test::write_file(manifest, R"({"stages": [
@@ -231,7 +231,7 @@ TEST(pipeline, launcher_names_the_stage_that_died) {
   EXPECT_NE(r.err.find("\"writer\""), std::string::npos) << r.err;
 }
 
-TEST(pipeline, malformed_record_stops_the_stage_with_a_clear_error) {
+TEST(Pipeline, malformed_record_stops_the_stage_with_a_clear_error) {
   test::temp_dir dir;
   const std::string in = "ipc://" + dir.path() + "/stats.in";
   test::child_process stats({test::bin("tprobe-stats"), "--input", in}, dir.path(), {}, true);
@@ -245,7 +245,7 @@ TEST(pipeline, malformed_record_stops_the_stage_with_a_clear_error) {
   EXPECT_NE(stats.err().find("tprobe-stats: fatal: malformed record"), std::string::npos) << stats.err();
 }
 
-TEST(pipeline, stages_do_not_inherit_the_launchers_fds) {
+TEST(Pipeline, stages_do_not_inherit_the_launchers_fds) {
   test::temp_dir dir;
   // An fd the launcher inherits from its parent (as from a shell), far above what ZeroMQ opens.
   constexpr int inherited = 200;
@@ -280,7 +280,7 @@ TEST(pipeline, stages_do_not_inherit_the_launchers_fds) {
   EXPECT_THAT(lines(test::read_file(dir / "command.fds")), Contains(std::to_string(inherited)));
 }
 
-TEST(pipeline, manifest_runs_start_the_command_once_per_run) {
+TEST(Pipeline, manifest_runs_start_the_command_once_per_run) {
   test::temp_dir dir;
   // Two runs of one command into one writer, told apart by their dump paths (env) and arguments.
   const std::string manifest = dir / "two-runs.json";
@@ -300,7 +300,7 @@ TEST(pipeline, manifest_runs_start_the_command_once_per_run) {
   EXPECT_FALSE(std::filesystem::exists(dir / "dump"));
 }
 
-TEST(pipeline, a_failing_run_decides_the_exit_status) {
+TEST(Pipeline, a_failing_run_decides_the_exit_status) {
   test::temp_dir dir;
   const std::string manifest = dir / "two-runs.json";
   test::write_file(manifest, R"({"runs": [{"name": "ok", "args": ["0"]}, {"name": "bad", "args": ["3"]}],
@@ -311,7 +311,7 @@ TEST(pipeline, a_failing_run_decides_the_exit_status) {
   EXPECT_THAT(r.err, HasSubstr("ok exited with status 0, bad exited with status 3")) << r.err;
 }
 
-TEST(pipeline, level_debug_writes_debug_json) {
+TEST(Pipeline, level_debug_writes_debug_json) {
   test::temp_dir dir;
   const std::string config = dir / "config.json";
   test::write_file(config, R"({"task": "statistics", "dump_path": ")" + dir.path() + R"(/dump", "level": "debug"})");
@@ -344,7 +344,7 @@ std::string shell_stage(const test::temp_dir &dir, const std::string &name, cons
 
 }  // namespace
 
-TEST(pipeline, a_stage_that_never_reports_ready_fails_the_start_up) {
+TEST(Pipeline, a_stage_that_never_reports_ready_fails_the_start_up) {
   test::temp_dir dir;
   const std::string mine = shell_stage(dir, "mine", "exec sleep 600");
   const std::string manifest = dir / "m.json";
@@ -356,7 +356,7 @@ TEST(pipeline, a_stage_that_never_reports_ready_fails_the_start_up) {
   EXPECT_THAT(r.err, HasSubstr("tprobe: fatal: stage \"mine\" (" + mine + ") did not report ready within 1 s"));
 }
 
-TEST(pipeline, a_consumer_that_is_ready_but_never_answers_is_named) {
+TEST(Pipeline, a_consumer_that_is_ready_but_never_answers_is_named) {
   test::temp_dir dir;
   // Says it is ready, binds nothing, never answers: its producer cannot connect.
   const std::string mine = shell_stage(dir, "mine", "echo ready >&3\nexec sleep 600");
@@ -370,7 +370,7 @@ TEST(pipeline, a_consumer_that_is_ready_but_never_answers_is_named) {
                                "\"mine\")"));
 }
 
-TEST(pipeline, tap_on_an_endpoint_nobody_serves_exits_111) {
+TEST(Pipeline, tap_on_an_endpoint_nobody_serves_exits_111) {
   for (const std::string ep : {"ipc:///tmp/nonexistent.tap", "tcp://127.0.0.1:1"}) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = test::run_process({test::bin("tprobe"), "tap", ep, "--connect-timeout", "500"});
@@ -380,7 +380,7 @@ TEST(pipeline, tap_on_an_endpoint_nobody_serves_exits_111) {
   }
 }
 
-TEST(pipeline, run_validates_the_config_before_anything_starts) {
+TEST(Pipeline, run_validates_the_config_before_anything_starts) {
   test::temp_dir dir;
   test::write_file(dir / "a_file", "x");
   const std::vector<std::pair<std::string, std::string>> cases{
@@ -402,7 +402,7 @@ TEST(pipeline, run_validates_the_config_before_anything_starts) {
 // Config and manifest agree (issue 60 item 5): a task the manifest cannot do, or one tprobe does
 // not build, is refused in one line naming the config, the task and (for a mismatch) the manifest
 // and its tasks, exit 100, before the command starts: never a statistics dump in its place.
-TEST(pipeline, run_refuses_a_task_the_manifest_cannot_do_before_the_command_starts) {
+TEST(Pipeline, run_refuses_a_task_the_manifest_cannot_do_before_the_command_starts) {
   test::temp_dir dir;
   const std::string statistics = test::source_dir() + "/pipelines/statistics.json";
   test::write_file(dir / "config.json", "{}");
@@ -458,7 +458,7 @@ TEST(pipeline, run_refuses_a_task_the_manifest_cannot_do_before_the_command_star
 
 // The capture checks its task against the pipeline too, for a config the launcher does not see
 // (a training script's own PrecisionDebugger(config_path=…), or a producer given another file).
-TEST(pipeline, the_capture_refuses_a_task_its_pipeline_cannot_do) {
+TEST(Pipeline, the_capture_refuses_a_task_its_pipeline_cannot_do) {
   test::temp_dir dir;
   const std::string config = dir / "config.json";
   test::write_file(config, R"({"task": "overflow_check", "dump_path": ")" + dir.path() + R"(/dump"})");
@@ -473,7 +473,7 @@ TEST(pipeline, the_capture_refuses_a_task_its_pipeline_cannot_do) {
 // `kill -INT` to the launcher alone (a scheduler, a script; not a terminal's Ctrl-C, which reaches
 // the command itself) is forwarded to the command, as docs/stages/run.md says; its exit then ends
 // the run the clean way.
-TEST(pipeline, sigint_to_the_launcher_alone_is_forwarded_to_the_command) {
+TEST(Pipeline, sigint_to_the_launcher_alone_is_forwarded_to_the_command) {
   test::temp_dir dir;
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = test::run_process(
@@ -487,7 +487,7 @@ TEST(pipeline, sigint_to_the_launcher_alone_is_forwarded_to_the_command) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 15);
 }
 
-TEST(pipeline, run_prints_the_run_dir_and_taps_when_ready) {
+TEST(Pipeline, run_prints_the_run_dir_and_taps_when_ready) {
   test::temp_dir dir;
   // The command runs after the ready line and finds the writer's tap bound (every stage has one).
   const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/statistics.json",
@@ -503,7 +503,7 @@ TEST(pipeline, run_prints_the_run_dir_and_taps_when_ready) {
 // tprobe-stats passes whole batches of records the capture finished (statistics in place) on
 // undecoded (stage_io::pass_unchanged): the same dump as when it decodes every record
 // (TPROBE_PASS_UNCHANGED=off), over real sockets between the real binaries.
-TEST(pipeline, stats_passing_whole_batches_writes_the_dump_decoding_writes) {
+TEST(Pipeline, stats_passing_whole_batches_writes_the_dump_decoding_writes) {
   std::map<std::string, std::string> dumps;
   for (const std::string pass : {"on", "off"}) {
     SCOPED_TRACE(pass);
@@ -560,7 +560,7 @@ std::string synth_into(const test::temp_dir &dir, const std::string &dump, int s
 // A dump path's rank folders have one writer at a time: a second run writing the same ranks into
 // it at once is refused with one line naming the first; the ranks of one job, each with a
 // pipeline of its own, share it.
-TEST(pipeline, a_second_writer_into_the_same_rank_folders_is_refused_naming_the_first) {
+TEST(Pipeline, a_second_writer_into_the_same_rank_folders_is_refused_naming_the_first) {
   test::temp_dir dir;
   const std::string dump = dir / "dump", in = "ipc://" + dir.path() + "/first.in";
   test::child_process first({test::bin("tprobe-writer"), "--input", in}, dir.path(), {}, true);
@@ -626,7 +626,7 @@ TEST(pipeline, a_second_writer_into_the_same_rank_folders_is_refused_naming_the_
 // A rerun into the same dump path with fewer steps leaves the earlier run's later steps in place:
 // the writer names them in one warning line, so that they are not taken for this run's. Another
 // rank's folders are not its business (another pipeline of the same job may write them).
-TEST(pipeline, a_rerun_names_the_step_folders_an_earlier_run_left) {
+TEST(Pipeline, a_rerun_names_the_step_folders_an_earlier_run_left) {
   test::temp_dir dir;
   const std::string dump = dir / "dump";
   const std::string first = synth_into(dir, dump, 4, 0);
@@ -645,7 +645,7 @@ TEST(pipeline, a_rerun_names_the_step_folders_an_earlier_run_left) {
 
 // The tap is lossy on purpose; what it could not take is counted in the writer's summary line, as
 // in every other stage's.
-TEST(pipeline, the_writers_summary_counts_its_tap_drops) {
+TEST(Pipeline, the_writers_summary_counts_its_tap_drops) {
   test::temp_dir dir;
   const std::string in = "ipc://" + dir.path() + "/writer.in", tap = "ipc://" + dir.path() + "/writer.tap";
   test::child_process writer({test::bin("tprobe-writer"), "--input", in, "--tap", tap}, dir.path(), {}, true);

@@ -46,7 +46,7 @@ using test::number_after;
 
 }  // namespace
 
-TEST(soak, a_million_records_with_a_slow_consumer_lose_nothing_and_the_tap_counts_its_drops) {
+TEST(Soak, a_million_records_with_a_slow_consumer_lose_nothing_and_the_tap_counts_its_drops) {
   test::temp_dir dir;
   auto ipc = [&](const std::string &name) { return "ipc://" + dir.path() + "/" + name; };
   synth_stage_options o;

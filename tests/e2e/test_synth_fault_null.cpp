@@ -96,7 +96,7 @@ void check_synth_dump(const std::string &root, const synth_stage_options &o, boo
 
 }  // namespace
 
-TEST(test_stages, synth_stats_writer_manifest_dumps_every_record) {
+TEST(TestStages, synth_stats_writer_manifest_dumps_every_record) {
   test::temp_dir dir;
   json manifest = load_example("synth-stats-writer.json");
   synth_stage_options o;
@@ -121,7 +121,7 @@ TEST(test_stages, synth_stats_writer_manifest_dumps_every_record) {
 }
 
 // In place of a training script: synth takes the endpoint and the task from the launcher.
-TEST(test_stages, synth_as_the_command_of_a_shipped_manifest) {
+TEST(TestStages, synth_as_the_command_of_a_shipped_manifest) {
   test::temp_dir dir;
   synth_stage_options o;
   o.records = 40;
@@ -136,7 +136,7 @@ TEST(test_stages, synth_as_the_command_of_a_shipped_manifest) {
   check_synth_dump(dir / "dump", o, true);
 }
 
-TEST(test_stages, fault_drops_what_it_announces) {
+TEST(TestStages, fault_drops_what_it_announces) {
   const auto r = test::run_process({test::bin("tprobe"), "run", test::source_dir() + "/pipelines/testing/fault-stats-null.json",
                                     "--", test::bin("tprobe-synth"), "--records", "3000", "--steps", "3"});
   ASSERT_EQ(r.status, 0) << r.err;
@@ -147,7 +147,7 @@ TEST(test_stages, fault_drops_what_it_announces) {
   EXPECT_EQ(number_after(r.err, "tprobe-null: "), sent - dropped) << r.err;
 }
 
-TEST(test_stages, a_stage_that_dies_makes_the_launcher_fail_naming_it) {
+TEST(TestStages, a_stage_that_dies_makes_the_launcher_fail_naming_it) {
   test::temp_dir dir;
   const json manifest = {{"stages",
                           {{{"name", "fault"}, {"stage", "fault"}, {"inputs", {"capture"}}, {"options", {{"die-after", 25}}}},
@@ -160,7 +160,7 @@ TEST(test_stages, a_stage_that_dies_makes_the_launcher_fail_naming_it) {
   EXPECT_THAT(r.err, HasSubstr("tprobe: fatal: stage \"fault\" (tprobe-fault) was killed by signal 9"));
 }
 
-TEST(test_stages, a_malformed_record_stops_the_next_stage_naming_its_producer) {
+TEST(TestStages, a_malformed_record_stops_the_next_stage_naming_its_producer) {
   for (const char *fault : {"corrupt-prob", "truncate-prob"}) {
     SCOPED_TRACE(fault);
     test::temp_dir dir;
@@ -179,7 +179,7 @@ TEST(test_stages, a_malformed_record_stops_the_next_stage_naming_its_producer) {
 // A stalled stage passes K records, then neither reads nor sends, and stays alive until a signal;
 // SIGTERM ends its stream with eos, and its exit, 143 (128 + SIGTERM), says the stream was cut
 // short. The consumer here is this test (a stage_io), so it knows when K records went through.
-TEST(test_stages, a_stalled_stage_holds_the_stream_until_a_signal) {
+TEST(TestStages, a_stalled_stage_holds_the_stream_until_a_signal) {
   test::temp_dir dir;
   const std::string fault_in = "ipc://" + dir.path() + "/fault.in", sink_in = "ipc://" + dir.path() + "/sink.in";
   zmq::context_t ctx;
@@ -217,7 +217,7 @@ TEST(test_stages, a_stalled_stage_holds_the_stream_until_a_signal) {
   synth->kill(SIGKILL);
 }
 
-TEST(test_stages, null_expectation_is_a_negative_answer) {
+TEST(TestStages, null_expectation_is_a_negative_answer) {
   test::temp_dir dir;
   const json manifest = {{"stages",
                           {{{"name", "stats"}, {"stage", "stats"}, {"inputs", {"capture"}}},

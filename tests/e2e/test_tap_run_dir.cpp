@@ -35,7 +35,7 @@ test::process_result run_with(const test::temp_dir &dir, const std::string &scri
 
 }  // namespace
 
-TEST(tap_run_dir, lists_every_stage_tap_the_writer_included) {
+TEST(TapRunDir, lists_every_stage_tap_the_writer_included) {
   test::temp_dir dir;
   const auto r = run_with(dir, "$TAP \"$TPROBE_RUN_DIR\" --list");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -46,7 +46,7 @@ TEST(tap_run_dir, lists_every_stage_tap_the_writer_included) {
   EXPECT_EQ(r.out, "stats ipc://" + run_dir + "/stats.tap\nwriter ipc://" + run_dir + "/writer.tap\n");
 }
 
-TEST(tap_run_dir, several_taps_need_a_stage_and_an_unknown_stage_is_named) {
+TEST(TapRunDir, several_taps_need_a_stage_and_an_unknown_stage_is_named) {
   test::temp_dir dir;
   const auto r = run_with(dir,
                           "$TAP \"$TPROBE_RUN_DIR\"; echo \"no stage: $?\"; "
@@ -58,7 +58,7 @@ TEST(tap_run_dir, several_taps_need_a_stage_and_an_unknown_stage_is_named) {
   EXPECT_THAT(r.err, HasSubstr("has no tap of stage \"nosuch\" (taps: stats, writer)"));
 }
 
-TEST(tap_run_dir, watches_a_stage_while_the_run_goes_on) {
+TEST(TapRunDir, watches_a_stage_while_the_run_goes_on) {
   test::temp_dir dir;
   // The tap connects first (tprobe tap returns from its connect only once connected), then the
   // producer streams until the tap has seen three tensors of the writer, which consumes them.
@@ -71,7 +71,7 @@ TEST(tap_run_dir, watches_a_stage_while_the_run_goes_on) {
   EXPECT_THAT(lines, HasSubstr(" max="));
 }
 
-TEST(tap_run_dir, a_directory_without_taps_is_a_usage_error) {
+TEST(TapRunDir, a_directory_without_taps_is_a_usage_error) {
   test::temp_dir dir;
   const auto r = test::run_process({test::bin("tprobe"), "tap", dir.path()});
   EXPECT_EQ(r.status, 100);
@@ -84,7 +84,7 @@ TEST(tap_run_dir, a_directory_without_taps_is_a_usage_error) {
 // The README's own example: `tprobe tap` on the writer's tap (a sink: its tap shows what it
 // consumes). The writer has no output to send an end-of-stream on, so its tap never said the
 // stream ended, and the tap waited forever after the run. Now it ends with the stream.
-TEST(tap_run_dir, a_sinks_tap_ends_at_the_end_of_the_stream) {
+TEST(TapRunDir, a_sinks_tap_ends_at_the_end_of_the_stream) {
   test::temp_dir dir;
   // The command waits for the test's "go" (the tap is connected by then), then trains.
   test::child_process launcher(

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "compare/compare_dump.h"
-#include "config.h"
+#include "capture_config.h"
 #include "errors.h"
 #include "npy.h"
 #include "pyjson.h"

@@ -45,7 +45,7 @@ void fuzz_record(std::span<const uint8_t> data);
 // every stage and the topological order promise; also stage_description_parse() of the input.
 void fuzz_manifest(std::span<const uint8_t> data);
 
-// A capture config.json (capture/config.h): config_load() of the input as a file, then
+// A capture config.json (core/capture_config.h): config_load() of the input as a file, then
 // session_meta(), a capture_filter's decisions, and config_apply_overrides().
 void fuzz_config(std::span<const uint8_t> data);
 

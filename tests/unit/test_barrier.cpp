@@ -86,7 +86,7 @@ std::thread forwarder(zmq::context_t &ctx, const std::string &in, const std::str
 
 }  // namespace
 
-TEST(barrier, returns_once_the_last_stage_of_a_chain_has_handled_it) {
+TEST(Barrier, returns_once_the_last_stage_of_a_chain_has_handled_it) {
   test::temp_dir dir;
   zmq::context_t ctx;
   slow_sink sink(ctx, ipc(dir, "sink.in"), 1, 150);
@@ -106,7 +106,7 @@ TEST(barrier, returns_once_the_last_stage_of_a_chain_has_handled_it) {
   stage.join();
 }
 
-TEST(barrier, tokens_of_two_producers_into_one_stage_do_not_collide) {
+TEST(Barrier, tokens_of_two_producers_into_one_stage_do_not_collide) {
   test::temp_dir dir;
   zmq::context_t ctx;
   slow_sink sink(ctx, ipc(dir, "sink.in"), 2, 20);
@@ -121,7 +121,7 @@ TEST(barrier, tokens_of_two_producers_into_one_stage_do_not_collide) {
   b.finish(0, 0);
 }
 
-TEST(barrier, a_record_file_or_a_consumer_without_barriers_is_not_waited_for) {
+TEST(Barrier, a_record_file_or_a_consumer_without_barriers_is_not_waited_for) {
   test::temp_dir dir;
   zmq::context_t ctx;
   record_sender file(ctx, dir.path() + "/stream.records", "capture");
@@ -149,7 +149,7 @@ TEST(barrier, a_record_file_or_a_consumer_without_barriers_is_not_waited_for) {
   s.abandon();
 }
 
-TEST(barrier, a_consumer_that_stalls_or_dies_on_a_barrier_ends_the_wait) {
+TEST(Barrier, a_consumer_that_stalls_or_dies_on_a_barrier_ends_the_wait) {
   test::temp_dir dir;
   {
     // Takes the barrier and never asks for more: the stall deadline ends the wait.

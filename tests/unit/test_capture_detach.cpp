@@ -75,7 +75,7 @@ void expect_detached_controls(tprobe_session *s) {
 
 }  // namespace
 
-TEST(capture_detach, a_dead_first_stage_never_holds_the_training_thread) {
+TEST(CaptureDetach, a_dead_first_stage_never_holds_the_training_thread) {
   test::temp_dir dir;
   const std::string ep = "ipc://" + dir.path() + "/stats.in";
   const pid_t stage = stalling_stage(ep, 50);
@@ -99,7 +99,7 @@ TEST(capture_detach, a_dead_first_stage_never_holds_the_training_thread) {
   expect_detached_controls(s);
 }
 
-TEST(capture_detach, a_stalled_stage_holds_it_no_longer_than_the_deadline) {
+TEST(CaptureDetach, a_stalled_stage_holds_it_no_longer_than_the_deadline) {
   test::temp_dir dir;
   const std::string ep = "ipc://" + dir.path() + "/stats.in";
   const pid_t stage = stalling_stage(ep, 50);
@@ -125,7 +125,7 @@ TEST(capture_detach, a_stalled_stage_holds_it_no_longer_than_the_deadline) {
 // without payload (values here; statistics in place in a real run) free no bytes when sent, so
 // the sender must let the waiting call in when it takes the queue, or the call waits forever. Run
 // in a child with a deadline: a hang is a failure, not a stuck test.
-TEST(capture_detach, a_payload_larger_than_the_queue_waits_only_for_the_queue_to_empty) {
+TEST(CaptureDetach, a_payload_larger_than_the_queue_waits_only_for_the_queue_to_empty) {
   test::temp_dir dir;
   const std::string config_path = dir / "config.json";
   test::write_file(config_path, R"({"task": "tensor", "level": "L1", "dump_path": ")" + (dir / "dump") + "\"}");
@@ -169,7 +169,7 @@ TEST(capture_detach, a_payload_larger_than_the_queue_waits_only_for_the_queue_to
 // Ctrl-C and a scheduler's SIGTERM are the training's: every thread the capture starts (its
 // sender, its part reader, ZeroMQ's) blocks them, so the training thread gets them and a blocking
 // call there is interrupted at once.
-TEST(capture_detach, the_capture_s_threads_take_no_signals) {
+TEST(CaptureDetach, the_capture_s_threads_take_no_signals) {
   test::temp_dir dir;
   const std::string config = config_in(dir, dir / "dump");
   const auto before = test::thread_ids();
@@ -195,7 +195,7 @@ TEST(capture_detach, the_capture_s_threads_take_no_signals) {
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
 }
 
-TEST(capture_detach, names_the_writer_cannot_use_are_refused_at_the_call) {
+TEST(CaptureDetach, names_the_writer_cannot_use_are_refused_at_the_call) {
   for (const char *bad : {"a/b", "/abs", "a b", ""}) EXPECT_EQ(tprobe_entry_name_check(bad), TPROBE_ERROR) << bad;
   EXPECT_EQ(tprobe_entry_name_check(std::string(300, 'x').c_str()), TPROBE_ERROR);
   EXPECT_NE(std::string(tprobe_last_error()).find("at most 200"), std::string::npos) << tprobe_last_error();
@@ -216,7 +216,7 @@ TEST(capture_detach, names_the_writer_cannot_use_are_refused_at_the_call) {
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
 }
 
-TEST(capture_detach, a_dump_path_that_cannot_be_used_fails_at_open) {
+TEST(CaptureDetach, a_dump_path_that_cannot_be_used_fails_at_open) {
   test::temp_dir dir;
   test::write_file(dir / "a_file", "x");
   const std::vector<std::pair<std::string, std::string>> cases{

@@ -1,6 +1,6 @@
 // Task free_benchmark through the capture's C API (tprobe_capture.h): tprobe_fuzz_query answers
 // as dump entries are gated (started, rank, step) and by the section's scope or list; a row given
-// to tprobe_capture_fuzz_row travels as a free_benchmark record (capture/free_benchmark_record.h)
+// to tprobe_capture_fuzz_row travels as a free_benchmark record (transport/free_benchmark_record.h)
 // with the session's rank (0 when not distributed), the config's pert_mode and the current step.
 #include <string>
 #include <vector>
@@ -65,7 +65,7 @@ tprobe_fuzz_row fuzz_row(const char *api, int verdict, double ratio, const char 
 
 }  // namespace
 
-TEST(capture_free_benchmark, query_follows_start_step_and_list_and_rows_arrive_filled_in) {
+TEST(CaptureFreeBenchmark, query_follows_start_step_and_list_and_rows_arrive_filled_in) {
   fuzz_session f(R"({"list": ["add"], "pert_mode": "add_noise"})", R"("step": [1, 2])");
   // Not started yet.
   EXPECT_EQ(f.query("Torch.add.0.forward"), TPROBE_SKIPPED);
@@ -128,7 +128,7 @@ TEST(capture_free_benchmark, query_follows_start_step_and_list_and_rows_arrive_f
   EXPECT_EQ(free_benchmark_csv_line(rows[2]), "0,add_noise,backward,2,Functional.add.0.backward,,,,0\r\n");
 }
 
-TEST(capture_free_benchmark, scope_names_exact_calls_and_rank_is_the_sessions) {
+TEST(CaptureFreeBenchmark, scope_names_exact_calls_and_rank_is_the_sessions) {
   fuzz_session f(R"({"scope": ["Torch.add.0.forward", "Torch.mul.2.forward"]})", R"("rank": [3])", 3);
   ASSERT_EQ(tprobe_start(f.s), TPROBE_OK) << tprobe_last_error();
   EXPECT_EQ(f.query("Torch.add.0.forward"), TPROBE_OK) << tprobe_last_error();
@@ -146,7 +146,7 @@ TEST(capture_free_benchmark, scope_names_exact_calls_and_rank_is_the_sessions) {
   EXPECT_FALSE(rows[0].output_index.has_value());
 }
 
-TEST(capture_free_benchmark, another_rank_or_task_fuzzes_nothing) {
+TEST(CaptureFreeBenchmark, another_rank_or_task_fuzzes_nothing) {
   {
     fuzz_session f("{}", R"("rank": [1])", 0);
     ASSERT_EQ(tprobe_start(f.s), TPROBE_OK) << tprobe_last_error();
@@ -170,7 +170,7 @@ TEST(capture_free_benchmark, another_rank_or_task_fuzzes_nothing) {
 
 // Backward fuzzing chooses calls by their backward name (a list such as ["backward"] matches every
 // one); their rows carry the forward name, as msprobe's do, and are accepted by the same choice.
-TEST(capture_free_benchmark, backward_rows_are_chosen_by_their_backward_name) {
+TEST(CaptureFreeBenchmark, backward_rows_are_chosen_by_their_backward_name) {
   fuzz_session f(R"({"fuzz_stage": "backward", "list": ["backward"]})", "");
   ASSERT_EQ(tprobe_start(f.s), TPROBE_OK) << tprobe_last_error();
   EXPECT_EQ(f.query("Torch.matmul.0.backward"), TPROBE_OK) << tprobe_last_error();

@@ -1,7 +1,7 @@
 // Task monitor through the capture's C API (tprobe_capture.h): tprobe_monitor_open validates a
 // monitor config as core/monitor.h does (one line naming the file and the field), opens a session
 // whose dump_path is $MONITOR_OUTPUT_DIR and whose session record carries the validated config;
-// tprobe_capture_monitor sends one record per call (capture/monitor_record.h) with the session's
+// tprobe_capture_monitor sends one record per call (transport/monitor_record.h) with the session's
 // rank and the caller's step; stack_info travels as one record; the process group (pp_stage,
 // group_mates) travels in the session meta; a stage turns the monitor off and on through the
 // control path; a config.json asking for task "monitor" is refused.
@@ -15,7 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "config.h"
+#include "capture_config.h"
 #include "endpoint.h"
 #include "monitor_record.h"
 #include "record.h"
@@ -95,7 +95,7 @@ const char *actv_rows =
 
 }  // namespace
 
-TEST(capture_monitor, rows_travel_as_records_with_rank_and_step) {
+TEST(CaptureMonitor, rows_travel_as_records_with_rank_and_step) {
   monitor_session m(R"({"ops": ["min", "max", "norm", "mean", "zeros", "nans", "bogus"], "ndigits": 4,
                         "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}}], "dump": true}})",
                     1);
@@ -156,7 +156,7 @@ TEST(capture_monitor, rows_travel_as_records_with_rank_and_step) {
   EXPECT_FALSE(records[0].header.meta["monitor"]["rows"][0].contains("call_id"));
 }
 
-TEST(capture_monitor, output_dir_defaults_to_monitor_output_in_the_working_directory) {
+TEST(CaptureMonitor, output_dir_defaults_to_monitor_output_in_the_working_directory) {
   test::temp_dir dir;
   output_dir_env env("");
   const std::string config = dir / "monitor.json";
@@ -168,7 +168,7 @@ TEST(capture_monitor, output_dir_defaults_to_monitor_output_in_the_working_direc
   EXPECT_EQ(cfg.session_meta()["monitor"]["ops"], nlohmann::ordered_json::parse(R"(["norm", "shape", "dtype"])"));
 }
 
-TEST(capture_monitor, a_bad_monitor_config_fails_the_open_in_one_line) {
+TEST(CaptureMonitor, a_bad_monitor_config_fails_the_open_in_one_line) {
   test::temp_dir dir;
   output_dir_env env(dir / "out");
   const std::string config = dir / "monitor.json";
@@ -194,7 +194,7 @@ TEST(capture_monitor, a_bad_monitor_config_fails_the_open_in_one_line) {
   EXPECT_THAT(tprobe_last_error(), ::testing::StartsWith("MONITOR_OUTPUT_DIR: "));
 }
 
-TEST(capture_monitor, config_json_with_task_monitor_points_to_trainermon) {
+TEST(CaptureMonitor, config_json_with_task_monitor_points_to_trainermon) {
   test::temp_dir dir;
   const std::string config = dir / "config.json";
   test::write_file(config, R"({"task": "monitor", "dump_path": ")" + (dir / "dump") + R"("})");
@@ -204,7 +204,7 @@ TEST(capture_monitor, config_json_with_task_monitor_points_to_trainermon) {
   EXPECT_THAT(tprobe_last_error(), ::testing::HasSubstr("TrainerMon(\"monitor.json\")"));
 }
 
-TEST(capture_monitor, other_tasks_skip_monitor_rows) {
+TEST(CaptureMonitor, other_tasks_skip_monitor_rows) {
   test::temp_dir dir;
   const std::string config = dir / "config.json";
   const std::string stream = dir / "capture.tpr";
@@ -220,12 +220,12 @@ TEST(capture_monitor, other_tasks_skip_monitor_rows) {
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
 }
 
-TEST(capture_monitor, monitor_is_a_task_a_manifest_can_name) {
+TEST(CaptureMonitor, monitor_is_a_task_a_manifest_can_name) {
   EXPECT_THAT(config_task_names(), ::testing::Contains("monitor"));
   EXPECT_THAT(config_built_tasks(), ::testing::Contains("monitor"));
 }
 
-TEST(capture_monitor, the_process_group_travels_in_the_session_meta_and_is_checked) {
+TEST(CaptureMonitor, the_process_group_travels_in_the_session_meta_and_is_checked) {
   test::temp_dir dir;
   output_dir_env env(dir / "out");
   const std::string config = dir / "monitor.json";
@@ -270,7 +270,7 @@ TEST(capture_monitor, the_process_group_travels_in_the_session_meta_and_is_check
   EXPECT_EQ(session["monitor"]["group_mates"], nlohmann::ordered_json::parse("[0, 1]"));
 }
 
-TEST(capture_monitor, stack_info_travels_as_one_record) {
+TEST(CaptureMonitor, stack_info_travels_as_one_record) {
   monitor_session m(R"({"ops": ["norm"], "stack_info": true})");
   ASSERT_NE(m.s, nullptr);
   ASSERT_EQ(tprobe_capture_monitor(m.s, "stack_info", 0,
@@ -291,7 +291,7 @@ TEST(capture_monitor, stack_info_travels_as_one_record) {
             "module_name,stack_info\n0:fc,\"File \"\"t.py\"\", line 3, in <module>, \n x = 1\"\n0:,\n");
 }
 
-TEST(capture_monitor, a_stage_turns_the_monitor_off_and_on_through_the_control_path) {
+TEST(CaptureMonitor, a_stage_turns_the_monitor_off_and_on_through_the_control_path) {
   monitor_session m(R"({"ops": ["norm"]})");
   ASSERT_NE(m.s, nullptr);
   const auto meta = nlohmann::ordered_json::parse(tprobe_session_config(m.s));
@@ -342,7 +342,7 @@ TEST(capture_monitor, a_stage_turns_the_monitor_off_and_on_through_the_control_p
   EXPECT_EQ(tprobe_monitor_control(nullptr), TPROBE_ERROR);
 }
 
-TEST(capture_monitor, the_monitor_command_is_refused_by_a_dump_session) {
+TEST(CaptureMonitor, the_monitor_command_is_refused_by_a_dump_session) {
   test::temp_dir dir;
   const std::string config = dir / "config.json";
   test::write_file(config, R"({"task": "statistics", "level": "L1", "dump_path": ")" + (dir / "dump") + R"("})");

@@ -34,7 +34,7 @@ int capture_floats(tprobe_session *s, const char *entry, const char *slot, std::
 
 }  // namespace
 
-TEST(capture_reuse, every_step_announces_its_entries_again_and_records_carry_only_their_own_fields) {
+TEST(CaptureReuse, every_step_announces_its_entries_again_and_records_carry_only_their_own_fields) {
   file_session f;
   const char *stack[] = {"File a.py, line 1, in f", "File b.py, line 2, in g"};
   std::vector<float> big(1000, 1.5f), small{2.0f};
@@ -85,7 +85,7 @@ TEST(capture_reuse, every_step_announces_its_entries_again_and_records_carry_onl
   EXPECT_EQ(entry_records, (std::map<int64_t, int>{{0, 1}, {1, 1}, {2, 1}}));
 }
 
-TEST(capture_reuse, a_line_array_filled_with_another_stack_names_that_stack) {
+TEST(CaptureReuse, a_line_array_filled_with_another_stack_names_that_stack) {
   file_session f;
   std::string lines[2] = {"File a.py, line 1, in f", "File b.py, line 2, in g"};
   const char *stack[2] = {lines[0].c_str(), lines[1].c_str()};
@@ -118,7 +118,7 @@ TEST(capture_reuse, a_line_array_filled_with_another_stack_names_that_stack) {
   EXPECT_EQ(book[stack_of["Torch.add.3.forward"]], (nlohmann::ordered_json{"File a.py, line 1, in f"}));
 }
 
-TEST(capture_reuse, asking_whether_an_entry_is_wanted_announces_nothing_and_answers_as_entry_begin_will) {
+TEST(CaptureReuse, asking_whether_an_entry_is_wanted_announces_nothing_and_answers_as_entry_begin_will) {
   // The PyTorch capture asks before it walks an operator's Python stack (tprobe_entry_wanted).
   file_session f(R"("statistics": {"list": ["relu"], "scope": [], "data_mode": ["all"]})");
   std::vector<float> data{1.0f};
@@ -141,7 +141,7 @@ TEST(capture_reuse, asking_whether_an_entry_is_wanted_announces_nothing_and_answ
   EXPECT_EQ(announced, std::vector<std::string>{"Functional.relu.0.forward"});
 }
 
-TEST(capture_reuse, an_unfiltered_session_wants_every_entry_until_it_stops) {
+TEST(CaptureReuse, an_unfiltered_session_wants_every_entry_until_it_stops) {
   file_session f;
   EXPECT_EQ(tprobe_entry_wanted(f.s, "Functional.linear.0.forward"), TPROBE_OK);
   EXPECT_EQ(tprobe_entry_wanted(f.s, "Module.fc.Linear.forward.0"), TPROBE_OK);
@@ -149,7 +149,7 @@ TEST(capture_reuse, an_unfiltered_session_wants_every_entry_until_it_stops) {
   EXPECT_EQ(tprobe_entry_wanted(f.s, "Functional.linear.0.forward"), TPROBE_SKIPPED);  // capture is off
 }
 
-TEST(capture_reuse, records_are_numbered_as_they_are_sent_and_the_eos_counts_them) {
+TEST(CaptureReuse, records_are_numbered_as_they_are_sent_and_the_eos_counts_them) {
   // Captures the filter skips, values and steps between them: the records that go out carry seq
   // 1, 2, 3, … with no gap (a record made and not sent takes no number), and eos counts them;
   // stage_io checks both (the capture's hello says numbered).

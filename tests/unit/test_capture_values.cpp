@@ -31,7 +31,7 @@ struct file_session : test::capture_file_session {
 
 }  // namespace
 
-TEST(capture_values, checked_and_unchecked_texts_arrive_as_the_same_leaves) {
+TEST(CaptureValues, checked_and_unchecked_texts_arrive_as_the_same_leaves) {
   file_session f;
   std::string real, list;
   value_real_append(real, 0.1);
@@ -58,7 +58,7 @@ TEST(capture_values, checked_and_unchecked_texts_arrive_as_the_same_leaves) {
 
 // Non-finite reals are Python's json tokens in the leaf's text (as msprobe writes them), taken by
 // both calls and arriving as IEEE values: masked_fill's -inf made a dump uncomparable as "-inf".
-TEST(capture_values, non_finite_reals_travel_as_floats) {
+TEST(CaptureValues, non_finite_reals_travel_as_floats) {
   file_session f;
   const double inf = std::numeric_limits<double>::infinity();
   const double reals[] = {-inf, inf, std::nan("")};
@@ -88,7 +88,7 @@ TEST(capture_values, non_finite_reals_travel_as_floats) {
 
 // A dict key the slot alone cannot tell (digits, a dot, an apostrophe, empty) is quoted by the
 // caller; the record carries msprobe's name as its slot and the keys as its path.
-TEST(capture_values, quoted_dict_keys_arrive_as_a_path) {
+TEST(CaptureValues, quoted_dict_keys_arrive_as_a_path) {
   file_session f;
   const char *entry = "k.0.debug";
   ASSERT_EQ(tprobe_capture_value(f.s, entry, "debug.'3'", "1"), TPROBE_OK) << tprobe_last_error();
@@ -109,7 +109,7 @@ TEST(capture_values, quoted_dict_keys_arrive_as_a_path) {
   EXPECT_FALSE(values[2].header.path);  // a plain slot says it all
 }
 
-TEST(capture_values, the_checked_call_refuses_invalid_json_at_the_call) {
+TEST(CaptureValues, the_checked_call_refuses_invalid_json_at_the_call) {
   file_session f;
   EXPECT_EQ(tprobe_capture_value(f.s, "Torch.add.0.forward", "input.1", R"({"type":"int","value":)"), TPROBE_ERROR);
   const std::string error = tprobe_last_error();
@@ -124,7 +124,7 @@ TEST(capture_values, the_checked_call_refuses_invalid_json_at_the_call) {
   EXPECT_EQ(f.values().size(), 1u);
 }
 
-TEST(capture_values, invalid_json_given_unchecked_breaks_the_session_at_its_next_call) {
+TEST(CaptureValues, invalid_json_given_unchecked_breaks_the_session_at_its_next_call) {
   file_session f;
   EXPECT_EQ(tprobe_capture_value_unchecked(f.s, "Torch.mul.0.forward", "input.1", "{not json"), TPROBE_OK);
   // The sender finds it: close, which joins the sender, reports it at the latest.

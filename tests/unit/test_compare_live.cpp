@@ -108,7 +108,7 @@ size_t column(const json &doc, const std::string &name) {
 
 }  // namespace
 
-TEST(compare_live, aligns_out_of_order_and_reports_the_first_divergence) {
+TEST(CompareLive, aligns_out_of_order_and_reports_the_first_divergence) {
   test::temp_dir dir;
   compare_live_options o;
   o.output_dir = dir / "out";
@@ -164,7 +164,7 @@ TEST(compare_live, aligns_out_of_order_and_reports_the_first_divergence) {
   EXPECT_THAT(test::read_file(r.files[3]), HasSubstr("Line: 1"));
 }
 
-TEST(compare_live, npu_label_can_be_chosen) {
+TEST(CompareLive, npu_label_can_be_chosen) {
   test::temp_dir dir;
   compare_live_options o;
   o.npu = "b";
@@ -177,7 +177,7 @@ TEST(compare_live, npu_label_can_be_chosen) {
   EXPECT_EQ(r.failing, 1u);
 }
 
-TEST(compare_live, buffer_limit_compares_by_statistics_and_counts_it) {
+TEST(CompareLive, buffer_limit_compares_by_statistics_and_counts_it) {
   test::temp_dir dir;
   compare_live_options o;
   o.output_dir = dir / "out";
@@ -196,7 +196,7 @@ TEST(compare_live, buffer_limit_compares_by_statistics_and_counts_it) {
   EXPECT_EQ(out.sent[1].header.meta["stats_only_rows"], 3);
 }
 
-TEST(compare_live, entries_on_one_side_are_unmatched) {
+TEST(CompareLive, entries_on_one_side_are_unmatched) {
   test::temp_dir dir;
   compare_live_options o;
   o.output_dir = dir / "out";
@@ -223,7 +223,7 @@ TEST(compare_live, entries_on_one_side_are_unmatched) {
   EXPECT_EQ(doc["unmatched_rows"], 1);
 }
 
-TEST(compare_live, clean_runs_have_no_divergence) {
+TEST(CompareLive, clean_runs_have_no_divergence) {
   test::temp_dir dir;
   compare_live_options o;
   std::vector<record> in;

@@ -1,6 +1,6 @@
-// Tests for capture/config.h: msprobe's config.json parsing, validation, overrides and the
+// Tests for core/capture_config.h: msprobe's config.json parsing, validation, overrides and the
 // capture filter built from it.
-#include "config.h"
+#include "capture_config.h"
 
 #include <gmock/gmock.h>
 #include <fmt/format.h>
@@ -236,8 +236,8 @@ TEST(ConfigRankStep, BadElementsNameTheFieldAndElement) {
       {R"([" 1-2"])", "is not a valid range"},
       {R"(["0-1000001"])", "both ends must be in [0, 1000000]"},
       {R"(["0-99999999999999999999999"])", "both ends must be in [0, 1000000]"},
-      {R"([true])", "element true is a bool"},
-      {R"([0, false])", "element false is a bool"},
+      {R"([true])", "element true is a boolean"},
+      {R"([0, false])", "element false is a boolean"},
       {R"([1000001])", "element 1000001 is out of range [0, 1000000]"},
       {R"([-1])", "element -1 is out of range [0, 1000000]"},
       {R"([18446744073709551615])", "is out of range"},
@@ -272,11 +272,11 @@ TEST(ConfigCommon, WrongTypesNameTheField) {
     const char *expected;
   };
   const bad_case cases[] = {
-      {"task", 1, "expected a string, got an int"},
-      {"dump_path", 5, "expected a string, got an int"},
-      {"level", true, "expected a string, got a bool"},
-      {"enable_dataloader", "yes", "expected a bool, got a string"},
-      {"async_dump", 1, "expected a bool, got an int"},
+      {"task", 1, "expected a string, got an integer"},
+      {"dump_path", 5, "expected a string, got an integer"},
+      {"level", true, "expected a string, got a boolean"},
+      {"enable_dataloader", "yes", "expected a boolean, got a string"},
+      {"async_dump", 1, "expected a boolean, got an integer"},
       {"precision", 0, "expected a string"},
       {"statistics", ordered_json::array(), "expected an object, got a list"},
   };
@@ -405,7 +405,7 @@ TEST(ConfigSection, DataMode) {
   EXPECT_THAT(error(R"(["inputs"])"), HasSubstr("field \"statistics.data_mode\": element \"inputs\" is not one of"));
   EXPECT_THAT(error(R"(["forward", "backward", "input", "output", "forward"])"), HasSubstr("at most 4"));
   EXPECT_THAT(error(R"("all")"), HasSubstr("field \"statistics.data_mode\": expected a list of strings"));
-  EXPECT_THAT(error(R"([1])"), HasSubstr("element 1 is an int"));
+  EXPECT_THAT(error(R"([1])"), HasSubstr("element 1 is an integer"));
   EXPECT_EQ(error(R"(["forward", "backward", "input", "output"])"), "<accepted>");
   EXPECT_EQ(error(R"([])"), "<accepted>");
 }
@@ -415,7 +415,7 @@ TEST(ConfigSection, ScopeCountAndTypes) {
   EXPECT_THAT(error(R"(["Functional.linear.0.forward"])"),
               HasSubstr("field \"statistics.scope\": must be empty or exactly 2 entry names"));
   EXPECT_THAT(error(R"(["Tensor.add.0.forward", "Tensor.add.1.forward", "Tensor.add.2.forward"])"), HasSubstr("got 3"));
-  EXPECT_THAT(error(R"([1, 2])"), HasSubstr("field \"statistics.scope\": element 1 is an int"));
+  EXPECT_THAT(error(R"([1, 2])"), HasSubstr("field \"statistics.scope\": element 1 is an integer"));
   EXPECT_THAT(error(R"("Functional.linear.0.forward")"), HasSubstr("field \"statistics.scope\": expected a list"));
 }
 
@@ -463,9 +463,9 @@ TEST(ConfigSection, ScopeNamesMatchTheLevel) {
 TEST(ConfigSection, ListAndTensorList) {
   EXPECT_THAT(parse_error(with_section("statistics", "list", "linear")), HasSubstr("field \"statistics.list\": expected a list"));
   EXPECT_THAT(parse_error(with_section("statistics", "list", ordered_json::array({1}))),
-              HasSubstr("field \"statistics.list\": element 1 is an int"));
+              HasSubstr("field \"statistics.list\": element 1 is an integer"));
   EXPECT_THAT(parse_error(with_section("statistics", "tensor_list", ordered_json::array({true}))),
-              HasSubstr("field \"statistics.tensor_list\": element true is a bool"));
+              HasSubstr("field \"statistics.tensor_list\": element true is a boolean"));
   EXPECT_THAT(parse_error(with_section("tensor", "list", ordered_json::object())), HasSubstr("field \"tensor.list\""));
 }
 
@@ -566,7 +566,7 @@ TEST(ConfigSection, RunUtAndGradProbe) {
   EXPECT_THAT(parse_error(with_section("grad_probe", "bounds", ordered_json::parse("[0, 0]"))),
               HasSubstr("field \"grad_probe.bounds\": must be strictly ascending"));
   EXPECT_THAT(parse_error(with_section("grad_probe", "bounds", ordered_json::parse("[0, true]"))),
-              HasSubstr("element true is a bool"));
+              HasSubstr("element true is a boolean"));
   EXPECT_THAT(parse_error(with_section("grad_probe", "bounds", ordered_json::parse("[1e30]"))),
               HasSubstr("out of the int64 range"));
   EXPECT_EQ(parse_error(with_section("grad_probe", "bounds", ordered_json::parse("[-1.5, 0, 0.5, 9223372036854775807]"))),

@@ -41,7 +41,7 @@ bool wait_pending(control_listener &l, const std::chrono::milliseconds deadline 
 
 }  // namespace
 
-TEST(control, a_command_reaches_the_listener_in_order) {
+TEST(Control, a_command_reaches_the_listener_in_order) {
   zmq::context_t ctx;
   control_listener listener(ctx, "");
   EXPECT_EQ(listener.endpoint().rfind("ipc://", 0), 0u) << listener.endpoint();
@@ -62,7 +62,7 @@ TEST(control, a_command_reaches_the_listener_in_order) {
   EXPECT_FALSE(listener.pending());
 }
 
-TEST(control, what_is_not_a_command_is_counted_and_ignored) {
+TEST(Control, what_is_not_a_command_is_counted_and_ignored) {
   zmq::context_t ctx;
   control_listener listener(ctx, "");
   zmq::socket_t push(ctx, zmq::socket_type::push);
@@ -84,7 +84,7 @@ TEST(control, what_is_not_a_command_is_counted_and_ignored) {
   EXPECT_THROW(sender.send("not an endpoint://x", command("stop")), usage_error);
 }
 
-TEST(control, sending_to_a_capture_that_is_gone_never_blocks) {
+TEST(Control, sending_to_a_capture_that_is_gone_never_blocks) {
   test::temp_dir dir;
   zmq::context_t ctx;
   control_sender sender(ctx);
@@ -98,7 +98,7 @@ TEST(control, sending_to_a_capture_that_is_gone_never_blocks) {
 // A stage that sends a command and exits at once (its context ends right after the send, before
 // ZeroMQ has even connected) still delivers it: the capture would otherwise never hear of a stop
 // sent near the end of a run. Also with the connection made ahead (connect()).
-TEST(control, a_command_sent_just_before_the_stage_exits_arrives) {
+TEST(Control, a_command_sent_just_before_the_stage_exits_arrives) {
   zmq::context_t capture_ctx;
   control_listener listener(capture_ctx, "");
   for (const bool ahead : {false, true}) {
@@ -204,7 +204,7 @@ tprobe_session *started_against(commanding_sink &sink, const test::temp_dir &dir
 
 }  // namespace
 
-TEST(control, a_stage_stops_the_capture_and_training_goes_on) {
+TEST(Control, a_stage_stops_the_capture_and_training_goes_on) {
   test::temp_dir dir;
   zmq::context_t ctx;
   commanding_sink sink(ctx, test::ipc_endpoint(dir, "sink.in"),
@@ -219,7 +219,7 @@ TEST(control, a_stage_stops_the_capture_and_training_goes_on) {
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
 }
 
-TEST(control, a_stage_narrows_the_capture_to_a_list_and_a_level) {
+TEST(Control, a_stage_narrows_the_capture_to_a_list_and_a_level) {
   test::temp_dir dir;
   zmq::context_t ctx;
   commanding_sink sink(ctx, test::ipc_endpoint(dir, "sink.in"),
@@ -233,7 +233,7 @@ TEST(control, a_stage_narrows_the_capture_to_a_list_and_a_level) {
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
 }
 
-TEST(control, a_narrowing_to_later_steps_skips_this_one) {
+TEST(Control, a_narrowing_to_later_steps_skips_this_one) {
   test::temp_dir dir;
   zmq::context_t ctx;
   commanding_sink sink(ctx, test::ipc_endpoint(dir, "sink.in"), command("narrow", {{"step", {"2-3"}}}));
@@ -247,7 +247,7 @@ TEST(control, a_narrowing_to_later_steps_skips_this_one) {
   EXPECT_EQ(tprobe_session_close(s), TPROBE_OK) << tprobe_last_error();
 }
 
-TEST(control, a_bad_command_is_ignored_and_the_capture_goes_on) {
+TEST(Control, a_bad_command_is_ignored_and_the_capture_goes_on) {
   test::temp_dir dir;
   zmq::context_t ctx;
   // The bad command, then a good one: once the good one shows, the bad one was handled before it.
@@ -268,7 +268,7 @@ TEST(control, a_bad_command_is_ignored_and_the_capture_goes_on) {
 
 // The coarse clock the stages ask once a record (stage_io.h) is steady_clock's time, at most a
 // kernel tick behind (a tick is 10 ms at the slowest HZ), and never goes back.
-TEST(stage_clock, coarse_time_is_the_steady_clock_a_tick_behind_at_most) {
+TEST(StageClock, coarse_time_is_the_steady_clock_a_tick_behind_at_most) {
   auto last = tprobe::coarse_steady_now();
   for (int i = 0; i < 2000; ++i) {
     const auto before = std::chrono::steady_clock::now();

@@ -37,7 +37,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-TEST(deadlines, blocked_send_gives_up_at_once_when_the_consumer_dies) {
+TEST(Deadlines, blocked_send_gives_up_at_once_when_the_consumer_dies) {
   test::temp_dir dir;
   const std::string ep = ipc(dir, "dies.in");
   const pid_t consumer = stalling_consumer(ep, 1);
@@ -62,7 +62,7 @@ TEST(deadlines, blocked_send_gives_up_at_once_when_the_consumer_dies) {
   s.abandon();
 }
 
-TEST(deadlines, blocked_send_gives_up_after_the_stall_deadline) {
+TEST(Deadlines, blocked_send_gives_up_after_the_stall_deadline) {
   test::temp_dir dir;
   const std::string ep = ipc(dir, "stalls.in");
   const pid_t consumer = stalling_consumer(ep, 2);
@@ -82,7 +82,7 @@ TEST(deadlines, blocked_send_gives_up_after_the_stall_deadline) {
   ::waitpid(consumer, nullptr, 0);
 }
 
-TEST(deadlines, eos_is_not_waited_for_past_the_deadline) {
+TEST(Deadlines, eos_is_not_waited_for_past_the_deadline) {
   test::temp_dir dir;
   const std::string ep = ipc(dir, "no-eos.in");
   const pid_t consumer = stalling_consumer(ep, 1);
@@ -96,7 +96,7 @@ TEST(deadlines, eos_is_not_waited_for_past_the_deadline) {
   ::waitpid(consumer, nullptr, 0);
 }
 
-TEST(deadlines, the_watched_process_ending_ends_the_wait) {
+TEST(Deadlines, the_watched_process_ending_ends_the_wait) {
   test::temp_dir dir;
   const std::string ep = ipc(dir, "watched.in");
   const pid_t consumer = stalling_consumer(ep, 1);
@@ -123,7 +123,7 @@ TEST(deadlines, the_watched_process_ending_ends_the_wait) {
   s.abandon();
 }
 
-TEST(deadlines, a_tap_nobody_serves_is_an_error_not_a_wait) {
+TEST(Deadlines, a_tap_nobody_serves_is_an_error_not_a_wait) {
   zmq::context_t ctx;
   for (const std::string ep : {"ipc:///tmp/nonexistent-tprobe-test.tap", "tcp://127.0.0.1:1"}) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -137,7 +137,7 @@ TEST(deadlines, a_tap_nobody_serves_is_an_error_not_a_wait) {
   }
 }
 
-TEST(tap, a_sink_taps_what_it_consumes) {
+TEST(Tap, a_sink_taps_what_it_consumes) {
   zmq::context_t ctx;
   stage_io_options in;
   in.input = "inproc://sink";

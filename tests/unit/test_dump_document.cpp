@@ -56,12 +56,12 @@ json random_value(std::mt19937_64 &rng, int depth) {
 
 }  // namespace
 
-TEST(dump_document, an_empty_document_is_an_empty_object) {
+TEST(DumpDocument, an_empty_document_is_an_empty_object) {
   dump_document doc;
   EXPECT_EQ(rendered(doc), "{}");
 }
 
-TEST(dump_document, any_tree_renders_as_pyjson_dumps_it) {
+TEST(DumpDocument, any_tree_renders_as_pyjson_dumps_it) {
   std::mt19937_64 rng(20261127);
   for (int round = 0; round < 2000; ++round) {
     json data = json::object();
@@ -77,7 +77,7 @@ TEST(dump_document, any_tree_renders_as_pyjson_dumps_it) {
   }
 }
 
-TEST(dump_document, leaves_placed_on_paths_make_the_containers_operator_brackets_makes) {
+TEST(DumpDocument, leaves_placed_on_paths_make_the_containers_operator_brackets_makes) {
   // What the writer does for a slot: a section, then list indices and dict keys, then the leaf's
   // text made for its depth. The same on an nlohmann tree gives the text to expect (its leaves
   // are the objects with a "type" key).
@@ -126,7 +126,7 @@ TEST(dump_document, leaves_placed_on_paths_make_the_containers_operator_brackets
   }
 }
 
-TEST(dump_document, a_member_taken_and_appended_moves_last) {
+TEST(DumpDocument, a_member_taken_and_appended_moves_last) {
   dump_document doc;
   dump_node &e = doc.entry("Module.m.forward.0").node;
   e.member("output").type = dump_node::kind::array;
@@ -139,7 +139,7 @@ TEST(dump_document, a_member_taken_and_appended_moves_last) {
   EXPECT_EQ(rendered(doc), expected(data));
 }
 
-TEST(dump_document, an_entry_is_found_again_by_its_name) {
+TEST(DumpDocument, an_entry_is_found_again_by_its_name) {
   dump_document doc;
   auto first = doc.entry("a");
   EXPECT_TRUE(first.created);
@@ -152,7 +152,7 @@ TEST(dump_document, an_entry_is_found_again_by_its_name) {
 
 // stack.json straight from the writer's stacks is the text of the tree the writer built before
 // (key "i" → [names, lines]) as pyjson_dump writes it: empty lists, escapes, non-ASCII, many keys.
-TEST(dump_document, stack_json_is_what_pyjson_dumps_for_the_same_stacks) {
+TEST(DumpDocument, stack_json_is_what_pyjson_dumps_for_the_same_stacks) {
   EXPECT_EQ([] { std::string out; stack_json_text_append(out, {}); return out; }(), pyjson_dump(json::object(), 1));
   std::mt19937_64 rng(20261128);
   const char *texts[] = {"Functional.linear.0.forward", "File \"a.py\", line 3, in f, \n x = \"q\\\\\"",

@@ -32,7 +32,7 @@ std::string ipc(const test::temp_dir &dir, const std::string &name) { return tes
 
 }  // namespace
 
-TEST(endpoint, strings_are_checked) {
+TEST(Endpoint, strings_are_checked) {
   EXPECT_NO_THROW(endpoint_check("ipc:///tmp/x"));
   EXPECT_NO_THROW(endpoint_check("tcp://127.0.0.1:*"));
   EXPECT_NO_THROW(endpoint_check("inproc://a"));
@@ -51,7 +51,7 @@ TEST(endpoint, strings_are_checked) {
   EXPECT_FALSE(endpoint_is_file("ipc:///a"));
 }
 
-TEST(endpoint, one_producer_stream_ends_at_eos) {
+TEST(Endpoint, one_producer_stream_ends_at_eos) {
   zmq::context_t ctx;
   stage_io_options in;
   in.input = "inproc://one";
@@ -74,7 +74,7 @@ TEST(endpoint, one_producer_stream_ends_at_eos) {
   EXPECT_FALSE(consumer.interrupted());
 }
 
-TEST(endpoint, tcp_binds_loopback_and_reports_its_port) {
+TEST(Endpoint, tcp_binds_loopback_and_reports_its_port) {
   zmq::context_t ctx;
   stage_io_options in;
   in.input = "tcp://:*";
@@ -92,7 +92,7 @@ TEST(endpoint, tcp_binds_loopback_and_reports_its_port) {
   EXPECT_EQ(n, 1);
 }
 
-TEST(endpoint, waits_for_every_registered_producer_until_final) {
+TEST(Endpoint, waits_for_every_registered_producer_until_final) {
   test::temp_dir dir;
   zmq::context_t ctx;
   stage_io_options in;
@@ -118,7 +118,7 @@ TEST(endpoint, waits_for_every_registered_producer_until_final) {
   EXPECT_EQ(consumer.counts().upstream_dropped, 3u);
 }
 
-TEST(endpoint, backpressure_is_lossless) {
+TEST(Endpoint, backpressure_is_lossless) {
   zmq::context_t ctx;
   stage_io_options in;
   in.input = "inproc://bp";
@@ -140,7 +140,7 @@ TEST(endpoint, backpressure_is_lossless) {
   EXPECT_EQ(n, total);
 }
 
-TEST(endpoint, stage_forwards_to_every_output_and_passes_eos_on) {
+TEST(Endpoint, stage_forwards_to_every_output_and_passes_eos_on) {
   zmq::context_t ctx;
   stage_io_options sink_a, sink_b, mid;
   sink_a.input = "inproc://sink-a";
@@ -194,7 +194,7 @@ sink_run sink_of(zmq::context_t &ctx, const std::string &input, const std::funct
 
 }  // namespace
 
-TEST(endpoint, records_an_eos_counts_that_never_came_end_a_sink_once_it_read_the_rest) {
+TEST(Endpoint, records_an_eos_counts_that_never_came_end_a_sink_once_it_read_the_rest) {
   zmq::context_t ctx;
   // Not numbered: seq is whatever the records carry (a stage passes its producers' on), unchecked.
   const auto ten_records_said_to_be = [&](const std::string &endpoint, uint64_t said) {
@@ -217,7 +217,7 @@ TEST(endpoint, records_an_eos_counts_that_never_came_end_a_sink_once_it_read_the
   EXPECT_EQ(whole.error, "");
 }
 
-TEST(endpoint, a_numbered_producer_s_gap_names_the_first_record_that_never_came) {
+TEST(Endpoint, a_numbered_producer_s_gap_names_the_first_record_that_never_came) {
   zmq::context_t ctx;
   const auto run = sink_of(ctx, "inproc://gap", [&] {
     record_sender s(ctx, "inproc://gap", "capture rank 0", 1000, {}, /*numbered=*/true);
@@ -230,7 +230,7 @@ TEST(endpoint, a_numbered_producer_s_gap_names_the_first_record_that_never_came)
   EXPECT_NE(run.error.find("(the first: seq 3)"), std::string::npos) << run.error;
 }
 
-TEST(endpoint, a_numbered_producer_s_record_out_of_order_is_a_broken_stream) {
+TEST(Endpoint, a_numbered_producer_s_record_out_of_order_is_a_broken_stream) {
   zmq::context_t ctx;
   stage_io_options in;
   in.input = "inproc://disorder";
@@ -257,7 +257,7 @@ TEST(endpoint, a_numbered_producer_s_record_out_of_order_is_a_broken_stream) {
   EXPECT_NE(lost.find("(the first: seq 2)"), std::string::npos) << lost;
 }
 
-TEST(endpoint, a_stage_passes_what_was_lost_on_as_dropped_then_fails) {
+TEST(Endpoint, a_stage_passes_what_was_lost_on_as_dropped_then_fails) {
   zmq::context_t ctx;
   stage_io_options sink_options, mid;
   sink_options.input = "inproc://after-loss";
@@ -289,7 +289,7 @@ TEST(endpoint, a_stage_passes_what_was_lost_on_as_dropped_then_fails) {
   EXPECT_EQ(sink.counts().upstream_dropped, 4u);  // 1 its producer dropped, 3 lost on the way
 }
 
-TEST(endpoint, a_recording_shorter_than_its_eos_says_is_lost_records) {
+TEST(Endpoint, a_recording_shorter_than_its_eos_says_is_lost_records) {
   test::temp_dir dir;
   zmq::context_t ctx;
   const std::string file = dir / "short.tpr";
@@ -353,7 +353,7 @@ std::vector<std::vector<record>> raw_consumer(zmq::socket_t &router, bool offers
 
 }  // namespace
 
-TEST(endpoint, small_records_travel_in_batches_to_a_consumer_that_offers_them) {
+TEST(Endpoint, small_records_travel_in_batches_to_a_consumer_that_offers_them) {
   test::temp_dir dir;
   for (bool offers : {true, false}) {
     SCOPED_TRACE(offers ? "offers batches" : "protocol 1.2: no batches");
@@ -466,7 +466,7 @@ struct content_capture {
 
 }  // namespace
 
-TEST(endpoint, call_stacks_travel_once_per_id_to_a_consumer_that_takes_references) {
+TEST(Endpoint, call_stacks_travel_once_per_id_to_a_consumer_that_takes_references) {
   // The capture's way: ids only, the lines in the book (record.h section 5).
   const nlohmann::ordered_json a = {"File a.py, line 1, in f"}, b = {"File b.py, line 2, in g"};
   stack_book_define("stack-link-run", 1, a);
@@ -501,7 +501,7 @@ TEST(endpoint, call_stacks_travel_once_per_id_to_a_consumer_that_takes_reference
   }
 }
 
-TEST(endpoint, a_stage_that_drops_the_defining_entry_still_sends_the_lines_on) {
+TEST(Endpoint, a_stage_that_drops_the_defining_entry_still_sends_the_lines_on) {
   // The producer defines id 7 in its first record only (the lines come from the wire, not from
   // this process's book); the middle stage drops that record. Its output must carry the lines
   // with the first reference it passes on.
@@ -539,7 +539,7 @@ TEST(endpoint, a_stage_that_drops_the_defining_entry_still_sends_the_lines_on) {
   EXPECT_FALSE(got[2].header.meta.contains("stack"));
 }
 
-TEST(endpoint, a_batch_goes_when_a_record_joins_it_late) {
+TEST(Endpoint, a_batch_goes_when_a_record_joins_it_late) {
   // A slow producer (a stage that takes long per record while its input is never empty): the
   // second record, sent after the batch's age limit, sends the batch, without a flush().
   test::temp_dir dir;
@@ -573,7 +573,7 @@ TEST(endpoint, a_batch_goes_when_a_record_joins_it_late) {
   s.abandon();
 }
 
-TEST(endpoint, a_stage_sends_what_it_holds_in_a_batch_before_it_waits_for_input) {
+TEST(Endpoint, a_stage_sends_what_it_holds_in_a_batch_before_it_waits_for_input) {
   // producer -> middle (stage_io, forwards) -> sink. The producer sends a few records and flushes,
   // then waits, without ending its stream, until the sink has them all: the middle stage must not
   // hold them in a batch while its own input is quiet.
@@ -611,7 +611,7 @@ TEST(endpoint, a_stage_sends_what_it_holds_in_a_batch_before_it_waits_for_input)
   EXPECT_EQ(got, 5u);
 }
 
-TEST(endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
+TEST(Endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
   // The training captures three small tensors and then computes for a while: the records must
   // reach the stage now, not wait in a batch for the next capture, stop() or close().
   test::temp_dir dir;
@@ -649,7 +649,7 @@ TEST(endpoint, a_capture_sends_its_batch_once_its_queue_is_empty) {
   EXPECT_EQ(tensors, 3u);
 }
 
-TEST(endpoint, a_capture_keeps_its_batch_across_naps_while_records_keep_coming) {
+TEST(Endpoint, a_capture_keeps_its_batch_across_naps_while_records_keep_coming) {
   // A training thread that captures a small tensor every ~100 µs (an operator's compute between
   // captures) keeps its sender napping (1 ms): the sender must not send a batch per nap but let
   // it fill until its age limit (RECORD_BATCH_MAX_AGE_MS) or its size, for each batch wakes three
@@ -700,7 +700,7 @@ TEST(endpoint, a_capture_keeps_its_batch_across_naps_while_records_keep_coming) 
       << tensors << " tensors in " << elapsed_ms << " ms, " << quiet_spells << " quiet spells";
 }
 
-TEST(endpoint, a_saved_tensor_arrives_with_its_statistics_taken_in_the_copy) {
+TEST(Endpoint, a_saved_tensor_arrives_with_its_statistics_taken_in_the_copy) {
   // Task "tensor": the payload leaves, and the statistics dump.json needs are taken in the copy's
   // pass (stats_options::copy_to), so the statistics stage has nothing left to read. Small and
   // large (streaming stores, parts on the capture's helper), through the socket and shared
@@ -760,7 +760,7 @@ TEST(endpoint, a_saved_tensor_arrives_with_its_statistics_taken_in_the_copy) {
   EXPECT_EQ(std::memcmp(got[3].payload.data(), gathered, 16), 0);
 }
 
-TEST(endpoint, a_named_content_is_read_once) {
+TEST(Endpoint, a_named_content_is_read_once) {
   // tprobe_capture_tensor_content: the same content name at the same address, dtype
   // and element count reuses the statistics read before (a view of another shape too); any other
   // name, count or no name at all reads the data.
@@ -792,7 +792,7 @@ TEST(endpoint, a_named_content_is_read_once) {
   EXPECT_EQ(maxima, (std::vector<double>{4, 4, 9, 9, 5, 5, 3}));
 }
 
-TEST(endpoint, a_named_strided_view_is_read_once_per_layout) {
+TEST(Endpoint, a_named_strided_view_is_read_once_per_layout) {
   // A transposed view under a content name reuses the statistics of the same view (address,
   // dtype, shape, strides) read before; the contiguous tensor of the same name, the same bytes
   // under other strides, and another name read the data. The data is changed behind a repeated
@@ -829,7 +829,7 @@ TEST(endpoint, a_named_strided_view_is_read_once_per_layout) {
   EXPECT_EQ(means, (std::vector<double>{3.5, 3.5, 4.5, 3.5, 3, 4.5, 4.5}));
 }
 
-TEST(endpoint, tap_without_reader_never_blocks_and_slow_reader_drops_are_counted) {
+TEST(Endpoint, tap_without_reader_never_blocks_and_slow_reader_drops_are_counted) {
   test::temp_dir dir;
   zmq::context_t ctx;
   stage_io_options opts;
@@ -852,7 +852,7 @@ TEST(endpoint, tap_without_reader_never_blocks_and_slow_reader_drops_are_counted
   EXPECT_EQ(io.counts().sent, sent + 1 + 5000);
 }
 
-TEST(endpoint, file_output_then_file_input_is_the_same_stream) {
+TEST(Endpoint, file_output_then_file_input_is_the_same_stream) {
   test::temp_dir dir;
   zmq::context_t ctx;
   const std::string file = dir / "rec.tpr";
@@ -876,7 +876,7 @@ TEST(endpoint, file_output_then_file_input_is_the_same_stream) {
   EXPECT_EQ(reader.counts().truncated_producers, 0u);
 }
 
-TEST(endpoint, malformed_record_names_its_producer) {
+TEST(Endpoint, malformed_record_names_its_producer) {
   zmq::context_t ctx;
   stage_io_options in;
   in.input = "inproc://bad";
@@ -894,13 +894,13 @@ TEST(endpoint, malformed_record_names_its_producer) {
   }
 }
 
-TEST(endpoint, handshake_times_out_without_a_consumer) {
+TEST(Endpoint, handshake_times_out_without_a_consumer) {
   test::temp_dir dir;
   zmq::context_t ctx;
   EXPECT_THROW(record_sender(ctx, ipc(dir, "nobody"), "lonely", 10, link_deadlines{.connect_timeout_ms = 200}), system_error);
 }
 
-TEST(endpoint, crashed_producer_is_counted_not_awaited) {
+TEST(Endpoint, crashed_producer_is_counted_not_awaited) {
   test::temp_dir dir;
   zmq::context_t ctx;
   stage_io_options in;
@@ -927,7 +927,7 @@ TEST(endpoint, crashed_producer_is_counted_not_awaited) {
   EXPECT_LE(n, 2u);
 }
 
-TEST(endpoint, request_stop_ends_receive) {
+TEST(Endpoint, request_stop_ends_receive) {
   zmq::context_t ctx;
   stage_io_options in;
   in.input = "inproc://stop";

@@ -1,4 +1,4 @@
-// core/free_benchmark and capture/free_benchmark_record: msprobe 8.3.3's task free_benchmark
+// core/free_benchmark and transport/free_benchmark_record: msprobe 8.3.3's task free_benchmark
 // (docs/msprobe-compat.md §8): the csv rows of V-3 rebuilt from rows, the thresholds and chunks of
 // calculate_max_ratio, preheat's sampling and threshold rules, the config section's validation,
 // and the row's record.
@@ -431,7 +431,7 @@ TEST(FreeBenchmarkSettings, ValidationMessages) {
   EXPECT_EQ(settings_error({{"fuzz_stage", "backward"}, {"list", {"relu"}}}), "");
   EXPECT_THAT(settings_error({{"fuzz_level", "L2"}}), HasSubstr("field \"free_benchmark.fuzz_level\": \"L2\" is not one of L1"));
   EXPECT_EQ(settings_error({{"if_preheat", "true"}}),
-            "config.json: field \"free_benchmark.if_preheat\": expected a bool (JSON true or false), got a string");
+            "config.json: field \"free_benchmark.if_preheat\": expected a boolean (JSON true or false), got a string");
   EXPECT_THAT(settings_error({{"if_preheat", 1}}), HasSubstr("free_benchmark.if_preheat"));
   EXPECT_THAT(settings_error({{"handler_type", "fix"}, {"fuzz_stage", "backward"}, {"list", {"a"}}}),
               HasSubstr("field \"free_benchmark.handler_type\": \"fix\" requires fuzz_stage \"forward\""));
@@ -443,14 +443,14 @@ TEST(FreeBenchmarkSettings, ValidationMessages) {
   EXPECT_EQ(settings_error({{"if_preheat", true}, {"preheat_step", 0}}),
             "config.json: field \"free_benchmark.preheat_step\": 0 is invalid: must be > 0");
   EXPECT_EQ(settings_error({{"if_preheat", true}, {"max_sample", "20"}}),
-            "config.json: field \"free_benchmark.max_sample\": expected an int, got a string");
-  EXPECT_THAT(settings_error({{"if_preheat", true}, {"max_sample", true}}), HasSubstr("expected an int, got a bool"));
-  EXPECT_THAT(settings_error({{"if_preheat", true}, {"max_sample", 2.0}}), HasSubstr("expected an int, got a float"));
+            "config.json: field \"free_benchmark.max_sample\": expected an integer, got a string");
+  EXPECT_THAT(settings_error({{"if_preheat", true}, {"max_sample", true}}), HasSubstr("expected an integer, got a boolean"));
+  EXPECT_THAT(settings_error({{"if_preheat", true}, {"max_sample", 2.0}}), HasSubstr("expected an integer, got a float"));
   EXPECT_EQ(settings_error({{"scope", {"Torch.add.0.forward"}}, {"list", {"add"}}}),
             "config.json: field \"free_benchmark.scope\": cannot be combined with free_benchmark.list");
   EXPECT_THAT(settings_error({{"scope", 3}}), HasSubstr("field \"free_benchmark.scope\": expected a list of strings or a string"));
   EXPECT_THAT(settings_error({{"list", "relu"}}), HasSubstr("field \"free_benchmark.list\": expected a list of strings"));
-  EXPECT_THAT(settings_error({{"list", {1}}}), HasSubstr("element 1 is an int"));
+  EXPECT_THAT(settings_error({{"list", {1}}}), HasSubstr("element 1 is an integer"));
   EXPECT_THAT(settings_error("x"), HasSubstr("field \"free_benchmark\": expected an object"));
 }
 

@@ -47,11 +47,11 @@ size_t replay(const fuzz::fuzz_target &target, const fs::path &dir) {
   return files.size();
 }
 
-class fuzz_inputs : public testing::TestWithParam<fuzz::fuzz_target> {};
+class FuzzInputs : public testing::TestWithParam<fuzz::fuzz_target> {};
 
 }  // namespace
 
-TEST_P(fuzz_inputs, corpus_and_regressions_pass) {
+TEST_P(FuzzInputs, corpus_and_regressions_pass) {
   const fs::path root = fs::path(test::source_dir()) / "tests" / "fuzz";
   const fuzz::fuzz_target &target = GetParam();
   // Every target ships seeds: an empty corpus would mean the folder moved and nothing ran.
@@ -59,7 +59,7 @@ TEST_P(fuzz_inputs, corpus_and_regressions_pass) {
   replay(target, root / "regressions" / target.name);
 }
 
-INSTANTIATE_TEST_SUITE_P(fuzz, fuzz_inputs, testing::ValuesIn(fuzz::fuzz_targets().begin(), fuzz::fuzz_targets().end()),
+INSTANTIATE_TEST_SUITE_P(Fuzz, FuzzInputs, testing::ValuesIn(fuzz::fuzz_targets().begin(), fuzz::fuzz_targets().end()),
                          [](const testing::TestParamInfo<fuzz::fuzz_target> &info) {
                            return std::string(info.param.name);
                          });

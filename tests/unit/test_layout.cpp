@@ -39,7 +39,7 @@ std::vector<fs::path> sources_under(const fs::path &dir) {
 
 }  // namespace
 
-TEST(layout, stages_and_tools_sit_in_their_folders) {
+TEST(Layout, stages_and_tools_sit_in_their_folders) {
   const fs::path root = tprobe::test::source_dir();
   for (const char *folder : {"stages/stream/stats", "stages/stream/writer", "stages/stream/tap", "stages/stream/compare_live",
                              "stages/stream/nan_live", "stages/stream/gradsim_live", "stages/stream/kit",
@@ -48,7 +48,7 @@ TEST(layout, stages_and_tools_sit_in_their_folders) {
   EXPECT_FALSE(fs::exists(root / "stages/compare")) << "the compare tool is tools/compare, its library core/compare";
 }
 
-TEST(layout, no_stage_or_tool_includes_another_ones_headers) {
+TEST(Layout, no_stage_or_tool_includes_another_ones_headers) {
   const fs::path root = tprobe::test::source_dir();
   const std::vector<fs::path> roots{root / "stages", root / "stages/common", root / "stages/stream", root / "tools",
                                     root / "launcher", root / "core", root / "core/compare", root / "transport",
@@ -79,7 +79,7 @@ TEST(layout, no_stage_or_tool_includes_another_ones_headers) {
 // Transport is the record and its protocol, not a stage: the stage runtime (stage_io, the signal
 // handlers and the stop flag) is stages/common/stage_io.h, and nothing in transport/ includes a
 // header of stages/, tools/ or launcher/ or names that runtime.
-TEST(layout, transport_knows_no_stage) {
+TEST(Layout, transport_knows_no_stage) {
   const fs::path root = tprobe::test::source_dir();
   const std::regex include_line(R"(^\s*#\s*include\s+"([^"]+)\")");
   const std::regex stage_names(R"(\b(stage_io|stop_requested|request_stop|stage_install_signal_handlers)\b)");

@@ -173,7 +173,7 @@ TEST(ManifestParse, TopologicalOrderPutsProducersFirst) {
 }
 
 TEST(ManifestParse, WrongShapesAreUsageErrors) {
-  EXPECT_EQ(parse_error("[]"), PATH + ": a manifest is a JSON object, got an array");
+  EXPECT_EQ(parse_error("[]"), PATH + ": a manifest is a JSON object, got a list");
   EXPECT_EQ(parse_error("{}"), PATH + ": missing \"stages\"");
   EXPECT_EQ(parse_error(R"({"stages": []})"), PATH + ": \"stages\" must be a non-empty array of stages");
   EXPECT_EQ(parse_error(R"({"stages": {}})"), PATH + ": \"stages\" must be a non-empty array of stages");
@@ -197,7 +197,7 @@ TEST(ManifestParse, TasksNameBuiltTasksAndIncludeTheCaptureTask) {
   EXPECT_EQ(tasks_of(with_tasks(R"(["statistics", "structure"])")), (std::vector<std::string>{"statistics", "structure"}));
   EXPECT_EQ(tasks_of(with_stages(STATS)), std::vector<std::string>{});  // any built task
   EXPECT_EQ(tasks_of(R"({"capture": {"task": "tensor"}, "stages": [)" + STATS + "]}"), std::vector<std::string>{"tensor"});
-  EXPECT_EQ(parse_error(with_tasks("[]")), PATH + ": tasks: must be a non-empty array of task names, got an array");
+  EXPECT_EQ(parse_error(with_tasks("[]")), PATH + ": tasks: must be a non-empty array of task names, got a list");
   EXPECT_EQ(parse_error(with_tasks(R"("statistics")")),
             PATH + ": tasks: must be a non-empty array of task names, got a string");
   EXPECT_EQ(parse_error(with_tasks("[1]")), PATH + ": tasks: a task name must be a string, got 1");
@@ -272,7 +272,7 @@ TEST(ManifestParse, StageFields) {
   EXPECT_EQ(parse_error(with_stages(R"({"name": "s", "stage": "stats", "inputs": [1]})")),
             PATH + ": stage \"s\": \"inputs\" must hold stage names (strings), got an integer");
   EXPECT_EQ(parse_error(with_stages(R"({"name": "s", "stage": "stats", "inputs": ["capture"], "options": []})")),
-            PATH + ": stage \"s\": \"options\" must be an object, got an array");
+            PATH + ": stage \"s\": \"options\" must be an object, got a list");
 }
 
 // ---- graph ----
@@ -293,7 +293,7 @@ TEST(ManifestRuns, ParsedInOrderWithArgsAndEnv) {
 
 TEST(ManifestRuns, BadRunsAreNamed) {
   auto runs = [](const std::string &r) { return parse_error(R"({"runs": )" + r + R"(, "stages": [)" + STATS + "]}"); };
-  EXPECT_EQ(runs("[]"), PATH + ": \"runs\" must be a non-empty array of runs, got an array");
+  EXPECT_EQ(runs("[]"), PATH + ": \"runs\" must be a non-empty array of runs, got a list");
   EXPECT_EQ(runs("{}"), PATH + ": \"runs\" must be a non-empty array of runs, got an object");
   EXPECT_EQ(runs("[1]"), PATH + ": runs[0]: must be an object, got an integer");
   EXPECT_EQ(runs(R"([{}])"), PATH + ": runs[0]: missing \"name\"");
@@ -302,7 +302,7 @@ TEST(ManifestRuns, BadRunsAreNamed) {
   EXPECT_EQ(runs(R"([{"name": "a", "arg": []}])"), PATH + ": run \"a\": unknown key \"arg\" (known: name, args, env)");
   EXPECT_EQ(runs(R"([{"name": "a", "args": "x"}])"), PATH + ": run \"a\": \"args\" must be an array of strings, got a string");
   EXPECT_EQ(runs(R"([{"name": "a", "args": [1]}])"), PATH + ": run \"a\": \"args\" must hold strings, got an integer");
-  EXPECT_EQ(runs(R"([{"name": "a", "env": []}])"), PATH + ": run \"a\": \"env\" must be an object, got an array");
+  EXPECT_EQ(runs(R"([{"name": "a", "env": []}])"), PATH + ": run \"a\": \"env\" must be an object, got a list");
   EXPECT_EQ(runs(R"([{"name": "a", "env": {"1X": "v"}}])"), PATH + ": run \"a\": env name \"1X\" must match [A-Za-z_][A-Za-z0-9_]*");
   EXPECT_EQ(runs(R"([{"name": "a", "env": {"X": 1}}])"), PATH + ": run \"a\": env \"X\" must be a string, got an integer");
 }
@@ -561,7 +561,7 @@ TEST(StageDescription, RejectsWhatIsNotADescription) {
     return error_of([&] { tprobe::stage_description_parse(text, "tprobe-x"); });
   };
   EXPECT_EQ(parse("usage: tprobe-x").rfind("tprobe-x --describe did not print JSON: ", 0), 0u);
-  EXPECT_EQ(parse("[]"), "tprobe-x --describe printed an array, not an object");
+  EXPECT_EQ(parse("[]"), "tprobe-x --describe printed a list, not an object");
   EXPECT_EQ(parse("{}"), "tprobe-x --describe: missing \"stage\"");
   EXPECT_EQ(parse(R"({"stage": "x", "input": "yes"})"), "tprobe-x --describe: \"input\" must be true or false");
   EXPECT_EQ(parse(R"({"stage": "x", "options": [{"name": "n"}]})"),

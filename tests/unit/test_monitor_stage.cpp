@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "config.h"
+#include "capture_config.h"
 #include "errors.h"
 #include "monitor.h"
 #include "monitor/monitor_stage.h"

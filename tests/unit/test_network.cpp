@@ -26,7 +26,7 @@ constexpr const char *public_variable = "TPROBE_CURVE_PUBLIC_KEY";
 constexpr const char *server_variable = "TPROBE_CURVE_SERVER_KEY";
 
 // Every test starts and ends without the key variables, whatever it set in between.
-class network : public ::testing::Test {
+class Network : public ::testing::Test {
  protected:
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
@@ -93,7 +93,7 @@ struct held_port {
 
 }  // namespace
 
-TEST_F(network, loopback_is_127_localhost_and_ipv6_1) {
+TEST_F(Network, loopback_is_127_localhost_and_ipv6_1) {
   for (const std::string ep : {"tcp://127.0.0.1:5555", "tcp://127.1.2.3:*", "tcp://localhost:1", "tcp://[::1]:7",
                                "tcp://::1:7", "tcp://[::ffff:127.0.0.1]:7", "tcp://*:5555", "tcp://:*",
                                "tcp://10.0.0.1:1;127.0.0.1:5555", "ipc:///tmp/x", "inproc://x", "rec.tpr"})
@@ -104,7 +104,7 @@ TEST_F(network, loopback_is_127_localhost_and_ipv6_1) {
     EXPECT_FALSE(endpoint_is_loopback(ep)) << ep;
 }
 
-TEST_F(network, without_keys_a_non_loopback_bind_is_refused_before_binding) {
+TEST_F(Network, without_keys_a_non_loopback_bind_is_refused_before_binding) {
   zmq::context_t ctx;
   held_port held(ctx);
   stage_io_options in;
@@ -126,7 +126,7 @@ TEST_F(network, without_keys_a_non_loopback_bind_is_refused_before_binding) {
   EXPECT_TRUE(contains(message, secret_variable)) << message;
 }
 
-TEST_F(network, without_keys_a_non_loopback_connect_is_refused_before_connecting) {
+TEST_F(Network, without_keys_a_non_loopback_connect_is_refused_before_connecting) {
   zmq::context_t ctx;
   const std::string remote = "tcp://10.0.0.1:5555";  // never contacted: refused before connect
   for (auto &&attempt : std::vector<std::function<void()>>{
@@ -147,7 +147,7 @@ TEST_F(network, without_keys_a_non_loopback_connect_is_refused_before_connecting
   EXPECT_TRUE(contains(message, server_variable)) << message;
 }
 
-TEST_F(network, bad_key_variables_are_refused_naming_the_variable) {
+TEST_F(Network, bad_key_variables_are_refused_naming_the_variable) {
   zmq::context_t ctx;
   const curve_keypair keys = endpoint_curve_keypair();
   const curve_keypair other = endpoint_curve_keypair();
@@ -193,7 +193,7 @@ TEST_F(network, bad_key_variables_are_refused_naming_the_variable) {
   EXPECT_TRUE(contains(message, "CurveZMQ is on") && contains(message, server_variable)) << message;
 }
 
-TEST_F(network, keypair_is_z85_and_consistent) {
+TEST_F(Network, keypair_is_z85_and_consistent) {
   const curve_keypair keys = endpoint_curve_keypair();
   ASSERT_EQ(keys.public_key.size(), 40u);
   ASSERT_EQ(keys.secret_key.size(), 40u);
@@ -203,7 +203,7 @@ TEST_F(network, keypair_is_z85_and_consistent) {
   EXPECT_NE(endpoint_curve_keypair().secret_key, keys.secret_key);
 }
 
-TEST_F(network, with_keys_records_eos_and_final_go_through_curve) {
+TEST_F(Network, with_keys_records_eos_and_final_go_through_curve) {
   zmq::context_t ctx;
   set_stage_keys();
   stage_io_options in;
@@ -240,7 +240,7 @@ TEST_F(network, with_keys_records_eos_and_final_go_through_curve) {
   EXPECT_FALSE(consumer.interrupted());
 }
 
-TEST_F(network, a_curve_server_refuses_plain_and_wrongly_keyed_clients_within_the_deadline) {
+TEST_F(Network, a_curve_server_refuses_plain_and_wrongly_keyed_clients_within_the_deadline) {
   zmq::context_t ctx;
   set_stage_keys();
   stage_io_options in;
@@ -268,7 +268,7 @@ TEST_F(network, a_curve_server_refuses_plain_and_wrongly_keyed_clients_within_th
   EXPECT_FALSE(endpoint_send_final(ctx, ep, 300));
 }
 
-TEST_F(network, a_tap_over_tcp_with_keys) {
+TEST_F(Network, a_tap_over_tcp_with_keys) {
   zmq::context_t ctx;
   const curve_keypair stage_keys = set_stage_keys();
   stage_io_options opts;

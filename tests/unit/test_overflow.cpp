@@ -110,7 +110,7 @@ result_of_run run_filter(const std::vector<record_header> &records, int64_t over
 
 }  // namespace
 
-TEST(overflow, only_calls_with_nan_or_inf_pass_with_all_their_tensors) {
+TEST(Overflow, only_calls_with_nan_or_inf_pass_with_all_their_tensors) {
   const auto out = run_filter(
       {
           tensor("Torch.add.0.forward", "input.0", 1), tensor("Torch.add.0.forward", "output.0", 2),
@@ -126,7 +126,7 @@ TEST(overflow, only_calls_with_nan_or_inf_pass_with_all_their_tensors) {
   EXPECT_EQ(out.stage.stops_sent, 0u);
 }
 
-TEST(overflow, a_clean_calls_entry_goes_on_without_its_data_until_the_stop) {
+TEST(Overflow, a_clean_calls_entry_goes_on_without_its_data_until_the_stop) {
   // msprobe's stack.json and construct.json list every call up to the stop, dumped or not.
   const auto out = run_filter(
       {
@@ -142,7 +142,7 @@ TEST(overflow, a_clean_calls_entry_goes_on_without_its_data_until_the_stop) {
   EXPECT_EQ(out.passed, (std::vector<std::string>{"Torch.exp.0.forward output.0", "Torch.mul.0.forward output.0"}));
 }
 
-TEST(overflow, an_enclosing_call_is_judged_once_its_outputs_came) {
+TEST(Overflow, an_enclosing_call_is_judged_once_its_outputs_came) {
   // A module around an operator: its inputs are clean, its output overflows after the inner call.
   const auto out = run_filter(
       {
@@ -159,7 +159,7 @@ TEST(overflow, an_enclosing_call_is_judged_once_its_outputs_came) {
                                                   "Module.fc.Linear.forward.0 output.0"}));
 }
 
-TEST(overflow, overflow_nums_passes_that_many_calls_and_stops_the_capture) {
+TEST(Overflow, overflow_nums_passes_that_many_calls_and_stops_the_capture) {
   const auto out = run_filter(
       {
           tensor("Torch.pow.0.forward", "output.0", inf),
@@ -177,7 +177,7 @@ TEST(overflow, overflow_nums_passes_that_many_calls_and_stops_the_capture) {
   EXPECT_EQ(out.commands[0].header.meta["from"], "tprobe-overflow");
 }
 
-TEST(overflow, the_limit_comes_from_the_session_when_not_given) {
+TEST(Overflow, the_limit_comes_from_the_session_when_not_given) {
   std::vector<record_header> records;
   for (int i = 0; i < 120; ++i) records.push_back(tensor(fmt::format("Torch.exp.{}.forward", i), "output.0", inf));
   const auto out = run_filter(records, 0);  // the session says 99
@@ -185,7 +185,7 @@ TEST(overflow, the_limit_comes_from_the_session_when_not_given) {
   EXPECT_EQ(out.passed.size(), 99u);
 }
 
-TEST(overflow, tensors_without_statistics_never_count) {
+TEST(Overflow, tensors_without_statistics_never_count) {
   record_header unknown = tensor("Torch.empty.0.forward", "output.0", inf);
   unknown.stats.reset();  // uninitialised memory or a foreign dtype: nothing to judge
   const auto out = run_filter({unknown}, -1, false);

@@ -60,7 +60,7 @@ std::vector<std::byte> header_bytes(const record_header &h) {
 
 }  // namespace
 
-TEST(record, empty_payload_round_trips) {
+TEST(Record, empty_payload_round_trips) {
   record r = tensor_record({0, 4});
   ASSERT_TRUE(r.has_payload());
   EXPECT_EQ(r.header.length, 0u);
@@ -72,7 +72,7 @@ TEST(record, empty_payload_round_trips) {
 
 // A spent record reused (the capture's queue hands its records back) is a new record in every
 // field: what a stage reads of the next record is never what the last one left.
-TEST(record, reuse_as_leaves_nothing_of_the_record_before) {
+TEST(Record, reuse_as_leaves_nothing_of_the_record_before) {
   // A new field of record_header changes its size: reset it in record::reuse_as, then here.
   static_assert(sizeof(record_header) == 560, "record_header changed: does record::reuse_as reset the new field?");
   record r = tensor_record({2, 3});
@@ -134,7 +134,7 @@ TEST(record, reuse_as_leaves_nothing_of_the_record_before) {
 
 // A tensor tprobe cannot read travels as its facts: foreign_dtype instead of dtype, no payload,
 // no stats; one that claims data or statistics as well is malformed.
-TEST(record, foreign_dtype_tensor_round_trips_as_facts) {
+TEST(Record, foreign_dtype_tensor_round_trips_as_facts) {
   record r(record_kind::tensor);
   r.header.entry = "Torch.to.0.forward";
   r.header.slot = "output.0";
@@ -155,7 +155,7 @@ TEST(record, foreign_dtype_tensor_round_trips_as_facts) {
   EXPECT_THROW(round_trip(r), framing_error);
 }
 
-TEST(record, header_only_record_has_one_frame) {
+TEST(Record, header_only_record_has_one_frame) {
   record r(record_kind::entry);
   r.header.entry = "Module.conv1.Conv2d.forward.0";
   r.header.meta = {{"parent", nullptr}, {"stack", {"File a.py, line 1, in f, \n x()"}}, {"is_recompute", false}};
@@ -167,7 +167,7 @@ TEST(record, header_only_record_has_one_frame) {
   EXPECT_EQ(back.header.meta, r.header.meta);
 }
 
-TEST(record, small_payload_keeps_every_field) {
+TEST(Record, small_payload_keeps_every_field) {
   record r = tensor_record({2, 3});
   tensor_stats s;
   s.max = stat_value::of_real(1.5);
@@ -205,7 +205,7 @@ TEST(record, small_payload_keeps_every_field) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
 }
 
-TEST(record, integral_and_negative_zero_floats_stay_floats) {
+TEST(Record, integral_and_negative_zero_floats_stay_floats) {
   record r = tensor_record({2});
   tensor_stats s;
   s.max = stat_value::of_real(2.0);
@@ -225,7 +225,7 @@ TEST(record, integral_and_negative_zero_floats_stay_floats) {
   EXPECT_TRUE(back.header.meta["value"].is_number_float());
 }
 
-TEST(record, large_payload_round_trips) {
+TEST(Record, large_payload_round_trips) {
   record r = tensor_record({4096, 1024});  // 16 MiB
   record back = round_trip(r);
   auto a = r.payload_bytes(), b = back.payload_bytes();
@@ -233,7 +233,7 @@ TEST(record, large_payload_round_trips) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
 }
 
-TEST(record, lz4_payload_round_trips_and_shrinks) {
+TEST(Record, lz4_payload_round_trips_and_shrinks) {
   record r = tensor_record({1 << 16});
   std::vector<std::byte> zeros(r.header.length, std::byte{0});
   for (size_t i = 0; i < zeros.size(); i += 97) zeros[i] = std::byte{1};
@@ -251,7 +251,7 @@ TEST(record, lz4_payload_round_trips_and_shrinks) {
   EXPECT_EQ(std::memcmp(b.data(), zeros.data(), b.size()), 0);
 }
 
-TEST(record, incompressible_payload_is_not_lz4) {
+TEST(Record, incompressible_payload_is_not_lz4) {
   std::vector<std::byte> noise(4096);
   uint32_t x = 12345;
   for (auto &b : noise) b = static_cast<std::byte>((x = x * 1664525u + 1013904223u) >> 24);
@@ -259,7 +259,7 @@ TEST(record, incompressible_payload_is_not_lz4) {
 }
 
 // A meta given as JSON text is sent as the value the text holds: decoded, it is that tree.
-TEST(record, meta_given_as_json_text_arrives_as_its_value) {
+TEST(Record, meta_given_as_json_text_arrives_as_its_value) {
   const std::vector<std::string> texts = {
       R"({"type":"float","value":2.0})",
       R"({"type":"int","value":-9223372036854775808,"u":18446744073709551615})",
@@ -303,7 +303,7 @@ TEST(record, meta_given_as_json_text_arrives_as_its_value) {
   EXPECT_THROW((void)record_header_encode(h), std::logic_error);
 }
 
-TEST(record, truncated_header_is_rejected) {
+TEST(Record, truncated_header_is_rejected) {
   auto bytes = header_bytes(tensor_record({2}).header);
   for (size_t cut : {size_t{0}, size_t{3}, bytes.size() / 2, bytes.size() - 1}) {
     std::span<const std::byte> part(bytes.data(), cut);
@@ -311,7 +311,7 @@ TEST(record, truncated_header_is_rejected) {
   }
 }
 
-TEST(record, truncated_payload_is_rejected) {
+TEST(Record, truncated_payload_is_rejected) {
   record r = tensor_record({8});
   auto frames = record_encode(r);
   std::vector<zmq::message_t> received;
@@ -325,7 +325,7 @@ TEST(record, truncated_payload_is_rejected) {
   }
 }
 
-TEST(record, missing_payload_frame_is_rejected) {
+TEST(Record, missing_payload_frame_is_rejected) {
   record r = tensor_record({8});
   auto frames = record_encode(r);
   std::vector<zmq::message_t> received;
@@ -333,7 +333,7 @@ TEST(record, missing_payload_frame_is_rejected) {
   EXPECT_THROW(record_decode(received), framing_error);
 }
 
-TEST(record, wrong_major_version_is_rejected_naming_it) {
+TEST(Record, wrong_major_version_is_rejected_naming_it) {
   auto bytes = header_bytes(tensor_record({2}).header);
   bytes[2] = std::byte{RECORD_VERSION_MAJOR + 1};
   try {
@@ -344,25 +344,25 @@ TEST(record, wrong_major_version_is_rejected_naming_it) {
   }
 }
 
-TEST(record, newer_minor_version_with_unknown_keys_is_accepted) {
+TEST(Record, newer_minor_version_with_unknown_keys_is_accepted) {
   auto bytes = header_bytes(record_header_of(record_kind::flush));
   bytes[3] = std::byte{RECORD_VERSION_MINOR + 1};
   EXPECT_EQ(record_header_decode(bytes).kind, record_kind::flush);
 }
 
-TEST(record, bad_magic_is_rejected) {
+TEST(Record, bad_magic_is_rejected) {
   auto bytes = header_bytes(tensor_record({2}).header);
   bytes[0] = std::byte{'X'};
   EXPECT_THROW(record_header_decode(bytes), framing_error);
 }
 
-TEST(record, corrupt_msgpack_is_rejected) {
+TEST(Record, corrupt_msgpack_is_rejected) {
   auto bytes = header_bytes(tensor_record({2}).header);
   for (size_t i = RECORD_PREFIX_SIZE; i < bytes.size(); ++i) bytes[i] = std::byte{0xc1};  // never-used byte
   EXPECT_THROW(record_header_decode(bytes), framing_error);
 }
 
-TEST(record, corrupt_lz4_block_is_rejected) {
+TEST(Record, corrupt_lz4_block_is_rejected) {
   record r = tensor_record({1 << 14});
   std::vector<std::byte> data(r.header.length, std::byte{7});
   auto packed = record_payload_lz4(data);
@@ -376,13 +376,13 @@ TEST(record, corrupt_lz4_block_is_rejected) {
   EXPECT_THROW(back.payload_bytes(), framing_error);
 }
 
-TEST(record, shape_and_length_must_agree) {
+TEST(Record, shape_and_length_must_agree) {
   record r = tensor_record({4});
   r.header.shape = {5};
   EXPECT_THROW(round_trip(r), framing_error);
 }
 
-TEST(record, unknown_kind_and_dtype_are_rejected) {
+TEST(Record, unknown_kind_and_dtype_are_rejected) {
   // A header written by hand: kind "bogus".
   auto bytes = header_bytes(record_header_of(record_kind::flush));
   std::string s(reinterpret_cast<const char *>(bytes.data()), bytes.size());
@@ -439,7 +439,7 @@ void expect_same(const record &a, const record &b) {
 
 }  // namespace
 
-TEST(record_batch, empty_batch_holds_no_records) {
+TEST(RecordBatch, empty_batch_holds_no_records) {
   record_batch_builder b;
   EXPECT_TRUE(b.empty());
   auto frame = b.take();
@@ -448,7 +448,7 @@ TEST(record_batch, empty_batch_holds_no_records) {
   EXPECT_TRUE(record_batch_decode(frame).empty());
 }
 
-TEST(record_batch, small_records_keep_every_field_and_their_order) {
+TEST(RecordBatch, small_records_keep_every_field_and_their_order) {
   record value(record_kind::value);
   value.header.entry = "Functional.add.0.forward";
   value.header.slot = "input.1";
@@ -477,7 +477,7 @@ TEST(record_batch, small_records_keep_every_field_and_their_order) {
 // A freed batch's buffer comes back for a later batch (record.cpp, batch_buffer_pool): memory
 // already mapped, instead of an arena top glibc gives back and faults in again. Reused with no
 // trace of the batch it held.
-TEST(record_batch, a_freed_batch_buffer_is_reused_and_holds_only_the_new_batch) {
+TEST(RecordBatch, a_freed_batch_buffer_is_reused_and_holds_only_the_new_batch) {
   record_batch_builder b;
   std::vector<record> first;
   first.push_back(tensor_record({64}));
@@ -506,7 +506,7 @@ TEST(record_batch, a_freed_batch_buffer_is_reused_and_holds_only_the_new_batch) 
   ASSERT_EQ(record_batch_decode(held).size(), 1u);
 }
 
-TEST(record_batch, large_batch_round_trips) {
+TEST(RecordBatch, large_batch_round_trips) {
   std::vector<record> records;
   size_t bytes = 0;
   for (uint64_t i = 0; bytes < 4 * RECORD_BATCH_BYTES; ++i) {
@@ -519,7 +519,7 @@ TEST(record_batch, large_batch_round_trips) {
   for (size_t i = 0; i < records.size(); ++i) expect_same(records[i], back[i]);
 }
 
-TEST(record_batch, lz4_payload_in_a_batch_decodes) {
+TEST(RecordBatch, lz4_payload_in_a_batch_decodes) {
   record r = tensor_record({4096});
   std::vector<std::byte> zeros(r.header.length, std::byte{0});
   auto packed = record_payload_lz4(zeros);
@@ -535,7 +535,7 @@ TEST(record_batch, lz4_payload_in_a_batch_decodes) {
   EXPECT_EQ(std::memcmp(b.data(), zeros.data(), b.size()), 0);
 }
 
-TEST(record_batch, truncated_batch_is_rejected_at_every_cut) {
+TEST(RecordBatch, truncated_batch_is_rejected_at_every_cut) {
   const auto bytes = bytes_of(batch_of(tensor_record({4}), tensor_record({3})));
   const size_t first_end = 4 + 4 + header_bytes(tensor_record({4}).header).size() + 16;
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
@@ -547,7 +547,7 @@ TEST(record_batch, truncated_batch_is_rejected_at_every_cut) {
   EXPECT_EQ(record_batch_decode(message_of(one)).size(), 1u);
 }
 
-TEST(record_batch, wrong_major_version_is_rejected_naming_it) {
+TEST(RecordBatch, wrong_major_version_is_rejected_naming_it) {
   auto bytes = bytes_of(batch_of(tensor_record({2})));
   bytes[2] = std::byte{RECORD_VERSION_MAJOR + 1};
   try {
@@ -561,7 +561,7 @@ TEST(record_batch, wrong_major_version_is_rejected_naming_it) {
   EXPECT_EQ(record_batch_decode(message_of(bytes)).size(), 1u);
 }
 
-TEST(record_batch, a_record_appended_as_it_is_encoded_is_the_bytes_of_its_frames) {
+TEST(RecordBatch, a_record_appended_as_it_is_encoded_is_the_bytes_of_its_frames) {
   record value(record_kind::value);
   value.header.entry = "Torch.add.0.forward";
   value.header.slot = "kwargs.alpha";
@@ -592,7 +592,7 @@ TEST(record_batch, a_record_appended_as_it_is_encoded_is_the_bytes_of_its_frames
   EXPECT_THROW((void)direct.append(record(record_kind::eos)), std::logic_error);
 }
 
-TEST(record_batch, decoding_into_a_vector_appends_or_leaves_it_as_it_was) {
+TEST(RecordBatch, decoding_into_a_vector_appends_or_leaves_it_as_it_was) {
   std::vector<record> out;
   out.push_back(tensor_record({3}));
   record_batch_decode(batch_of(tensor_record({4}), record(record_kind::flush)), out);
@@ -610,7 +610,7 @@ TEST(record_batch, decoding_into_a_vector_appends_or_leaves_it_as_it_was) {
 
 // A stage decodes every batch into the records of the batch before (stage_io::next): a record
 // decoded where a longer, fuller one was is the record a new decode makes.
-TEST(record_batch, decoding_into_used_records_leaves_nothing_of_them) {
+TEST(RecordBatch, decoding_into_used_records_leaves_nothing_of_them) {
   auto full = [] {
     record r = tensor_record({2, 3});
     r.header.meta = {{"stack_id", 7}, {"parent", "Module.fc.Linear.forward.0"}};
@@ -655,7 +655,7 @@ TEST(record_batch, decoding_into_used_records_leaves_nothing_of_them) {
   expect_same(out[1], value());
 }
 
-TEST(record_batch, corrupt_batch_is_rejected) {
+TEST(RecordBatch, corrupt_batch_is_rejected) {
   const auto good = bytes_of(batch_of(tensor_record({2}), tensor_record({2})));
   {  // a header length past the end
     auto bytes = good;
@@ -689,7 +689,7 @@ TEST(record_batch, corrupt_batch_is_rejected) {
   }
 }
 
-TEST(record_batch, control_barriers_and_references_travel_alone) {
+TEST(RecordBatch, control_barriers_and_references_travel_alone) {
   for (auto kind : {record_kind::hello, record_kind::ack, record_kind::eos, record_kind::final, record_kind::synced,
                     record_kind::control}) {
     EXPECT_FALSE(record_batchable(record_header_of(kind))) << record_kind_name(kind);
@@ -716,7 +716,7 @@ record entry_with_stack(const std::string &run, uint64_t id, const nlohmann::ord
 
 }  // namespace
 
-TEST(record_stacks, a_link_that_takes_references_sends_the_lines_once_per_id) {
+TEST(RecordStacks, a_link_that_takes_references_sends_the_lines_once_per_id) {
   const nlohmann::ordered_json a = {"File a.py, line 1, in f", "File a.py, line 9, in main"};
   const nlohmann::ordered_json b = {"File b.py, line 2, in g"};
   stack_book_define("stacks-run-1", 1, a);
@@ -746,7 +746,7 @@ TEST(record_stacks, a_link_that_takes_references_sends_the_lines_once_per_id) {
   EXPECT_FALSE(link.adapt(record_header_of(record_kind::value), true));
 }
 
-TEST(record_stacks, a_consumer_without_references_gets_the_lines_every_time) {
+TEST(RecordStacks, a_consumer_without_references_gets_the_lines_every_time) {
   const nlohmann::ordered_json a = {"File c.py, line 3, in h"};
   stack_book_define("stacks-run-3", 5, a);
   stack_link link;
@@ -758,7 +758,7 @@ TEST(record_stacks, a_consumer_without_references_gets_the_lines_every_time) {
   }
 }
 
-TEST(record_stacks, lines_are_found_in_the_record_or_the_book) {
+TEST(RecordStacks, lines_are_found_in_the_record_or_the_book) {
   const nlohmann::ordered_json a = {"File d.py, line 4, in k"};
   record with = entry_with_stack("stacks-run-4", 3, &a);
   EXPECT_EQ(*record_stack_lines(with.header), a);
@@ -777,7 +777,7 @@ TEST(record_stacks, lines_are_found_in_the_record_or_the_book) {
   EXPECT_EQ(record_stack_id(decoded.header), 3u);
 }
 
-TEST(record_file, round_trips_a_stream) {
+TEST(RecordFile, round_trips_a_stream) {
   test::temp_dir dir;
   const std::string path = dir / "stream.tpr";
   {
@@ -801,7 +801,7 @@ TEST(record_file, round_trips_a_stream) {
   EXPECT_FALSE(rd.read());
 }
 
-TEST(record_file, truncated_file_names_the_offset) {
+TEST(RecordFile, truncated_file_names_the_offset) {
   test::temp_dir dir;
   const std::string path = dir / "stream.tpr";
   {
@@ -820,7 +820,7 @@ TEST(record_file, truncated_file_names_the_offset) {
   }
 }
 
-TEST(record_file, not_a_record_file) {
+TEST(RecordFile, not_a_record_file) {
   test::temp_dir dir;
   test::write_file(dir / "x", "hello world, not records");
   EXPECT_THROW(record_file_reader(dir / "x"), framing_error);
@@ -830,7 +830,7 @@ TEST(record_file, not_a_record_file) {
 // A frame length is checked against the file before anything is allocated: a 1 TB length used to
 // reach zmq_msg_init_size and fail with ENOMEM ("Cannot allocate memory", exit 111), where a
 // corrupt file is an input error (framing_error, exit 100) naming the file and the offset.
-TEST(record_file, huge_frame_length_is_corrupt_input_not_an_allocation) {
+TEST(RecordFile, huge_frame_length_is_corrupt_input_not_an_allocation) {
   test::temp_dir dir;
   const std::string path = dir / "huge.tpr";
   for (const uint64_t claimed : {uint64_t{1} << 40, uint64_t{64} << 20, ~uint64_t{0}}) {
@@ -855,7 +855,7 @@ TEST(record_file, huge_frame_length_is_corrupt_input_not_an_allocation) {
 // The reader measures the file only when a frame would end past what it measured last: a file
 // still being written (a recording read while the run goes on) is read as far as it has grown,
 // and a frame longer than what is left is still caught after good records.
-TEST(record_file, a_growing_file_is_read_as_it_grows_and_a_late_bad_length_is_still_caught) {
+TEST(RecordFile, a_growing_file_is_read_as_it_grows_and_a_late_bad_length_is_still_caught) {
   test::temp_dir dir;
   // Each record alone in a file, to splice them (a record file is the magic, then records).
   const auto record_bytes = [&](std::vector<int64_t> shape) {
@@ -903,7 +903,7 @@ TEST(record_file, a_growing_file_is_read_as_it_grows_and_a_late_bad_length_is_st
 
 // The fuzzer ran out of file descriptors: a reader whose constructor threw on a bad magic never
 // closed its file, so a stage rejecting many files would end in EMFILE.
-TEST(record_file, rejected_file_is_closed) {
+TEST(RecordFile, rejected_file_is_closed) {
   test::temp_dir dir;
   test::write_file(dir / "x", "hello world, not records");
   auto lowest_free_fd = [] {
@@ -963,7 +963,7 @@ void expect_glance_matches(const record_glance &g, const record &r) {
 
 }  // namespace
 
-TEST(record_glance, sees_what_the_decoder_sees) {
+TEST(RecordGlance, sees_what_the_decoder_sees) {
   std::vector<record> records;
   records.push_back(record(record_kind::session));
   records.back().header.meta = {{"task", "statistics"}, {"precision", "high"}};
@@ -1002,7 +1002,7 @@ TEST(record_glance, sees_what_the_decoder_sees) {
   EXPECT_TRUE(glances.empty());
 }
 
-TEST(record_glance, a_key_given_twice_counts_by_its_last_value_as_the_decoder_counts_it) {
+TEST(RecordGlance, a_key_given_twice_counts_by_its_last_value_as_the_decoder_counts_it) {
   const auto header = raw_header([](auto &p) {
     p.pack_map(4);
     p.pack("kind"), p.pack("entry");
@@ -1020,7 +1020,7 @@ TEST(record_glance, a_key_given_twice_counts_by_its_last_value_as_the_decoder_co
   EXPECT_EQ(glances[0].stack_id, std::optional<uint64_t>(4));
 }
 
-TEST(record_glance, rejects_what_the_decoder_rejects_in_the_keys_it_reads) {
+TEST(RecordGlance, rejects_what_the_decoder_rejects_in_the_keys_it_reads) {
   std::vector<record_glance> glances;
   const auto rejected = [&](const zmq::message_t &frame, const char *what) {
     EXPECT_THROW(record_batch_glance(frame, glances), framing_error) << what;
@@ -1074,7 +1074,7 @@ TEST(record_glance, rejects_what_the_decoder_rejects_in_the_keys_it_reads) {
   }
 }
 
-TEST(record_glance, nesting_is_bounded_where_the_decoder_bounds_it) {
+TEST(RecordGlance, nesting_is_bounded_where_the_decoder_bounds_it) {
   // meta nested `levels` arrays deep: accepted by both or rejected by both, at the bound too.
   for (size_t levels : {size_t{10}, RECORD_HEADER_MAX_DEPTH - 3, RECORD_HEADER_MAX_DEPTH - 2,
                         RECORD_HEADER_MAX_DEPTH - 1, RECORD_HEADER_MAX_DEPTH, size_t{100000}}) {
@@ -1103,7 +1103,7 @@ TEST(record_glance, nesting_is_bounded_where_the_decoder_bounds_it) {
 
 // ---- the decoder's reading of each key (record.h section 2), as hand-written msgpack ----
 
-TEST(record_decode, signed_formats_of_non_negative_numbers_are_unsigned_integers) {
+TEST(RecordDecode, signed_formats_of_non_negative_numbers_are_unsigned_integers) {
   // msgpack allows 5 as int8 (0xd0 0x05); a writer other than msgpack-c's may choose it.
   const auto header = raw_header([](auto &p) {
     p.pack_map(4), p.pack("kind"), p.pack("flush");
@@ -1123,7 +1123,7 @@ TEST(record_decode, signed_formats_of_non_negative_numbers_are_unsigned_integers
   EXPECT_EQ(glances[0].flags, 5u);
 }
 
-TEST(record_decode, a_key_given_twice_counts_by_its_last_value) {
+TEST(RecordDecode, a_key_given_twice_counts_by_its_last_value) {
   const record_header h = record_header_decode(raw_header([](auto &p) {
     p.pack_map(6), p.pack("kind"), p.pack("tensor"), p.pack("dtype"), p.pack("float32");
     p.pack("shape"), p.pack_array(2), p.pack(2), p.pack(3);
@@ -1135,7 +1135,7 @@ TEST(record_decode, a_key_given_twice_counts_by_its_last_value) {
   EXPECT_EQ(h.meta, nlohmann::ordered_json::array({"b"}));
 }
 
-TEST(record_decode, meta_keeps_every_msgpack_type_and_order) {
+TEST(RecordDecode, meta_keeps_every_msgpack_type_and_order) {
   const std::vector<uint8_t> blob = {0, 1, 255};
   const record_header h = record_header_decode(raw_header([&](auto &p) {
     p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta");
@@ -1166,7 +1166,7 @@ TEST(record_decode, meta_keeps_every_msgpack_type_and_order) {
   EXPECT_TRUE(h.meta["x"].is_number_unsigned());
 }
 
-TEST(record_decode, an_unknown_key_is_passed_over_whatever_it_holds) {
+TEST(RecordDecode, an_unknown_key_is_passed_over_whatever_it_holds) {
   const record_header h = record_header_decode(raw_header([](auto &p) {
     p.pack_map(3), p.pack("kind"), p.pack("flush");
     // A newer minor's key: a map with container keys and an ext, none of which this build reads.
@@ -1178,7 +1178,7 @@ TEST(record_decode, an_unknown_key_is_passed_over_whatever_it_holds) {
   EXPECT_EQ(h.seq, 9u);
 }
 
-TEST(record_decode, a_mistyped_value_is_named_by_its_key) {
+TEST(RecordDecode, a_mistyped_value_is_named_by_its_key) {
   const auto message = [](auto &&pack) {
     try {
       (void)record_header_decode(raw_header(pack));
@@ -1229,7 +1229,7 @@ TEST(record_decode, a_mistyped_value_is_named_by_its_key) {
 // The header reader checks every byte count before it reads (record.h section 2): a count or a
 // length larger than what follows, and the byte msgpack never uses (0xc1), are bad msgpack
 // wherever they are, even inside a key this build passes over.
-TEST(record_decode, counts_beyond_the_frame_and_the_unused_byte_are_bad_msgpack) {
+TEST(RecordDecode, counts_beyond_the_frame_and_the_unused_byte_are_bad_msgpack) {
   const auto message = [](std::vector<std::byte> header) {
     try {
       (void)record_header_decode(header);
@@ -1270,7 +1270,7 @@ TEST(record_decode, counts_beyond_the_frame_and_the_unused_byte_are_bad_msgpack)
 
 // The header encoder packs a plain meta text (the captures' values) without nlohmann's parse:
 // its bytes must be the general path's, and a text the general path refuses must be refused.
-TEST(record_meta_text, plain_texts_pack_as_nlohmanns_parse_packs_them) {
+TEST(RecordMetaText, plain_texts_pack_as_nlohmanns_parse_packs_them) {
   std::vector<std::string> texts = {
       R"({"type": "float", "value": 0.9})", R"({"type": "int", "value": -3})", R"({"type": "bool", "value": true})",
       R"({"type": "slice", "value": [1, null, -1]})", R"([{"type":"int","value":2},{"type":"bool","value":false}])",
@@ -1340,7 +1340,7 @@ TEST(record_meta_text, plain_texts_pack_as_nlohmanns_parse_packs_them) {
 
 // Non-finite reals travel as Python's json writes them (NaN, Infinity, -Infinity tokens, the
 // value leaves' form): packed as float64 by both paths, decoded as the IEEE values.
-TEST(record_meta_text, python_non_finite_tokens_pack_as_doubles) {
+TEST(RecordMetaText, python_non_finite_tokens_pack_as_doubles) {
   for (const bool general : {false, true}) {
     record_header h;
     h.kind = record_kind::value;
@@ -1463,7 +1463,7 @@ void pack_random_meta(Packer &p, std::mt19937 &rng, int depth, bool &plain) {
 // The writer renders a value's meta from its bytes: what it writes must be what the tree every
 // other stage builds of the same bytes renders to, at every indent and depth, and the bytes must
 // travel on as the same meta.
-TEST(record_decode, a_value_meta_kept_as_bytes_renders_as_its_tree) {
+TEST(RecordDecode, a_value_meta_kept_as_bytes_renders_as_its_tree) {
   std::mt19937 rng(16);
   int kept_as_bytes = 0, built_as_trees = 0;
   for (int trial = 0; trial < 3000; ++trial) {
@@ -1509,7 +1509,7 @@ TEST(record_decode, a_value_meta_kept_as_bytes_renders_as_its_tree) {
 
 // What the bytes cannot stand for is built as a tree: another kind's meta, a barrier's, a meta
 // read before the kind, and one whose kind a later key changed.
-TEST(record_decode, a_meta_kept_as_bytes_only_where_the_tree_would_say_the_same) {
+TEST(RecordDecode, a_meta_kept_as_bytes_only_where_the_tree_would_say_the_same) {
   const auto value_meta = [](auto &p) { p.pack_map(2), p.pack("type"), p.pack("int"), p.pack("value"), p.pack(3); };
   {
     const auto d = decode_both_ways(raw_header([&](auto &p) { p.pack_map(2), p.pack("kind"), p.pack("value"), p.pack("meta"), value_meta(p); }));
@@ -1557,7 +1557,7 @@ TEST(record_decode, a_meta_kept_as_bytes_only_where_the_tree_would_say_the_same)
 }
 
 // A broken meta is named the same either way.
-TEST(record_decode, a_broken_meta_is_named_alike_kept_as_bytes_or_not) {
+TEST(RecordDecode, a_broken_meta_is_named_alike_kept_as_bytes_or_not) {
   const auto message = [](const std::vector<std::byte> &header, bool as_bytes) {
     std::vector<zmq::message_t> frames;
     frames.push_back(message_of(header));

@@ -88,7 +88,7 @@ struct stage_chain {
 
 }  // namespace
 
-TEST(shm_ring, frames_live_in_the_segment_until_released_then_the_space_returns) {
+TEST(ShmRing, frames_live_in_the_segment_until_released_then_the_space_returns) {
   shm_ring ring(16 * MiB);
   EXPECT_EQ(ring.path().rfind("/proc/", 0), 0u);
   std::vector<zmq::message_t> frames;
@@ -115,7 +115,7 @@ TEST(shm_ring, frames_live_in_the_segment_until_released_then_the_space_returns)
   EXPECT_FALSE(ring.allocate(9 * MiB, {}, 50)) << "more than half the ring never goes in it";
 }
 
-TEST(shm_ring, blocks_come_back_in_order_whatever_order_they_are_released_in) {
+TEST(ShmRing, blocks_come_back_in_order_whatever_order_they_are_released_in) {
   shm_ring ring(8 * MiB);
   auto a = ring.allocate(3 * MiB, {}, 20);
   auto b = ring.allocate(3 * MiB, {}, 20);
@@ -137,7 +137,7 @@ TEST(shm_ring, blocks_come_back_in_order_whatever_order_they_are_released_in) {
   EXPECT_TRUE(all_bytes(d->data(), d->size(), 9));
 }
 
-TEST(shm_ring, a_full_ring_waits_for_a_release_from_another_thread) {
+TEST(ShmRing, a_full_ring_waits_for_a_release_from_another_thread) {
   shm_ring ring(8 * MiB);
   auto a = ring.allocate(3 * MiB, {}, 20);
   auto b = ring.allocate(3 * MiB, {}, 20);
@@ -152,7 +152,7 @@ TEST(shm_ring, a_full_ring_waits_for_a_release_from_another_thread) {
   EXPECT_EQ(ring.counts().gave_up, 0u);
 }
 
-TEST(shm_ring, keep_waiting_false_ends_the_wait) {
+TEST(ShmRing, keep_waiting_false_ends_the_wait) {
   shm_ring ring(8 * MiB);
   auto a = ring.allocate(3 * MiB, {}, 20);
   auto b = ring.allocate(3 * MiB, {}, 20);
@@ -161,7 +161,7 @@ TEST(shm_ring, keep_waiting_false_ends_the_wait) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
-TEST(shm_ref, a_shared_frame_names_the_same_memory_and_holds_it) {
+TEST(ShmRef, a_shared_frame_names_the_same_memory_and_holds_it) {
   shm_ring ring(8 * MiB);
   auto a = ring.allocate(3 * MiB, {}, 20);
   ASSERT_TRUE(a);
@@ -184,7 +184,7 @@ TEST(shm_ref, a_shared_frame_names_the_same_memory_and_holds_it) {
   EXPECT_FALSE(shm_share(heap)) << "memory outside every segment has no reference";
 }
 
-TEST(shm_ref, bad_references_are_framing_errors_not_reads) {
+TEST(ShmRef, bad_references_are_framing_errors_not_reads) {
   shm_ring ring(8 * MiB);
   auto a = ring.allocate(MiB, {}, 20);
   ASSERT_TRUE(a);
@@ -216,7 +216,7 @@ TEST(shm_ref, bad_references_are_framing_errors_not_reads) {
   shm_unshare(*ref);
 }
 
-TEST(shm_record, header_key_round_trips_and_never_comes_with_a_frame) {
+TEST(ShmRecord, header_key_round_trips_and_never_comes_with_a_frame) {
   record_header h = record_header_of(record_kind::tensor);
   h.type = dtype::float32;
   h.shape = {4, 65536};
@@ -243,7 +243,7 @@ TEST(shm_record, header_key_round_trips_and_never_comes_with_a_frame) {
 // Producer → forwarding stage → sink, over ipc: the sink reads the producer's memory itself (the
 // same address, in this one process), small payloads still travel as bytes, and once every
 // record is gone the ring is empty again.
-TEST(shm_stage_io, payloads_cross_a_chain_of_stages_by_reference) {
+TEST(ShmStageIo, payloads_cross_a_chain_of_stages_by_reference) {
   std::vector<const void *> sink_saw;
   std::vector<bool> sink_ok;
   stage_chain chain(false, [&](const record &r) {
@@ -292,7 +292,7 @@ TEST(shm_stage_io, payloads_cross_a_chain_of_stages_by_reference) {
 // A stage reading by next() holds the record it was handed only until it asks for the next one:
 // a payload still held while the stage waits would leave the producer waiting for that space,
 // and the stage for the producer.
-TEST(shm_stage_io, next_lets_go_of_the_last_payload_before_it_waits) {
+TEST(ShmStageIo, next_lets_go_of_the_last_payload_before_it_waits) {
   std::vector<bool> sink_ok;
   stage_chain chain(true, [&](const record &r) {
     const auto bytes = r.payload_bytes();
@@ -333,7 +333,7 @@ TEST(shm_stage_io, next_lets_go_of_the_last_payload_before_it_waits) {
 }
 
 // TPROBE_SHM=off: the same chain with bytes only (the switch for comparisons).
-TEST(shm_stage_io, switched_off_the_consumer_does_not_offer_it) {
+TEST(ShmStageIo, switched_off_the_consumer_does_not_offer_it) {
   setenv("TPROBE_SHM", "off", 1);
   test::temp_dir dir;
   zmq::context_t ctx;

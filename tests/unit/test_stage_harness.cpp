@@ -97,7 +97,7 @@ std::vector<record> list_of(R &&...rs) {
 
 }  // namespace
 
-TEST(stage_harness, stats_run_fills_statistics_drops_unsaved_data_and_answers_the_barrier) {
+TEST(StageHarness, stats_run_fills_statistics_drops_unsaved_data_and_answers_the_barrier) {
   test::stage_harness h;
   const auto out = h.run([](stage_io &io) { stats_run(io, {}); },
                          list_of(session_record("/nonexistent"),
@@ -117,7 +117,7 @@ TEST(stage_harness, stats_run_fills_statistics_drops_unsaved_data_and_answers_th
   EXPECT_EQ(h.counts().sent, 3u);
 }
 
-TEST(stage_harness, stats_run_keeps_saved_data) {
+TEST(StageHarness, stats_run_keeps_saved_data) {
   test::stage_harness h;
   auto tensor = float_tensor("Functional.relu.0.forward", "output.0", {1, 2});
   tensor.header.flags |= RECORD_FLAG_SAVE;
@@ -129,7 +129,7 @@ TEST(stage_harness, stats_run_keeps_saved_data) {
 
 // A payload larger than a part (stats_part_bytes) is read on --threads threads; the statistics
 // are the same bit for bit with any number of them, and equal core's one-thread computation.
-TEST(stage_harness, stats_run_reads_large_payloads_on_threads_with_the_same_statistics) {
+TEST(StageHarness, stats_run_reads_large_payloads_on_threads_with_the_same_statistics) {
   std::vector<float> values((size_t{5} << 20) / sizeof(float) + 77);  // 5 parts and a ragged end
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.f, 1e4f);
@@ -154,7 +154,7 @@ TEST(stage_harness, stats_run_reads_large_payloads_on_threads_with_the_same_stat
   }
 }
 
-TEST(stage_harness, writer_run_answers_the_step_barrier_and_writes_the_dump) {
+TEST(StageHarness, writer_run_answers_the_step_barrier_and_writes_the_dump) {
   test::temp_dir dir;
   test::stage_harness h(false);
   record entry(record_kind::entry);
@@ -184,7 +184,7 @@ TEST(stage_harness, writer_run_answers_the_step_barrier_and_writes_the_dump) {
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/dump/step0/rank/stack.json"));
 }
 
-TEST(stage_harness, writer_run_computes_statistics_no_stage_computed) {
+TEST(StageHarness, writer_run_computes_statistics_no_stage_computed) {
   // tprobe-stats replaced by a stage that passes data on: the writer computes what is missing.
   test::temp_dir dir;
   test::stage_harness h(false);
@@ -200,7 +200,7 @@ TEST(stage_harness, writer_run_computes_statistics_no_stage_computed) {
   EXPECT_EQ(doc["data"]["Functional.relu.0.forward"]["output"][0]["Norm"], 10.0);
 }
 
-TEST(stage_harness, writer_run_refuses_a_record_it_cannot_place_and_dumps_the_rest) {
+TEST(StageHarness, writer_run_refuses_a_record_it_cannot_place_and_dumps_the_rest) {
   // A list index below 0 or past a million (the nulls before it would take the writer's memory), a
   // slot under a debug save's whole value, and a path that would turn a filled list into a dict:
   // each one refused record, named on stderr and in dump_error_info.log and counted; what came
@@ -251,7 +251,7 @@ TEST(stage_harness, writer_run_refuses_a_record_it_cannot_place_and_dumps_the_re
 // A step's folder is made off the writer's thread while the step's records are placed: a folder
 // that cannot be made still fails the writer, naming it, at the step's end and on every later
 // wait (the catch's last rewrite), and the folders before it are written.
-TEST(stage_harness, writer_run_names_a_step_folder_it_cannot_make_and_keeps_the_steps_before) {
+TEST(StageHarness, writer_run_names_a_step_folder_it_cannot_make_and_keeps_the_steps_before) {
   test::temp_dir dir;
   const std::string dump = dir.path() + "/dump";
   std::filesystem::create_directories(dump);
@@ -346,7 +346,7 @@ const std::multiset<std::string> written_names{"dump.json", "stack.json", "const
 // training thread's wait on the step's barrier (docs/performance.md); the step then writes its own.
 // Its temporaries are made then too, for the same reason (prepared_file).
 // Fed by a record_sender rather than the harness, to look at the folder between two barriers.
-TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_and_prepares_the_new_ones_when_the_step_begins) {
+TEST(StageHarness, writer_run_drops_an_earlier_runs_step_files_and_prepares_the_new_ones_when_the_step_begins) {
   test::temp_dir dir;
   const std::string dump = dir.path() + "/dump", folder = dump + "/step0/rank", later = dump + "/step1/rank";
   for (const auto &f : {folder, later}) {
@@ -387,7 +387,7 @@ TEST(stage_harness, writer_run_drops_an_earlier_runs_step_files_and_prepares_the
 
 // Each prepared temporary holds two descriptors: a writer fed by many ranks at once prepares for
 // 16 folders, and the others write as before.
-TEST(stage_harness, writer_run_prepares_temporaries_for_at_most_16_folders_at_once) {
+TEST(StageHarness, writer_run_prepares_temporaries_for_at_most_16_folders_at_once) {
   test::temp_dir dir;
   const std::string dump = dir.path() + "/dump";
   writer_on_thread writer(dir, dump);
@@ -428,7 +428,7 @@ TEST(stage_harness, writer_run_prepares_temporaries_for_at_most_16_folders_at_on
   }
 }
 
-TEST(stage_harness, tap_run_prints_what_the_tap_publishes) {
+TEST(StageHarness, tap_run_prints_what_the_tap_publishes) {
   test::stage_harness h;
   auto tensor = float_tensor("Functional.relu.0.forward", "output.0", {3, -4});
   tensor.header.stats = tensor_stats_compute(tensor.payload_bytes().data(), dtype::float32, 2, false, {});
@@ -446,7 +446,7 @@ TEST(stage_harness, tap_run_prints_what_the_tap_publishes) {
                               "mean=-0.5 norm=5"));
 }
 
-TEST(stage_harness, kit_function_filters_and_a_dropped_barrier_is_still_answered) {
+TEST(StageHarness, kit_function_filters_and_a_dropped_barrier_is_still_answered) {
   stage_kit kit;
   kit.description = {"big-only", "passes tensors whose norm is above --limit", true, true,
                      {{"limit", "float", "4", "norm limit", 0.0}}};
@@ -474,7 +474,7 @@ TEST(stage_harness, kit_function_filters_and_a_dropped_barrier_is_still_answered
   EXPECT_EQ(h.barriers(), std::vector<bool>{true});
 }
 
-TEST(stage_harness, declared_options_check_types_and_ranges) {
+TEST(StageHarness, declared_options_check_types_and_ranges) {
   const stage_description d{"x", "", true, true,
                             {{"flush-interval", "float", "2", "seconds", 0.0, 3600.0}, {"n", "int", "1", "count", 1.0}}};
   for (const auto &[args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
@@ -503,7 +503,7 @@ TEST(stage_harness, declared_options_check_types_and_ranges) {
   EXPECT_FALSE(v.given("n"));
 }
 
-TEST(stage_harness, capture_api_record_file_through_stats_in_process) {
+TEST(StageHarness, capture_api_record_file_through_stats_in_process) {
   // The C API writes a record file (an endpoint without "://"); stats_run reads it in process.
   test::temp_dir dir;
   const std::string file = dir / "stream.tpr";
@@ -527,7 +527,7 @@ TEST(stage_harness, capture_api_record_file_through_stats_in_process) {
   EXPECT_EQ(out.back().header.kind, record_kind::step_end);
 }
 
-TEST(stage_harness, a_recording_replayed_by_the_writer_keeps_stacks_sent_once_across_steps) {
+TEST(StageHarness, a_recording_replayed_by_the_writer_keeps_stacks_sent_once_across_steps) {
   // The capture sends a call stack's lines once and its id after that (record.h section 5), also
   // into a record file. A writer replaying the file in another process (where no session defined
   // the id) must find the lines of a stack first seen in an earlier step.
@@ -625,7 +625,7 @@ written_step write_mix_step(const std::string &task, nlohmann::ordered_json data
 }  // namespace
 
 // Checked against msprobe 8.3.3's own dumps of one model at each of these settings.
-TEST(stage_harness, writer_run_writes_what_msprobe_writes_for_each_task_and_data_mode) {
+TEST(StageHarness, writer_run_writes_what_msprobe_writes_for_each_task_and_data_mode) {
   using ::testing::ElementsAre;
   const auto all = write_mix_step("statistics", {"all"});
   EXPECT_THAT(all.entries(), ElementsAre("Functional.relu.0.forward", "Module.drop.Dropout.forward.0",
@@ -677,7 +677,7 @@ TEST(stage_harness, writer_run_writes_what_msprobe_writes_for_each_task_and_data
 // An overflow_check step without an overflow reaches the writer as its calls' entries marked
 // data: false: msprobe 8.3.3 writes its folder all the same, with "data": {}, the stacks of its
 // calls and an empty dump_tensor_data/.
-TEST(stage_harness, writer_run_writes_the_folder_of_a_step_that_saved_no_tensor) {
+TEST(StageHarness, writer_run_writes_the_folder_of_a_step_that_saved_no_tensor) {
   test::temp_dir dir;
   test::stage_harness h(false);
   const std::string dump = dir.path() + "/dump";
@@ -754,7 +754,7 @@ std::string seen(const record &r) {
 
 }  // namespace
 
-TEST(stage_harness, stats_run_passes_batches_of_finished_records_on_whole_and_the_consumer_sees_the_same) {
+TEST(StageHarness, stats_run_passes_batches_of_finished_records_on_whole_and_the_consumer_sees_the_same) {
   const auto in = step_of_numbers(3000, 0);
   test::stage_harness h;
   stats_stage_result result;
@@ -771,7 +771,7 @@ TEST(stage_harness, stats_run_passes_batches_of_finished_records_on_whole_and_th
   EXPECT_EQ(result.computed, 0u);
 }
 
-TEST(stage_harness, a_record_missing_from_a_batch_passed_whole_is_named_by_its_seq) {
+TEST(StageHarness, a_record_missing_from_a_batch_passed_whole_is_named_by_its_seq) {
   // A capture's records numbered 1, 2, 3, …, one of them lost before the statistics stage, in
   // the middle of a batch that the stage passes on undecoded: its glance reads seq.
   auto in = step_of_numbers(3000, 0);
@@ -797,7 +797,7 @@ TEST(stage_harness, a_record_missing_from_a_batch_passed_whole_is_named_by_its_s
   EXPECT_EQ(again.counts().lost, 0u);
 }
 
-TEST(stage_harness, stats_run_decodes_a_batch_with_work_in_it_and_passes_the_rest) {
+TEST(StageHarness, stats_run_decodes_a_batch_with_work_in_it_and_passes_the_rest) {
   const auto in = step_of_numbers(3000, 40);  // the first 40 tensors bring data, not statistics
   test::stage_harness h;
   stats_stage_result result;
@@ -823,7 +823,7 @@ TEST(stage_harness, stats_run_decodes_a_batch_with_work_in_it_and_passes_the_res
   EXPECT_EQ(again.counts().passed_unchanged, 0u);
 }
 
-TEST(stage_harness, stats_leaves_unchanged_only_what_it_would_not_touch) {
+TEST(StageHarness, stats_leaves_unchanged_only_what_it_would_not_touch) {
   record_glance g;
   g.kind = record_kind::session;
   EXPECT_FALSE(stats_leaves_unchanged(g, {}));  // its precision is read

@@ -121,7 +121,7 @@ tensor_stats stats_of(const record &r) {
 
 // ---- synth ----
 
-TEST(synth, sends_a_session_then_entries_tensors_and_step_ends) {
+TEST(Synth, sends_a_session_then_entries_tensors_and_step_ends) {
   synth_stage_options o;
   o.records = 7;
   o.steps = 2;
@@ -174,7 +174,7 @@ TEST(synth, sends_a_session_then_entries_tensors_and_step_ends) {
   EXPECT_EQ(got.back().header.step, 1);
 }
 
-TEST(synth, data_comes_from_the_seed) {
+TEST(Synth, data_comes_from_the_seed) {
   synth_stage_options a, b;
   a.dtypes = b.dtypes = {dtype::float64, dtype::float16, dtype::complex64, dtype::uint8, dtype::boolean};
   b.seed = 2;
@@ -191,7 +191,7 @@ TEST(synth, data_comes_from_the_seed) {
   for (auto v : bytes_of(synth_tensor(a, 4, 0, 4))) EXPECT_LE(static_cast<unsigned>(v), 1u);
 }
 
-TEST(synth, patterns_put_nan_and_inf_into_every_kth_floating_tensor) {
+TEST(Synth, patterns_put_nan_and_inf_into_every_kth_floating_tensor) {
   synth_stage_options o;
   o.records = 30;
   o.dtypes = {dtype::float32, dtype::int64, dtype::bfloat16, dtype::float16, dtype::complex128};
@@ -234,7 +234,7 @@ TEST(synth, patterns_put_nan_and_inf_into_every_kth_floating_tensor) {
   }
 }
 
-TEST(synth, rate_paces_the_records) {
+TEST(Synth, rate_paces_the_records) {
   synth_stage_options o;
   o.records = 18;  // + session + 9 entries + step_end = 29 records: the last leaves after 28 / rate
   o.rate = 1000;
@@ -245,7 +245,7 @@ TEST(synth, rate_paces_the_records) {
   EXPECT_GE(took, std::chrono::milliseconds(28));
 }
 
-TEST(synth, takes_what_a_capture_takes_from_tprobe_run) {
+TEST(Synth, takes_what_a_capture_takes_from_tprobe_run) {
   const std::map<std::string, std::string> env{{"TPROBE_ENDPOINT", "ipc:///r/a.in,ipc:///r/b.in"},
                                                {"TPROBE_TASK", "tensor"},
                                                {"TPROBE_DUMP_PATH", "/d/x/../dump"},
@@ -280,7 +280,7 @@ TEST(synth, takes_what_a_capture_takes_from_tprobe_run) {
   EXPECT_EQ(bare.dump_path, (std::filesystem::current_path() / "dump").string());
 }
 
-TEST(synth, rejects_bad_options_with_usage_errors) {
+TEST(Synth, rejects_bad_options_with_usage_errors) {
   EXPECT_THROW(synth_pattern_parse("nans"), usage_error);
   EXPECT_EQ(synth_pattern_parse("mixed"), synth_pattern::mixed);
   EXPECT_THROW(synth_parse_dtypes({"float32", "float8"}), usage_error);
@@ -300,7 +300,7 @@ TEST(synth, rejects_bad_options_with_usage_errors) {
 
 // ---- null ----
 
-TEST(null, counts_every_kind_and_checks_the_expectation) {
+TEST(Null, counts_every_kind_and_checks_the_expectation) {
   synth_stage_options o;
   o.records = 10;
   o.steps = 3;
@@ -328,7 +328,7 @@ TEST(null, counts_every_kind_and_checks_the_expectation) {
 
 // ---- fault ----
 
-TEST(fault, drops_are_seeded_and_counted) {
+TEST(Fault, drops_are_seeded_and_counted) {
   synth_stage_options so;
   so.records = 400;
   so.steps = 2;
@@ -349,7 +349,7 @@ TEST(fault, drops_are_seeded_and_counted) {
   EXPECT_NE(run_chain(so, fo).fault.dropped, a.fault.dropped);
 }
 
-TEST(fault, duplicates_and_delays_pass_everything) {
+TEST(Fault, duplicates_and_delays_pass_everything) {
   synth_stage_options so;
   so.records = 100;
   fault_stage_options fo;
@@ -367,7 +367,7 @@ TEST(fault, duplicates_and_delays_pass_everything) {
 // Truncated and header-corrupted records reach the next stage as malformed records that name
 // tprobe-fault as their producer. The consumer goes on reading after each error, so the stream
 // still ends with eos (a stage would exit 100 at the first).
-TEST(fault, truncated_and_corrupted_records_are_malformed_downstream) {
+TEST(Fault, truncated_and_corrupted_records_are_malformed_downstream) {
   for (const bool truncate : {true, false}) {
     SCOPED_TRACE(truncate ? "truncate" : "corrupt header");
     synth_stage_options so;
@@ -405,7 +405,7 @@ TEST(fault, truncated_and_corrupted_records_are_malformed_downstream) {
   }
 }
 
-TEST(fault, corrupted_payloads_differ_by_one_bit) {
+TEST(Fault, corrupted_payloads_differ_by_one_bit) {
   synth_stage_options so;
   so.records = 50;
   so.sizes = {1, 7, 64};
@@ -444,7 +444,7 @@ TEST(fault, corrupted_payloads_differ_by_one_bit) {
 
 // --die-after: fault_run returns after K records without finishing its outputs (main() then
 // SIGKILLs the process). Over record files, so that nothing waits for the eos that never comes.
-TEST(fault, die_after_leaves_the_stream_without_eos) {
+TEST(Fault, die_after_leaves_the_stream_without_eos) {
   test::temp_dir dir;
   zmq::context_t ctx;
   synth_stage_options so;
@@ -472,7 +472,7 @@ TEST(fault, die_after_leaves_the_stream_without_eos) {
   EXPECT_EQ(reader.counts().truncated_producers, 1u);  // the recording ends without eos
 }
 
-TEST(fault, rejects_bad_options_with_usage_errors) {
+TEST(Fault, rejects_bad_options_with_usage_errors) {
   fault_stage_options o;
   o.drop_prob = 1.5;
   EXPECT_THROW(fault_check(o), usage_error);

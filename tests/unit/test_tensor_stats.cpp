@@ -686,7 +686,7 @@ TEST(Crc32, KnownValues) {
   EXPECT_EQ(crc32_bytes(grad.data(), grad.size() * sizeof(float)), 0xe2863940u);
 }
 
-TEST(crc32, equals_zlib_at_every_length_and_alignment) {
+TEST(Crc32, equals_zlib_at_every_length_and_alignment) {
   // The vectorised CRC (ISA-L, when built with it) folds 16/64-byte blocks: lengths and start
   // offsets around those sizes, and a large buffer, must all give zlib's value.
   std::vector<unsigned char> buf(1 << 20);
@@ -700,7 +700,7 @@ TEST(crc32, equals_zlib_at_every_length_and_alignment) {
   EXPECT_EQ(crc32_update(crc32_bytes(buf.data(), 1000), buf.data() + 1000, 5000), crc32_bytes_zlib(buf.data(), 6000));
 }
 
-TEST(crc32, taken_in_the_statistics_pass_equals_a_pass_of_its_own) {
+TEST(Crc32, taken_in_the_statistics_pass_equals_a_pass_of_its_own) {
   // The statistics of a large tensor are summed in pieces when a CRC is wanted: the same values
   // to the bit, and the CRC of the whole.
   for (size_t count : {size_t{1}, size_t{4095}, size_t{65536}, size_t{65537}, size_t{1000003}}) {
@@ -718,7 +718,7 @@ TEST(crc32, taken_in_the_statistics_pass_equals_a_pass_of_its_own) {
   }
 }
 
-TEST(crc32, of_zero_bytes_equals_zlib_over_them) {
+TEST(Crc32, of_zero_bytes_equals_zlib_over_them) {
   // crc32_zero_bytes combines runs of 4 KiB blocks: sizes around a block and its powers.
   const std::vector<unsigned char> zeros((size_t{3} << 20) + 4099);
   for (size_t n : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{8192}, size_t{12288 + 5},

@@ -1,6 +1,6 @@
 #include <fmt/format.h>
 
-#include "config.h"
+#include "capture_config.h"
 #include "nan_offline.h"
 #include "safe_path.h"
 

@@ -1,5 +1,5 @@
 // free_benchmark_stage.h: tprobe-free-benchmark, the stage that writes msprobe's free_benchmark.csv
-// from the rows the capture sends (capture/free_benchmark_record.h: one record per API call whose
+// from the rows the capture sends (transport/free_benchmark_record.h: one record per API call whose
 // perturbed output parted from the original; the perturbation and the comparison ran in the
 // training process, core/free_benchmark.h):
 //   {dump_path}/step{N}/rank{R}/free_benchmark.csv

@@ -1,5 +1,5 @@
 // grad_probe_stage.h: tprobe-grad-probe, the stage that writes msprobe's grad_probe files from the
-// gradient records of the capture (capture/grad_record.h; the numbers were computed in the
+// gradient records of the capture (transport/grad_record.h; the numbers were computed in the
 // training process, core/grad_probe.h):
 //   {dump_path}/rank{R}/grad_summary_{S}.csv     at the producer's step_end of step S
 //   {dump_path}/rank{R}/step{S}/{param}.npy      as each gradient arrives (levels L1, L2)

@@ -87,7 +87,7 @@ std::string append_output_dir(const std::string &output_dir, const nlohmann::ord
 }
 
 // A session key the capture may put at the meta's top level or in its "monitor" object
-// (capture/config.cpp config_for_monitor puts output_dir in both: dump_path and monitor.output_dir).
+// (core/capture_config.cpp config_for_monitor puts output_dir in both: dump_path and monitor.output_dir).
 const nlohmann::ordered_json *session_value(const nlohmann::ordered_json &meta, const char *key) {
   if (auto v = meta.find(key); v != meta.end() && !v->is_null()) return &*v;
   const auto m = meta.find("monitor");

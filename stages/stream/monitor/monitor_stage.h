@@ -1,6 +1,6 @@
 // monitor_stage.h: tprobe-monitor, the stage that writes msprobe 8.3.3's training-monitor files
 // (TrainerMon, 训练状态监控; docs/msprobe-compat.md §9.7, §9.8) from the capture's monitor records
-// (capture/monitor_record.h: one record per csv prefix and monitor step, the numbers already
+// (transport/monitor_record.h: one record per csv prefix and monitor step, the numbers already
 // reduced in the training process; core/monitor.h owns the semantics: csv bytes, rules, keys).
 //
 // Per producer rank R (0 when not distributed), from its session record on:

@@ -60,7 +60,7 @@ session_info session_from_meta(const json &meta) {
   s.level = meta.value("level", s.level);
   s.framework = meta.value("framework", s.framework);
   s.dump_path = meta.value("dump_path", std::string{});
-  // The capture validated it (capture/config.cpp); a hand-made producer's typo must not silently
+  // The capture validated it (core/capture_config.cpp); a hand-made producer's typo must not silently
   // give the other format.
   if (const auto it = meta.find("tensor_format"); it != meta.end()) s.tensor_format = it->is_string() ? it->get<std::string>() : it->dump();
   if (s.tensor_format != "npy" && s.tensor_format != "pt")

@@ -1,4 +1,4 @@
-#include "config.h"
+#include "capture_config.h"
 #include "nan_analyze.h"
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 
 #include "errors.h"
 #include "free_benchmark.h"
+#include "json_kind.h"
 #include "monitor.h"
 
 namespace tprobe {
@@ -122,20 +123,6 @@ std::string describe(const ordered_json &v) {
   return text;
 }
 
-std::string kind(const ordered_json &v) {
-  switch (v.type()) {
-    case ordered_json::value_t::null: return "null";
-    case ordered_json::value_t::boolean: return "a bool";
-    case ordered_json::value_t::string: return "a string";
-    case ordered_json::value_t::number_integer:
-    case ordered_json::value_t::number_unsigned: return "an int";
-    case ordered_json::value_t::number_float: return "a float";
-    case ordered_json::value_t::array: return "a list";
-    case ordered_json::value_t::object: return "an object";
-    default: return v.type_name();
-  }
-}
-
 std::string join(const std::vector<std::string> &values) {
   return fmt::format("{}", fmt::join(values, ", "));
 }
@@ -158,12 +145,12 @@ const ordered_json *get(const ordered_json &object, const std::string &key) {
 }
 
 std::string expect_string(const ordered_json &v, const std::string &where) {
-  if (!v.is_string()) fail(where, "expected a string, got " + kind(v));
+  if (!v.is_string()) fail(where, "expected a string, got " + json_kind(v));
   return v.get<std::string>();
 }
 
 bool expect_bool(const ordered_json &v, const std::string &where) {
-  if (!v.is_boolean()) fail(where, "expected a bool, got " + kind(v));
+  if (!v.is_boolean()) fail(where, "expected a boolean, got " + json_kind(v));
   return v.get<bool>();
 }
 
@@ -174,16 +161,16 @@ int64_t expect_int(const ordered_json &v, const std::string &where) {
     if (u > static_cast<uint64_t>(INT64_MAX)) fail(where, fmt::format("{} is out of the int64 range", u));
     return static_cast<int64_t>(u);
   }
-  if (!v.is_number_integer()) fail(where, "expected an int, got " + kind(v));
+  if (!v.is_number_integer()) fail(where, "expected an integer, got " + json_kind(v));
   return v.get<int64_t>();
 }
 
 std::vector<std::string> expect_string_list(const ordered_json &v, const std::string &where) {
-  if (!v.is_array()) fail(where, "expected a list of strings, got " + kind(v));
+  if (!v.is_array()) fail(where, "expected a list of strings, got " + json_kind(v));
   std::vector<std::string> out;
   out.reserve(v.size());
   for (const auto &element : v) {
-    if (!element.is_string()) fail(where, fmt::format("element {} is {}, expected a string", describe(element), kind(element)));
+    if (!element.is_string()) fail(where, fmt::format("element {} is {}, expected a string", describe(element), json_kind(element)));
     out.push_back(element.get<std::string>());
   }
   return out;
@@ -338,11 +325,11 @@ void parse_grad_probe_section(const ordered_json &section, const std::string &so
   if (auto *v = get(section, "param_list")) (void)expect_string_list(*v, where("param_list"));
   if (auto *v = get(section, "bounds")) {
     const std::string w = where("bounds");
-    if (!v->is_array()) fail(w, "expected a list of numbers, got " + kind(*v));
+    if (!v->is_array()) fail(w, "expected a list of numbers, got " + json_kind(*v));
     // long double holds every int64 exactly, so ints and floats compare correctly.
     std::optional<long double> previous;
     for (const auto &element : *v) {
-      if (!element.is_number()) fail(w, fmt::format("element {} is {}, expected a number", describe(element), kind(element)));
+      if (!element.is_number()) fail(w, fmt::format("element {} is {}, expected a number", describe(element), json_kind(element)));
       long double value = element.is_number_float() ? static_cast<long double>(element.get<double>())
                           : element.is_number_unsigned() ? static_cast<long double>(element.get<uint64_t>())
                                                           : static_cast<long double>(element.get<int64_t>());
@@ -366,7 +353,7 @@ void parse_task_section(const ordered_json &doc, const std::string &source, capt
     return;
   }
   if (!section) return;
-  if (!section->is_object()) fail(field_where(source, cfg.task), "expected an object, got " + kind(*section));
+  if (!section->is_object()) fail(field_where(source, cfg.task), "expected an object, got " + json_kind(*section));
   check_keys(*section, section_keys(cfg.task), source, cfg.task);
   if (cfg.task == "statistics" || cfg.task == "tensor") {
     parse_dump_section(*section, source, cfg);
@@ -503,7 +490,7 @@ std::vector<int64_t> config_parse_rank_or_step(const nlohmann::ordered_json &val
                                                const std::string &source) {
   if (value.is_null()) return {};
   const std::string where = field_where(source, field);
-  if (!value.is_array()) fail(where, "expected a list of ints and \"a-b\" strings, got " + kind(value));
+  if (!value.is_array()) fail(where, "expected a list of ints and \"a-b\" strings, got " + json_kind(value));
   if (value.size() > rank_step_max_elements) {
     fail(where, fmt::format("has {} elements, at most {} allowed", value.size(), rank_step_max_elements));
   }
@@ -512,7 +499,7 @@ std::vector<int64_t> config_parse_rank_or_step(const nlohmann::ordered_json &val
   intervals.reserve(value.size());
   for (const auto &element : value) {
     if (element.is_boolean()) {
-      fail(where, fmt::format("element {} is a bool, expected an int or an \"a-b\" string", describe(element)));
+      fail(where, fmt::format("element {} is a boolean, expected an integer or an \"a-b\" string", describe(element)));
     }
     if (element.is_number_integer()) {
       const bool in_range = element.is_number_unsigned() ? element.get<uint64_t>() <= rank_step_max
@@ -522,7 +509,7 @@ std::vector<int64_t> config_parse_rank_or_step(const nlohmann::ordered_json &val
       continue;
     }
     if (!element.is_string()) {
-      fail(where, fmt::format("element {} is {}, expected an int or an \"a-b\" string", describe(element), kind(element)));
+      fail(where, fmt::format("element {} is {}, expected an integer or an \"a-b\" string", describe(element), json_kind(element)));
     }
     const std::string text = element.get<std::string>();
     const size_t hyphen = text.find('-');
@@ -552,11 +539,11 @@ std::vector<int64_t> config_parse_rank_or_step(const nlohmann::ordered_json &val
 
 static void parse_tprobe_section(const ordered_json &section, const std::string &source, capture_config &cfg) {
   const std::string where_section = field_where(source, "tprobe");
-  if (!section.is_object()) fail(where_section, "expected an object, got " + kind(section));
+  if (!section.is_object()) fail(where_section, "expected an object, got " + json_kind(section));
   check_keys(section, tprobe_keys, source, "tprobe");
   auto where = [&](const char *key) { return fmt::format("{}: field \"tprobe.{}\"", source, key); };
   if (auto *v = get(section, "pipeline_timeout_s")) {
-    if (!v->is_number()) fail(where("pipeline_timeout_s"), "expected a number of seconds, got " + kind(*v));
+    if (!v->is_number()) fail(where("pipeline_timeout_s"), "expected a number of seconds, got " + json_kind(*v));
     const double seconds = v->get<double>();
     // -1 (wait forever) is the only negative allowed; the upper bound keeps milliseconds in an int.
     if (!(seconds == -1 || (seconds > 0 && seconds <= 86400)))
@@ -574,7 +561,7 @@ static void parse_tprobe_section(const ordered_json &section, const std::string 
 
 capture_config config_parse(const nlohmann::ordered_json &doc, const std::string &source) {
   if (!doc.is_object()) {
-    throw usage_error(fmt::format("{}: expected a JSON object at the top level, got {}", source, kind(doc)));
+    throw usage_error(fmt::format("{}: expected a JSON object at the top level, got {}", source, json_kind(doc)));
   }
   std::vector<std::string> top_level_keys = common_keys;
   top_level_keys.insert(top_level_keys.end(), task_names.begin(), task_names.end());

@@ -1,4 +1,4 @@
-// config.h: msprobe's config.json for the capture, parsed, validated and turned into a filter.
+// capture_config.h: msprobe's config.json for the capture, parsed, validated and turned into a filter.
 //
 // The file is msprobe's own (docs: docs/msprobe-compat.md §3), so an existing msprobe config works
 // unchanged:
