@@ -45,6 +45,7 @@
 // PrecisionDebugger capture in the same process must not dump them.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -95,26 +96,61 @@ at::Tensor norm_of(const at::Tensor &x64) {
 #endif
 }
 
-// One statistic as a 0-dim float64 tensor on x's device.
+// One statistic as a 0-dim tensor on x's device: float64, except min and max (x's dtype), zeros
+// (float32) and nans (int64), which the caller casts (.to(kDouble) on a device, .item<double>()
+// on the host: the same value).
 at::Tensor statistic(op o, const at::Tensor &x, at::Tensor &x64, double eps, const at::Tensor &nan) {
   auto wide = [&]() -> const at::Tensor & {
     if (!x64.defined()) x64 = x.scalar_type() == at::kDouble ? x : x.to(at::kDouble);
     return x64;
   };
   switch (o) {
-    case op::min: return at::min(x).to(at::kDouble);
-    case op::max: return at::max(x).to(at::kDouble);
+    case op::min: return at::min(x);
+    case op::max: return at::max(x);
     case op::norm: return norm_of(wide());
     case op::mean: return at::mean(wide());
     case op::zeros:
       if (x.numel() == 0) return nan;
       // torch.sum(torch.abs(x) < eps) / x.numel(): the Python float eps is a wrapped number, which
       // leaves the comparison in x's dtype; int64 / int is float32 (the default dtype).
-      return at::div(at::lt(at::abs(x), c10::Scalar(eps)).sum(), c10::Scalar(x.numel())).to(at::kDouble);
-    case op::nans: return at::isnan(x).sum().to(at::kDouble);
+      return at::div(at::lt(at::abs(x), c10::Scalar(eps)).sum(), c10::Scalar(x.numel()));
+    case op::nans: return at::isnan(x).sum();
     case op::id: return x.dim() == 0 ? x.to(at::kDouble) : nan;
   }
   return nan;
+}
+
+// The CPU case: each statistic's value goes straight into the result (.item(), no sync on the host),
+// instead of a 0-dim tensor per value, its cast to float64 and one stack of them all: a CPU step's
+// small tensors cost their statistics' kernels, not twice as many allocations. The values are the
+// same: a float, half or integer scalar read as double is the cast .to(kDouble) makes. A tensor on
+// another device (the first one given is on the CPU) is reduced there and read, as the general path's
+// .to(device) of its statistics would.
+at::Tensor reduce_on_host(const c10::List<c10::optional<at::Tensor>> &xs, const std::vector<op> &ops, double eps,
+                          int64_t n, int64_t k) {
+  const double quiet_nan = std::numeric_limits<double>::quiet_NaN();
+  at::Tensor out = at::empty({n, k}, at::TensorOptions().dtype(at::kDouble));
+  double *row = out.data_ptr<double>();
+  const at::Tensor nan = at::full({}, quiet_nan, at::TensorOptions().dtype(at::kDouble));
+  for (size_t i = 0; i < xs.size(); ++i, row += k) {
+    const c10::optional<at::Tensor> given = xs.get(i);
+    if (!given || !given->defined()) {
+      std::fill(row, row + k, quiet_nan);
+      continue;
+    }
+    at::Tensor x = given->detach();
+    if (x.is_sparse()) x = x.to_dense();
+    at::Tensor x64;
+    for (int64_t j = 0; j < k; ++j) {
+      try {
+        const at::Tensor v = statistic(ops[static_cast<size_t>(j)], x, x64, eps, nan);
+        row[j] = v.item<double>();
+      } catch (const std::exception &) {  // c10::Error is torch's RuntimeError: msprobe's NaN
+        row[j] = quiet_nan;
+      }
+    }
+  }
+  return out;
 }
 
 at::Tensor monitor_reduce(const c10::List<c10::optional<at::Tensor>> &xs, const std::string &ops_text, double eps) {
@@ -132,6 +168,7 @@ at::Tensor monitor_reduce(const c10::List<c10::optional<at::Tensor>> &xs, const 
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
   const int64_t n = static_cast<int64_t>(xs.size()), k = static_cast<int64_t>(ops.size());
   if (n == 0 || k == 0) return at::empty({n, k}, f64);
+  if (device.is_cpu()) return reduce_on_host(xs, ops, eps, n, k);
   const at::Tensor nan = at::full({}, std::numeric_limits<double>::quiet_NaN(), f64);
   std::vector<at::Tensor> cells;
   cells.reserve(static_cast<size_t>(n * k));
@@ -148,6 +185,7 @@ at::Tensor monitor_reduce(const c10::List<c10::optional<at::Tensor>> &xs, const 
       at::Tensor v;
       try {
         v = statistic(o, x, x64, eps, nan);
+        if (v.scalar_type() != at::kDouble) v = v.to(at::kDouble);
       } catch (const std::exception &) {  // c10::Error is torch's RuntimeError: msprobe's NaN
         v = nan;
       }

@@ -247,6 +247,9 @@ class TrainerMon:
         self._ops_list = validate_ops(value)
         self._reduced_ops = [o for o in self._ops_list if o not in ("shape", "dtype")]
         self._reduced_text = ",".join(self._reduced_ops)
+        # _row_values: the columns a CPU tensor's .item() gives as ints, for float and integer tensors.
+        self._int_columns = [i for i, o in enumerate(self._reduced_ops) if o == "nans"]
+        self._int_columns_integral = [i for i, o in enumerate(self._reduced_ops) if o in ("nans", "min", "max", "id")]
 
     def set_monitor(self, model, optimizer, grad_acc_steps=1, tp_group=None, dp_group=None, start_iteration=0):
         """Hooks `model` (a module, or a list of them: virtual pipeline chunks) and wraps
@@ -405,6 +408,11 @@ class TrainerMon:
         self._duplicate = {}
         self._name2tag = {}
         self._micro = {}  # param -> micro step of its AccumulateGrad hook
+        self._acc_tags = {}  # param -> its acc_grad tag (without monitor_mbs_grad)
+        # AccumulateGrad hooks of a backward pass hand their grads here; one reduction at the end
+        # of the pass (_flush_grads) instead of one per parameter.
+        self._pending_grads = []  # (tag, param, grad, grad._version at the hook)
+        self._flush_queued = False
         self._call_id = 0
         self._call_ids = {}
         self._exp_avg_all = {}
@@ -476,11 +484,16 @@ class TrainerMon:
         are read one by one, so its nans (and min, max and id of an integer tensor: an Embedding's
         input) are ints; a device tensor's are stacked into one float tensor first: all floats."""
         row = values[id(cell.block)][cell.row]
-        if cell.block.device.type != "cpu" or cell.dtype is None:
+        if cell.dtype is None or cell.block.device.type != "cpu":
             return row
-        integral = cell.dtype in _INTEGRAL_DTYPES
-        return [int(v) if (op == "nans" or (integral and op in ("min", "max", "id"))) and not math.isnan(v) else v
-                for op, v in zip(self._reduced_ops, row)]
+        columns = self._int_columns_integral if cell.dtype in _INTEGRAL_DTYPES else self._int_columns
+        if not columns:
+            return row
+        row = list(row)
+        for i in columns:
+            if not math.isnan(row[i]):
+                row[i] = int(row[i])
+        return row
 
     def _as_metrics(self, tag2cell):
         cells = list(tag2cell.values())
@@ -718,6 +731,7 @@ class TrainerMon:
     def _hook_weights(self):
         for param, name in self._param2name.items():
             self._micro[param] = 0
+            self._acc_tags[param] = get_summary_writer_tag_name(name, "acc_grad", self.rank)
             acc = param.expand_as(param).grad_fn.next_functions[0][0]
             self.handles.wgrads.append(acc.register_hook(functools.partial(self._param_hook, param=param, name=name)))
             self.grad_accs.append(acc)
@@ -725,16 +739,43 @@ class TrainerMon:
 
     def _param_hook(self, *args, param, name):
         micro = self._micro.get(param, 0)
-        key = f"{name}{NAME_SEP}{micro}" if self.monitor_mbs_grad else name
-        key = get_summary_writer_tag_name(key, "acc_grad", self.rank)
+        if self.monitor_mbs_grad:
+            key = get_summary_writer_tag_name(f"{name}{NAME_SEP}{micro}", "acc_grad", self.rank)
+        else:
+            key = self._acc_tags.get(param) or get_summary_writer_tag_name(name, "acc_grad", self.rank)
         self._register_call_id(key)
         micro += 1
         if (self.monitor_mbs_grad or micro == self.micro_batch_number) and self._collecting():
             grad = self._grad_of(param)
             if grad is not None:
-                with torch.no_grad():
-                    self._grad_pre[key] = self._reduce([grad])[0]
+                self._defer_grad(key, param, grad)
         self._micro[param] = 0 if micro == self.micro_batch_number else micro
+
+    def _defer_grad(self, key, param, grad):
+        """The grad as the hook sees it is reduced at the end of this backward pass, all of the
+        pass's grads in one monitor_reduce call (the autograd engine's final callback runs before
+        backward() returns: before the user's code, a clip_grad_norm_ say, can change a grad; an
+        in-place change within the pass is caught by the version check in _flush_grads)."""
+        self._pending_grads.append((key, param, grad, grad._version))
+        if not self._flush_queued:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._flush_grads)
+                self._flush_queued = True
+            except RuntimeError:  # not inside a backward pass (a hook called by hand): now
+                self._flush_grads()
+
+    def _flush_grads(self):
+        self._flush_queued = False
+        pending, self._pending_grads = self._pending_grads, []
+        if not pending:
+            return
+        with torch.no_grad():
+            cells = self._reduce([grad for _, _, grad, _ in pending])
+        for (key, param, grad, version), cell in zip(pending, cells):
+            if grad._version != version:
+                self._warn_once("grad_version", f"{key}: the grad changed in place between its AccumulateGrad hook "
+                                                "and the end of the backward pass; acc_grad has the later values")
+            self._grad_pre[key] = cell
 
     # ---- the optimizer step ----
 
@@ -764,7 +805,10 @@ class TrainerMon:
             raise Exception("exit after first monitor step when print model struct")
         if not self._step_selected(self._step) or not self.optimizer_hooked:
             return
+        self._flush_grads()  # a backward pass whose final callback did not run (it raised)
         if self.wg_distribution:
+            # Reduced again, not taken from acc_grad's cells: an in-place change since the hook
+            # (dist.all_reduce, .data) need not move the grad's version counter.
             grads = {}
             for param, name in self._param2name.items():
                 if self._duplicate.get(name):
@@ -794,8 +838,9 @@ class TrainerMon:
             m = self._param_map("exp_avg", exp_avg)
             v = self._param_map("exp_avg_sq", exp_avg_sq)
             if writes:
-                self._exp_avg = self._reduce_map(m)
-                self._exp_avg_sq = self._reduce_map(v)
+                both = self._reduce_map({**m, **v})  # one call; the tags differ by their suffix
+                self._exp_avg = {tag: both[tag] for tag in m}
+                self._exp_avg_sq = {tag: both[tag] for tag in v}
         if self.param_distribution and writes:
             self._param_metric.update(self._reduce_map(self._param_tags("param_origin")))
         if self.mg_direction:
