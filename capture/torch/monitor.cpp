@@ -120,6 +120,95 @@ at::Tensor statistic(op o, const at::Tensor &x, at::Tensor &x64, double eps, con
   return nan;
 }
 
+// One read of a large contiguous float32 or float64 CPU tensor for all of its statistics, where
+// msprobe's formulas (statistic() above) read it once per op and make a float64 copy: min and max
+// in x's dtype (NaN when there is one), norm and mean from float64 sums, zeros compared in x's
+// dtype and divided in float32, nans counted. The sums run in a fixed order over 8 float64 lanes, so
+// mean and norm may differ from torch's in the last bits (its own order differs by ISA and version);
+// small tensors (below one_pass_min_elems) keep torch's kernels, and with them its exact bits.
+constexpr int64_t one_pass_min_elems = int64_t{1} << 15;
+
+// The sums, extremes and (Zeros) the count below eps of n elements, in 8 lanes.
+template <class T, bool Zeros>
+void one_pass_sums(const T *x, int64_t n, T eps_t, double &total, double &squares, T &low, T &high, int64_t &zeros) {
+  constexpr int lanes = 8;
+  double sum[lanes] = {}, sumsq[lanes] = {};
+  int64_t zero_lanes[lanes] = {};
+  T lo[lanes], hi[lanes];
+  for (int l = 0; l < lanes; ++l) lo[l] = std::numeric_limits<T>::infinity(), hi[l] = -std::numeric_limits<T>::infinity();
+  const int64_t whole = n - n % lanes;
+  for (int64_t i = 0; i < whole; i += lanes) {
+    for (int l = 0; l < lanes; ++l) {
+      const T v = x[i + l];
+      const double d = static_cast<double>(v);
+      sum[l] += d;
+      sumsq[l] += d * d;
+      if constexpr (Zeros) zero_lanes[l] += std::fabs(v) < eps_t;
+      lo[l] = v < lo[l] ? v : lo[l];  // a NaN never wins a comparison: the caller looks for one
+      hi[l] = v > hi[l] ? v : hi[l];
+    }
+  }
+  for (int64_t i = whole; i < n; ++i) {
+    const T v = x[i];
+    const double d = static_cast<double>(v);
+    sum[0] += d;
+    sumsq[0] += d * d;
+    if constexpr (Zeros) zero_lanes[0] += std::fabs(v) < eps_t;
+    lo[0] = v < lo[0] ? v : lo[0];
+    hi[0] = v > hi[0] ? v : hi[0];
+  }
+  total = squares = 0;
+  zeros = 0;
+  low = lo[0], high = hi[0];
+  for (int l = 0; l < lanes; ++l) {
+    total += sum[l];
+    squares += sumsq[l];
+    zeros += zero_lanes[l];
+    low = lo[l] < low ? lo[l] : low;
+    high = hi[l] > high ? hi[l] : high;
+  }
+}
+
+template <class T>
+int64_t nan_count(const T *x, int64_t n) {
+  int64_t nans = 0;
+  for (int64_t i = 0; i < n; ++i) nans += x[i] != x[i];
+  return nans;
+}
+
+template <class T>
+void one_pass(const T *x, int64_t n, const std::vector<op> &ops, double eps, double *row) {
+  const bool want_zeros = std::find(ops.begin(), ops.end(), op::zeros) != ops.end();
+  const T eps_t = static_cast<T>(eps);  // torch's wrapped Python float takes x's dtype
+  double total = 0, squares = 0;
+  T low{}, high{};
+  int64_t zeros = 0;
+  if (want_zeros) one_pass_sums<T, true>(x, n, eps_t, total, squares, low, high, zeros);
+  else one_pass_sums<T, false>(x, n, eps_t, total, squares, low, high, zeros);
+  // A NaN makes the sum NaN (so does +Inf with -Inf): only then, or when nans is asked for, are
+  // the NaNs counted, in a second read.
+  const bool want_nans = std::find(ops.begin(), ops.end(), op::nans) != ops.end();
+  const int64_t nans = want_nans || std::isnan(total) ? nan_count(x, n) : 0;
+  const double quiet_nan = std::numeric_limits<double>::quiet_NaN();
+  for (size_t j = 0; j < ops.size(); ++j) {
+    switch (ops[j]) {
+      case op::min: row[j] = nans ? quiet_nan : static_cast<double>(low); break;
+      case op::max: row[j] = nans ? quiet_nan : static_cast<double>(high); break;
+      case op::norm: row[j] = std::sqrt(squares); break;  // NaN and Inf propagate through the sums
+      case op::mean: row[j] = total / static_cast<double>(n); break;
+      case op::zeros: row[j] = static_cast<double>(static_cast<float>(zeros) / static_cast<float>(n)); break;
+      case op::nans: row[j] = static_cast<double>(nans); break;
+      case op::id: row[j] = quiet_nan; break;  // n > 0 elements: not 0-dimensional
+    }
+  }
+}
+
+// Whether one_pass reads x: a large contiguous float32/float64 CPU tensor.
+bool one_pass_fits(const at::Tensor &x) {
+  return x.device().is_cpu() && x.layout() == c10::kStrided && x.is_contiguous() && x.numel() >= one_pass_min_elems &&
+         (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+}
+
 // The CPU case: each statistic's value goes straight into the result (.item(), no sync on the host),
 // instead of a 0-dim tensor per value, its cast to float64 and one stack of them all: a CPU step's
 // small tensors cost their statistics' kernels, not twice as many allocations. The values are the
@@ -140,6 +229,11 @@ at::Tensor reduce_on_host(const c10::List<c10::optional<at::Tensor>> &xs, const 
     }
     at::Tensor x = given->detach();
     if (x.is_sparse()) x = x.to_dense();
+    if (one_pass_fits(x)) {
+      if (x.scalar_type() == at::kFloat) one_pass(x.data_ptr<float>(), x.numel(), ops, eps, row);
+      else one_pass(x.data_ptr<double>(), x.numel(), ops, eps, row);
+      continue;
+    }
     at::Tensor x64;
     for (int64_t j = 0; j < k; ++j) {
       try {

@@ -252,6 +252,24 @@ class MonitorTest(MonitorCase):
         self.assertEqual([round(v, 6) for v in block[0].tolist()[:5]], [-2.0, 1.0, 2.236068, -0.25, 0.5])
         self.assertEqual(block[2].tolist()[4], 0.0)
         self.assertEqual(ops.monitor_reduce([], "norm", 1e-8).shape, (0, 1))
+        # Large float32/float64 tensors are read once for all ops (monitor.cpp's one_pass): the same
+        # values, mean and norm to the last few bits (their sums run in another order than torch's).
+        g = torch.Generator().manual_seed(0)
+        big = [torch.randn(70000, generator=g), torch.randn(300, 257, generator=g, dtype=torch.float64),
+               torch.randn(65536, generator=g) * 1e-9, torch.zeros(40000)]
+        with_nan = torch.randn(50001, generator=g)
+        with_nan[123] = float("nan")
+        with_inf = torch.randn(50001, generator=g)
+        with_inf[7], with_inf[9] = float("inf"), float("-inf")
+        strided = torch.randn(400, 300, generator=g).t()  # not contiguous: torch's kernels
+        big += [with_nan, with_inf, strided]
+        block = ops.monitor_reduce(big, ",".join(ALL_OPS), 1e-8)
+        for i, t in enumerate(big):
+            for op, g_, w in zip(ALL_OPS, block[i].tolist(), reference(t, ALL_OPS)):
+                if op in ("norm", "mean") and not math.isnan(w):
+                    self.assertTrue(math.isclose(g_, w, rel_tol=1e-12, abs_tol=1e-300), f"big {i} {op}: {g_!r} != {w!r}")
+                else:
+                    self.assertTrue(g_ == w or (math.isnan(g_) and math.isnan(w)), f"big {i} {op}: {g_!r} != {w!r}")
         with self.assertRaises(RuntimeError):
             ops.monitor_reduce([torch.ones(2)], "norm,median", 1e-8)
 
