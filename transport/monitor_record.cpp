@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "errors.h"
+#include "meta_record.h"
 
 namespace tprobe {
 
@@ -19,31 +20,14 @@ record monitor_record_make(record_header h, const std::string &prefix, const mon
   if (!known_prefix(prefix))
     throw usage_error(fmt::format("monitor rows: prefix \"{}\" is not one of {}", prefix,
                                   fmt::join(monitor_csv_prefixes(), ", ")));
-  h.kind = record_kind::tensor;
-  h.entry = std::string(monitor_record_entry);
-  h.slot = prefix;
   h.step = rows.step;
-  h.type = dtype::uint8;
-  h.shape = {0};
-  h.meta = nlohmann::ordered_json::object();
-  h.meta["monitor"] = monitor_rows_to_json(rows);
-  record r(std::move(h));
-  r.set_payload({});  // no payload, as free_benchmark's rows: the same path through every stage
-  return r;
+  return meta_record_make(std::move(h), monitor_record_entry, prefix, "monitor", monitor_rows_to_json(rows));
 }
 
 record monitor_stack_record_make(record_header h, int64_t step, const std::vector<monitor_stack> &stacks) {
-  h.kind = record_kind::tensor;
-  h.entry = std::string(monitor_record_entry);
-  h.slot = std::string(monitor_stack_info_slot);
   h.step = step;
-  h.type = dtype::uint8;
-  h.shape = {0};
-  h.meta = nlohmann::ordered_json::object();
-  h.meta["stack_info"] = monitor_stack_info_to_json(stacks);
-  record r(std::move(h));
-  r.set_payload({});
-  return r;
+  return meta_record_make(std::move(h), monitor_record_entry, std::string(monitor_stack_info_slot), "stack_info",
+                          monitor_stack_info_to_json(stacks));
 }
 
 monitor_record_view monitor_record_read(const record &r) {
@@ -53,10 +37,9 @@ monitor_record_view monitor_record_read(const record &r) {
     monitor_record_view view;
     view.prefix = h.slot;
     view.rows.step = h.step;
-    if (!h.meta.is_object() || !h.meta.contains("stack_info"))
-      throw framing_error(fmt::format("{}: stack_info record without its stacks (meta stack_info)", r.describe()));
+    const auto &stacks = meta_record_value(r, "stack_info", "its stacks");
     try {
-      view.stack_info = monitor_stack_info_from_json(h.meta["stack_info"], r.describe());
+      view.stack_info = monitor_stack_info_from_json(stacks, r.describe());
     } catch (const usage_error &e) {
       throw framing_error(e.what());
     }
@@ -64,12 +47,11 @@ monitor_record_view monitor_record_read(const record &r) {
   }
   if (!known_prefix(h.slot))
     throw framing_error(fmt::format("{}: monitor record of unknown csv prefix \"{}\"", r.describe(), h.slot));
-  if (!h.meta.is_object() || !h.meta.contains("monitor"))
-    throw framing_error(fmt::format("{}: monitor record without its rows (meta monitor)", r.describe()));
+  const auto &rows = meta_record_value(r, "monitor", "its rows");
   monitor_record_view view;
   view.prefix = h.slot;
   try {
-    view.rows = monitor_rows_from_json(h.meta["monitor"], r.describe());
+    view.rows = monitor_rows_from_json(rows, r.describe());
   } catch (const usage_error &e) {
     throw framing_error(e.what());
   }
