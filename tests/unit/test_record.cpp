@@ -474,7 +474,7 @@ TEST(RecordBatch, small_records_keep_every_field_and_their_order) {
   EXPECT_EQ(back[2].payload_bytes().size(), 0u);
 }
 
-// A freed batch's buffer comes back for a later batch (record.cpp, batch_buffer_pool): memory
+// A freed batch's buffer comes back for a later batch (record_batch.cpp, batch_buffer_pool): memory
 // already mapped, instead of an arena top glibc gives back and faults in again. Reused with no
 // trace of the batch it held.
 TEST(RecordBatch, a_freed_batch_buffer_is_reused_and_holds_only_the_new_batch) {
