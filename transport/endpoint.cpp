@@ -8,9 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <map>
-#include <mutex>
-#include <thread>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -20,8 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "curve.h"
 #include "errors.h"
-#include "quiet_thread.h"
 #include "shm.h"
 
 namespace tprobe {
@@ -67,113 +64,6 @@ constexpr int watch_interval_ms = 250;
 
 [[noreturn]] void rethrow_zmq(const zmq::error_t &e, const std::string &verb, const std::string &object) {
   throw system_error(fmt::format("unable to {} {}: {}", verb, object, e.what()));
-}
-
-// ---- CurveZMQ (endpoint.h "Network", docs/network.md) ----
-
-constexpr const char *curve_secret_variable = "TPROBE_CURVE_SECRET_KEY";
-constexpr const char *curve_public_variable = "TPROBE_CURVE_PUBLIC_KEY";
-constexpr const char *curve_server_variable = "TPROBE_CURVE_SERVER_KEY";
-
-// The key variables, read at each bind or connect (not once per process): a process sets them
-// before it opens sockets, and tests change them between cases. The values are never echoed in a
-// message: one of them is a secret.
-struct curve_environment {
-  std::string secret, public_key, server;  // Z85; public_key is filled in from secret
-  bool on() const { return !secret.empty() || !server.empty(); }
-};
-
-std::string curve_key_variable(const char *name) {
-  const char *value = std::getenv(name);
-  if (!value || !*value) return {};
-  std::string key(value);
-  uint8_t decoded[32];
-  if (key.size() != 40 || !zmq_z85_decode(decoded, key.c_str()))
-    throw usage_error(fmt::format("{}: not a CurveZMQ key (40 Z85 characters, as `tprobe keygen` prints)", name));
-  return key;
-}
-
-curve_environment curve_environment_read() {
-  curve_environment keys;
-  keys.secret = curve_key_variable(curve_secret_variable);
-  keys.public_key = curve_key_variable(curve_public_variable);
-  keys.server = curve_key_variable(curve_server_variable);
-  if (!keys.public_key.empty() && keys.secret.empty())
-    throw usage_error(fmt::format("{} is set without {} (a process that only connects names the stage's public key in "
-                                  "{})", curve_public_variable, curve_secret_variable, curve_server_variable));
-  if (!keys.on()) return keys;
-  if (!zmq_has("curve"))
-    throw usage_error(fmt::format("{}/{} are set but this libzmq was built without CURVE (zmq_has(\"curve\") is "
-                                  "false): use a libzmq built with libsodium, or unset them",
-                                  curve_secret_variable, curve_server_variable));
-  if (!keys.secret.empty()) {
-    char derived[41];
-    if (zmq_curve_public(derived, keys.secret.c_str()) != 0)
-      throw usage_error(fmt::format("{}: not a CurveZMQ secret key", curve_secret_variable));
-    if (keys.public_key.empty()) keys.public_key = derived;
-    else if (keys.public_key != derived)
-      throw usage_error(fmt::format("{}: not the public key of {} (make both with `tprobe keygen`)",
-                                    curve_public_variable, curve_secret_variable));
-  }
-  return keys;
-}
-
-enum class curve_role { server, client };  // the socket binds / connects
-
-// What one socket does about CurveZMQ, worked out before any socket binds or connects, so that a
-// refused endpoint never opens a port or sends a byte.
-struct curve_plan {
-  bool on = false;
-  curve_role role = curve_role::client;
-  curve_environment keys;
-};
-
-curve_plan curve_plan_for(const std::string &spec, curve_role role) {
-  if (spec.rfind("tcp://", 0) != 0) return {};
-  curve_plan plan{.on = false, .role = role, .keys = curve_environment_read()};
-  if (!plan.keys.on()) {
-    if (endpoint_is_loopback(spec)) return plan;
-    if (role == curve_role::server)
-      throw usage_error(fmt::format("endpoint \"{}\" is not loopback: binding it needs CurveZMQ: set {} (and {}) "
-                                    "from `tprobe keygen`, or bind 127.0.0.1 (docs/network.md)",
-                                    spec, curve_secret_variable, curve_public_variable));
-    throw usage_error(fmt::format("endpoint \"{}\" is not loopback: connecting to it needs CurveZMQ: set {} to the "
-                                  "public key of the stage that binds it (docs/network.md)",
-                                  spec, curve_server_variable));
-  }
-  plan.on = true;
-  if (role == curve_role::server && plan.keys.secret.empty())
-    throw usage_error(fmt::format("endpoint \"{}\": CurveZMQ is on ({} is set), so binding it needs this process's "
-                                  "key pair: set {}", spec, curve_server_variable, curve_secret_variable));
-  if (role == curve_role::client && plan.keys.server.empty())
-    throw usage_error(fmt::format("endpoint \"{}\": CurveZMQ is on ({} is set), so connecting to it needs the public "
-                                  "key of the stage that binds it: set {}",
-                                  spec, curve_secret_variable, curve_server_variable));
-  return plan;
-}
-
-// Before bind/connect: the options apply to the connections made afterwards.
-void curve_apply(zmq::socket_t &socket, const curve_plan &plan) {
-  if (!plan.on) return;
-  if (plan.role == curve_role::server) {
-    socket.set(zmq::sockopt::curve_server, 1);
-    socket.set(zmq::sockopt::curve_secretkey, plan.keys.secret);
-    return;
-  }
-  curve_keypair own{plan.keys.public_key, plan.keys.secret};
-  // Without a pair of its own a client makes one: the server authenticates no client (no ZAP
-  // handler), so a throwaway pair costs nothing and keeps one more secret out of the environment.
-  if (own.secret_key.empty()) own = endpoint_curve_keypair();
-  socket.set(zmq::sockopt::curve_serverkey, plan.keys.server);
-  socket.set(zmq::sockopt::curve_publickey, own.public_key);
-  socket.set(zmq::sockopt::curve_secretkey, own.secret_key);
-}
-
-// Appended to "nothing answered": with CURVE, a wrong server key looks exactly like silence (the
-// server drops a hello it cannot decrypt), so say which setting to check.
-std::string curve_hint(const curve_plan &plan) {
-  if (!plan.on) return "";
-  return fmt::format(" (CurveZMQ is on: is {} the public key of the stage that binds it?)", curve_server_variable);
 }
 
 // One outgoing connection: a DEALER that has completed the hello/ack handshake, or a record file.
@@ -677,15 +567,6 @@ bool endpoint_is_loopback(const std::string &spec) {
   return false;
 }
 
-curve_keypair endpoint_curve_keypair() {
-  if (!zmq_has("curve"))
-    throw usage_error("this libzmq was built without CURVE (zmq_has(\"curve\") is false): use a libzmq built with libsodium");
-  char public_key[41], secret_key[41];
-  if (zmq_curve_keypair(public_key, secret_key) != 0)
-    throw system_error(fmt::format("unable to make a CurveZMQ key pair: {}", zmq_strerror(zmq_errno())));
-  return {public_key, secret_key};
-}
-
 // ---- interrupting waits ----
 
 void transport_interrupt() {
@@ -699,8 +580,6 @@ int transport_interrupt_fd() {
   ensure_signal_pipe();
   return g_signal_pipe[0];
 }
-
-
 
 // ---- record_sender ----
 
@@ -738,181 +617,6 @@ void record_sender::finish(uint64_t records, uint64_t dropped) {
   record eos(record_header_of(record_kind::eos));
   eos.header.meta = {{"records", records}, {"dropped", dropped}};
   impl_->link.finish(eos);
-}
-
-// ---- control ----
-
-namespace {
-
-std::string control_default_endpoint() {
-  static std::atomic<uint64_t> serial{0};
-  std::string dir;
-  for (const char *var : {"TPROBE_RUN_DIR", "TMPDIR"})
-    if (const char *v = std::getenv(var); v && *v) {
-      dir = v;
-      break;
-    }
-  if (dir.empty()) dir = "/tmp";
-  std::string path = fmt::format("{}/tprobe-control-{}-{}", dir, ::getpid(), ++serial);
-  // sockaddr_un holds 107 characters: a deeper directory gets a loopback port instead.
-  if (path.size() > 100) return "tcp://127.0.0.1:*";
-  return "ipc://" + path;
-}
-
-}  // namespace
-
-struct control_listener::impl {
-  zmq::context_t &ctx;
-  zmq::socket_t pull;
-  std::string endpoint;
-  std::string wake_endpoint;  // inproc PAIR: the destructor's way to end the thread's poll
-  zmq::socket_t wake_sender;
-  std::thread thread;
-  std::atomic<bool> pending{false};
-  std::atomic<uint64_t> rejected{0};
-  std::mutex mutex;
-  std::vector<record> inbox;
-
-  explicit impl(zmq::context_t &c) : ctx(c) {}
-
-  void loop(zmq::socket_t &wake) {
-    for (;;) {
-      zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0}, {wake.handle(), 0, ZMQ_POLLIN, 0}};
-      try {
-        zmq::poll(items, 2, std::chrono::milliseconds(-1));
-      } catch (const zmq::error_t &e) {
-        if (e.num() == EINTR) continue;
-        return;  // the context is going away
-      }
-      if (items[1].revents & ZMQ_POLLIN) return;
-      if (!(items[0].revents & ZMQ_POLLIN)) continue;
-      std::vector<zmq::message_t> frames;
-      zmq::message_t m;
-      try {
-        do {
-          if (!pull.recv(m, zmq::recv_flags::dontwait)) break;
-          frames.push_back(std::move(m));
-        } while (frames.back().more());
-      } catch (const zmq::error_t &) {
-        return;
-      }
-      if (frames.empty()) continue;
-      try {
-        record r = record_decode(frames);
-        if (r.header.kind != record_kind::control) {
-          ++rejected;
-          continue;
-        }
-        std::lock_guard lock(mutex);
-        inbox.push_back(std::move(r));
-        pending.store(true, std::memory_order_release);
-      } catch (const framing_error &) {
-        ++rejected;  // a malformed command must not reach the training thread, nor end the listener
-      }
-    }
-  }
-};
-
-control_listener::control_listener(zmq::context_t &ctx, const std::string &spec)
-    : impl_(std::make_unique<impl>(ctx)) {
-  auto &s = *impl_;
-  const std::string wanted = spec.empty() ? control_default_endpoint() : spec;
-  if (endpoint_is_file(wanted)) throw usage_error(fmt::format("control endpoint \"{}\" is a file, not a socket", wanted));
-  endpoint_check(wanted);
-  const std::string address = endpoint_bind_address(wanted);
-  const curve_plan curve = curve_plan_for(address, curve_role::server);
-  s.pull = zmq::socket_t(ctx, zmq::socket_type::pull);
-  curve_apply(s.pull, curve);
-  s.pull.set(zmq::sockopt::rcvhwm, 1000);
-  s.pull.set(zmq::sockopt::linger, 0);
-  try {
-    s.pull.bind(address);
-  } catch (const zmq::error_t &e) {
-    rethrow_zmq(e, "bind", address);
-  }
-  s.endpoint = s.pull.get(zmq::sockopt::last_endpoint);
-  static std::atomic<uint64_t> serial{0};
-  s.wake_endpoint = fmt::format("inproc://tprobe-control-wake-{}", ++serial);
-  zmq::socket_t wake(ctx, zmq::socket_type::pair);
-  wake.bind(s.wake_endpoint);
-  s.wake_sender = zmq::socket_t(ctx, zmq::socket_type::pair);
-  s.wake_sender.set(zmq::sockopt::linger, 0);
-  s.wake_sender.connect(s.wake_endpoint);
-  s.thread = quiet_thread([&s, w = std::move(wake)]() mutable {  // signals are the host thread's
-    s.loop(w);
-    w.set(zmq::sockopt::linger, 0);
-    w.close();
-    s.pull.close();
-  });
-}
-
-control_listener::~control_listener() {
-  auto &s = *impl_;
-  try {
-    s.wake_sender.send(zmq::str_buffer("x"), zmq::send_flags::dontwait);
-  } catch (const zmq::error_t &) {
-  }
-  if (s.thread.joinable()) s.thread.join();
-}
-
-std::string control_listener::endpoint() const { return impl_->endpoint; }
-bool control_listener::pending() const { return impl_->pending.load(std::memory_order_relaxed); }
-uint64_t control_listener::rejected() const { return impl_->rejected.load(); }
-
-std::vector<record> control_listener::take() {
-  std::lock_guard lock(impl_->mutex);
-  std::vector<record> out;
-  out.swap(impl_->inbox);
-  impl_->pending.store(false, std::memory_order_relaxed);
-  return out;
-}
-
-struct control_sender::impl {
-  zmq::context_t &ctx;
-  std::map<std::string, zmq::socket_t> sockets;
-  explicit impl(zmq::context_t &c) : ctx(c) {}
-};
-
-control_sender::control_sender(zmq::context_t &ctx) : impl_(std::make_unique<impl>(ctx)) {}
-control_sender::~control_sender() = default;
-
-void control_sender::connect(const std::string &endpoint) {
-  if (impl_->sockets.count(endpoint)) return;
-  if (endpoint_is_file(endpoint)) throw usage_error(fmt::format("control endpoint \"{}\" is a file", endpoint));
-  endpoint_check(endpoint);
-  const curve_plan curve = curve_plan_for(endpoint, curve_role::client);
-  zmq::socket_t push(impl_->ctx, zmq::socket_type::push);
-  curve_apply(push, curve);
-  // A command sent just before this stage exits still goes out; a capture that is gone holds the
-  // stage's exit this long at most.
-  push.set(zmq::sockopt::linger, CONTROL_LINGER_MS);
-  push.set(zmq::sockopt::sndhwm, 1000);
-  push.set(zmq::sockopt::immediate, 0);  // queue until connected: the capture may be starting
-  try {
-    push.connect(endpoint);
-  } catch (const zmq::error_t &e) {
-    rethrow_zmq(e, "connect to", endpoint);
-  }
-  impl_->sockets.emplace(endpoint, std::move(push));
-}
-
-bool control_sender::send(const std::string &endpoint, const record &command) {
-  if (command.header.kind != record_kind::control)
-    throw usage_error(fmt::format("control_sender: a {} record is not a command", record_kind_name(command.header.kind)));
-  connect(endpoint);
-  auto it = impl_->sockets.find(endpoint);
-  auto frames = record_encode(command);
-  for (size_t i = 0; i < frames.size(); ++i) {
-    const auto flags =
-        (i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) | zmq::send_flags::dontwait;
-    try {
-      if (!it->second.send(frames[i], flags)) return false;
-    } catch (const zmq::error_t &e) {
-      if (e.num() == EINTR) return false;
-      rethrow_zmq(e, "send a command to", endpoint);
-    }
-  }
-  return true;
 }
 
 // ---- final ----
