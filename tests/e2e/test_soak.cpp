@@ -6,7 +6,7 @@
 // and the dump.json files hold every tensor), and stats' tap drop counter is exact: it equals the
 // records stats published while this subscriber was subscribed minus those it received.
 //
-// Why the tap count can be exact, and what the test does for it (transport/endpoint.cpp,
+// Why the tap count can be exact, and what the test does for it (stages/common/stage_io.cpp,
 // publish_tap: an XPUB with ZMQ_XPUB_NODROP, sends with ZMQ_DONTWAIT):
 //  - a record is counted as dropped exactly when the subscriber's pipe is at its high-water mark
 //    (EAGAIN); otherwise it is queued, and a queued record reaches the subscriber unless the
