@@ -198,6 +198,26 @@ stat_value stat_from_c(const tprobe_stat &s, const char *what) {
 
 thread_local std::string g_config_text;
 
+// The checks a session's open makes of a config `load` returns (the task runs, dump_path usable),
+// without opening anything: the session meta's text, or NULL with tprobe_last_error() set.
+template <class Load>
+const char *checked_config_text(Load &&load) {
+  g_last_error.clear();
+  try {
+    capture_config config = load();
+    config_check_task_runs(config, config_pipeline_from_env());
+    config_check_dump_path_usable(config);
+    auto meta = config.session_meta();
+    meta["pipeline_timeout_s"] = config.pipeline_timeout_s;
+    meta["on_pipeline_failure"] = config.on_pipeline_failure;
+    g_config_text = meta.dump();
+    return g_config_text.c_str();
+  } catch (const std::exception &e) {
+    g_last_error = e.what();
+    return nullptr;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -277,8 +297,7 @@ int tprobe_capture_facts(tprobe_session *s, const char *entry, const char *slot,
 }
 
 const char *tprobe_config_check(const char *config_path) {
-  g_last_error.clear();
-  try {
+  return checked_config_text([&] {
     std::string path = config_path ? config_path : "";
     if (path.empty()) {
       const char *env = std::getenv("TPROBE_CONFIG");
@@ -287,17 +306,8 @@ const char *tprobe_config_check(const char *config_path) {
     }
     capture_config config = config_load(path);
     config_apply_overrides(config, config_overrides_from_env());
-    config_check_task_runs(config, config_pipeline_from_env());
-    config_check_dump_path_usable(config);
-    auto meta = config.session_meta();
-    meta["pipeline_timeout_s"] = config.pipeline_timeout_s;
-    meta["on_pipeline_failure"] = config.on_pipeline_failure;
-    g_config_text = meta.dump();
-    return g_config_text.c_str();
-  } catch (const std::exception &e) {
-    g_last_error = e.what();
-    return nullptr;
-  }
+    return config;
+  });
 }
 
 int tprobe_entry_name_check(const char *name) {
@@ -309,22 +319,11 @@ int tprobe_entry_name_check(const char *name) {
 }
 
 const char *tprobe_monitor_config_check(const char *monitor_config_path, const char *group_json) {
-  g_last_error.clear();
-  try {
+  return checked_config_text([&] {
     if (!monitor_config_path || !*monitor_config_path)
       throw usage_error("tprobe_monitor_config_check: no monitor config: pass the path of a monitor json");
-    capture_config config = config_for_monitor(monitor_config_path, group_json ? group_json : "");
-    config_check_task_runs(config, config_pipeline_from_env());
-    config_check_dump_path_usable(config);
-    auto meta = config.session_meta();
-    meta["pipeline_timeout_s"] = config.pipeline_timeout_s;
-    meta["on_pipeline_failure"] = config.on_pipeline_failure;
-    g_config_text = meta.dump();
-    return g_config_text.c_str();
-  } catch (const std::exception &e) {
-    g_last_error = e.what();
-    return nullptr;
-  }
+    return config_for_monitor(monitor_config_path, group_json ? group_json : "");
+  });
 }
 
 const char *tprobe_session_config(const tprobe_session *s) {
