@@ -411,7 +411,7 @@ class TrainerMon:
         self._acc_tags = {}  # param -> its acc_grad tag (without monitor_mbs_grad)
         # AccumulateGrad hooks of a backward pass hand their grads here; one reduction at the end
         # of the pass (_flush_grads) instead of one per parameter.
-        self._pending_grads = []  # (tag, param, grad, grad._version at the hook)
+        self._pending_grads = []  # (tag, grad, grad._version at the hook)
         self._flush_queued = False
         self._call_id = 0
         self._call_ids = {}
@@ -748,15 +748,15 @@ class TrainerMon:
         if (self.monitor_mbs_grad or micro == self.micro_batch_number) and self._collecting():
             grad = self._grad_of(param)
             if grad is not None:
-                self._defer_grad(key, param, grad)
+                self._defer_grad(key, grad)
         self._micro[param] = 0 if micro == self.micro_batch_number else micro
 
-    def _defer_grad(self, key, param, grad):
+    def _defer_grad(self, key, grad):
         """The grad as the hook sees it is reduced at the end of this backward pass, all of the
         pass's grads in one monitor_reduce call (the autograd engine's final callback runs before
         backward() returns: before the user's code, a clip_grad_norm_ say, can change a grad; an
         in-place change within the pass is caught by the version check in _flush_grads)."""
-        self._pending_grads.append((key, param, grad, grad._version))
+        self._pending_grads.append((key, grad, grad._version))
         if not self._flush_queued:
             try:
                 torch.autograd.Variable._execution_engine.queue_callback(self._flush_grads)
@@ -770,8 +770,8 @@ class TrainerMon:
         if not pending:
             return
         with torch.no_grad():
-            cells = self._reduce([grad for _, _, grad, _ in pending])
-        for (key, param, grad, version), cell in zip(pending, cells):
+            cells = self._reduce([grad for _, grad, _ in pending])
+        for (key, grad, version), cell in zip(pending, cells):
             if grad._version != version:
                 self._warn_once("grad_version", f"{key}: the grad changed in place between its AccumulateGrad hook "
                                                 "and the end of the backward pass; acc_grad has the later values")
