@@ -28,6 +28,19 @@
 //     An op that throws (torch's RuntimeError: min of an empty tensor, abs of a bool) gives NaN,
 //     as msprobe's Metric.get_metric; a None (msprobe's non-tensor input or output) gives NaN
 //     for every op.
+//   monitor_reduce_start(Tensor?[] xs, str ops, float eps) -> int
+//     monitor_reduce's result, begun and not waited for: a ticket for monitor_reduce_finish. CPU
+//     tensors are reduced on the monitor's worker thread, in the order started, while the training
+//     thread goes on (the backward pass, the optimizer step); any other device's reductions are
+//     queued on that device now, as monitor_reduce queues them. The caller must not change the
+//     tensors until it has finished the ticket (TrainerMon finishes a backward pass's grads in the
+//     pass's final callback, and the step's grads before optimizer.step returns) and checks their
+//     version counters then. A bad ops text throws here.
+//   monitor_reduce_finish(int[] tickets) -> Tensor[]
+//     Waits for the tickets' results, in order, and forgets them (each ticket finishes once; an
+//     unknown one throws). The tensors a ticket read are released here, on the caller's thread, not
+//     on the worker (a tensor whose Python object C++ keeps alive takes the GIL to be freed). A
+//     reduction that threw rethrows here, once all the tickets are forgotten.
 //   monitor_send(str prefix, int step, str meta) -> bool
 //     Hands one csv prefix's rows of a step to the session (tprobe_capture_monitor; meta is the
 //     record meta of monitor-common: {"step","ops","micro_step","rows"}). true: sent; false: the
@@ -47,8 +60,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <limits>
 #include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -289,6 +307,118 @@ at::Tensor monitor_reduce(const c10::List<c10::optional<at::Tensor>> &xs, const 
   return at::stack(cells).reshape({n, k});
 }
 
+// ---- reductions off the training thread ----
+//
+// One worker thread per process (a fork's child makes its own: the parent's thread is not in it),
+// started on first use and never joined: it sleeps on a condition variable between jobs, and a
+// process may exit with it asleep. Its jobs are CPU reductions only: the training thread's own
+// kernels already run while a device reduces.
+
+struct reduce_job {
+  int64_t ticket = 0;
+  c10::List<c10::optional<at::Tensor>> xs;
+  std::string ops;
+  double eps = 0;
+};
+
+struct reduce_result {
+  bool done = false;
+  at::Tensor block;
+  std::exception_ptr error;
+  c10::List<c10::optional<at::Tensor>> xs;  // released by monitor_reduce_finish, on its thread
+};
+
+struct reduce_worker {
+  std::mutex mutex;
+  std::condition_variable wake, finished;
+  std::deque<reduce_job> jobs;
+  std::unordered_map<int64_t, reduce_result> results;
+  int64_t next_ticket = 1;
+  pid_t owner = 0;
+
+  void run() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      wake.wait(lock, [&] { return !jobs.empty(); });
+      reduce_job job = std::move(jobs.front());
+      jobs.pop_front();
+      lock.unlock();
+      reduce_result r;
+      try {
+        r.block = monitor_reduce(job.xs, job.ops, job.eps);
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+      r.xs = std::move(job.xs);
+      r.done = true;
+      lock.lock();
+      results[job.ticket] = std::move(r);
+      finished.notify_all();
+    }
+  }
+};
+
+reduce_worker &the_worker() {
+  static std::mutex made;
+  static reduce_worker *w = nullptr;
+  std::lock_guard lock(made);
+  if (!w || w->owner != getpid()) {
+    w = new reduce_worker;  // a fork's child leaves its parent's (its mutex may be held) behind
+    w->owner = getpid();
+    std::thread([worker = w] { worker->run(); }).detach();
+  }
+  return *w;
+}
+
+int64_t monitor_reduce_start(const c10::List<c10::optional<at::Tensor>> &xs, const std::string &ops_text, double eps) {
+  (void)parse_ops(ops_text);  // a bad ops text is the caller's error, thrown on its thread
+  bool on_host = true;
+  for (size_t i = 0; i < xs.size() && on_host; ++i) {
+    const c10::optional<at::Tensor> t = xs.get(i);
+    if (t && t->defined()) on_host = t->device().is_cpu();
+  }
+  reduce_worker &w = the_worker();
+  if (!on_host) {  // queued on the device now; nothing for the worker to do
+    reduce_result r;
+    r.block = monitor_reduce(xs, ops_text, eps);
+    r.done = true;
+    std::lock_guard lock(w.mutex);
+    const int64_t ticket = w.next_ticket++;
+    w.results[ticket] = std::move(r);
+    return ticket;
+  }
+  std::lock_guard lock(w.mutex);
+  const int64_t ticket = w.next_ticket++;
+  w.results[ticket];  // known, not done
+  w.jobs.push_back({ticket, xs, ops_text, eps});
+  w.wake.notify_one();
+  return ticket;
+}
+
+std::vector<at::Tensor> monitor_reduce_finish(std::vector<int64_t> tickets) {
+  reduce_worker &w = the_worker();
+  std::vector<reduce_result> got;
+  got.reserve(tickets.size());
+  {
+    std::unique_lock lock(w.mutex);
+    for (int64_t ticket : tickets) {
+      auto it = w.results.find(ticket);
+      if (it == w.results.end())
+        throw std::runtime_error("tprobe: monitor_reduce_finish: no reduction has ticket " + std::to_string(ticket));
+      const reduce_result &slot = it->second;  // a rehash (another start) moves iterators, not elements
+      w.finished.wait(lock, [&] { return slot.done; });
+      got.push_back(std::move(w.results.at(ticket)));
+      w.results.erase(ticket);
+    }
+  }
+  std::vector<at::Tensor> blocks;
+  blocks.reserve(got.size());
+  for (auto &r : got)
+    if (r.error) std::rethrow_exception(r.error);
+  for (auto &r : got) blocks.push_back(std::move(r.block));
+  return blocks;
+}
+
 // ---- the monitor's session ----
 
 struct monitor_session {
@@ -397,6 +527,8 @@ TORCH_LIBRARY_FRAGMENT(tprobe, m) {
   m.def("monitor_open(str config_path, int rank, str options) -> str", &monitor_open);
   m.def("monitor_config_check(str config_path) -> str", &monitor_config_check);
   m.def("monitor_reduce(Tensor?[] xs, str ops, float eps) -> Tensor", &monitor_reduce);
+  m.def("monitor_reduce_start(Tensor?[] xs, str ops, float eps) -> int", &monitor_reduce_start);
+  m.def("monitor_reduce_finish(int[] tickets) -> Tensor[]", &monitor_reduce_finish);
   m.def("monitor_send(str prefix, int step, str meta) -> bool", &monitor_send);
   m.def("monitor_control() -> str", &monitor_control);
   m.def("monitor_counters() -> str", &monitor_counters);

@@ -14,7 +14,10 @@ exp_avg_sq as they are before the step, the weights before and after it (`param_
 
 Where the numbers come from: every tensor is reduced where it lives, when its hook fires, by
 torch.ops.tprobe.monitor_reduce (capture/torch/monitor.cpp: msprobe's ops, a small float64
-block on the tensor's device, no host sync). At the end of a monitored optimizer step the step's
+block on the tensor's device, no host sync). A CPU grad is reduced off the training thread
+(monitor_reduce_start: the worker thread of capture/torch/monitor.cpp): acc_grad while the backward
+pass goes on, waited for in the pass's final callback; post_grad while optimizer.step runs (Adam's
+moments meanwhile on the training thread), waited for before step returns. At the end of a monitored optimizer step the step's
 blocks are concatenated per device and read to the host once, and each csv prefix's rows go to
 the monitor session as one record (torch.ops.tprobe.monitor_send). The `tprobe-monitor` stage
 writes the csv files, anomaly.json and TensorBoard files and prints the alarms; outside
@@ -145,6 +148,11 @@ def _stack_text():
     return "".join(lines)
 
 
+# Grads started together on the worker (TrainerMon._defer_grad): large enough that a pass of small
+# grads costs few calls, small enough that the last batch, waited for at the end of the pass, is short.
+_GRAD_BATCH_ELEMENTS = 1 << 20
+
+
 class _Cell:
     """One tensor's statistics: row `row` of `block` (monitor_reduce's result, on the device)."""
     __slots__ = ("block", "row", "shape", "dtype")
@@ -199,6 +207,7 @@ class TrainerMon:
         self._closed = False
         self._send_failed = False
         self._warned = set()
+        self._post_grad_on_step_thread = False  # set once an optimizer changed a grad during its step
         # The session opens now, as msprobe's writer creates its directory here: a bad config
         # raises here, one line naming the file and the field.
         self.session_config = self._open()
@@ -411,8 +420,13 @@ class TrainerMon:
         self._acc_tags = {}  # param -> its acc_grad tag (without monitor_mbs_grad)
         # AccumulateGrad hooks of a backward pass hand their grads here; one reduction at the end
         # of the pass (_flush_grads) instead of one per parameter.
-        self._pending_grads = []  # (tag, grad, grad._version at the hook)
+        # A pass's grads are started in batches of about _GRAD_BATCH_ELEMENTS elements (one call
+        # each, not one per parameter); _flush_grads starts the last and waits for them all.
+        self._grad_batch = []  # (tag, grad, grad._version at the hook), not started yet
+        self._grad_batch_elements = 0
+        self._pending_grads = []  # (that batch, _reduce_start's handle)
         self._flush_queued = False
+        self._post_pending = None  # (tags, [(grad, version)], handle): post_grad read during the step
         self._call_id = 0
         self._call_ids = {}
         self._exp_avg_all = {}
@@ -434,10 +448,9 @@ class TrainerMon:
 
     # ---- reductions ----
 
-    def _reduce(self, tensors):
-        """Cells of the statistics of `tensors` (tensors or anything else: NaN), one reduction per
-        device, nothing read."""
-        cells = [None] * len(tensors)
+    @staticmethod
+    def _by_device(tensors):
+        """(device, [(index, tensor or None)]) groups of `tensors`, as monitor_reduce takes them."""
         by_device = {}
         for i, t in enumerate(tensors):
             if torch.is_tensor(t):
@@ -448,15 +461,43 @@ class TrainerMon:
                 by_device.setdefault(t.device, []).append((i, t))
             else:
                 by_device.setdefault(None, []).append((i, None))
-        for device, items in by_device.items():
+        return list(by_device.values())
+
+    @staticmethod
+    def _place(cells, block, items):
+        for row, (i, t) in enumerate(items):
+            cells[i] = _Cell(block, row, None, None) if t is None else _Cell(block, row, list(t.shape), str(t.dtype))
+
+    def _reduce(self, tensors):
+        """Cells of the statistics of `tensors` (tensors or anything else: NaN), one reduction per
+        device, nothing read."""
+        cells = [None] * len(tensors)
+        for items in self._by_device(tensors):
             with torch.no_grad():
                 block = self._ops.monitor_reduce([t for _, t in items], self._reduced_text, float(self.eps))
-            for row, (i, t) in enumerate(items):
-                if t is None:
-                    cells[i] = _Cell(block, row, None, None)
-                else:
-                    cells[i] = _Cell(block, row, list(t.shape), str(t.dtype))
+            self._place(cells, block, items)
         return cells
+
+    def _reduce_start(self, tensors):
+        """The statistics of `tensors` begun, not waited for (monitor_reduce_start: a CPU tensor's on
+        the worker thread while training goes on): a handle for _reduce_finish. The tensors must not
+        change until then."""
+        groups = self._by_device(tensors)
+        tickets = [self._ops.monitor_reduce_start([t for _, t in items], self._reduced_text, float(self.eps))
+                   for items in groups]
+        return len(tensors), groups, tickets
+
+    def _reduce_finish(self, handles):
+        """The cells of each handle of _reduce_start, all waited for in one call."""
+        tickets = [t for _, _, ts in handles for t in ts]
+        blocks = iter(self._ops.monitor_reduce_finish(tickets) if tickets else [])
+        out = []
+        for n, groups, _ in handles:
+            cells = [None] * n
+            for items in groups:
+                self._place(cells, next(blocks), items)
+            out.append(cells)
+        return out
 
     def _reduce_map(self, tag2tensor):
         tags = list(tag2tensor)
@@ -752,11 +793,15 @@ class TrainerMon:
         self._micro[param] = 0 if micro == self.micro_batch_number else micro
 
     def _defer_grad(self, key, grad):
-        """The grad as the hook sees it is reduced at the end of this backward pass, all of the
-        pass's grads in one monitor_reduce call (the autograd engine's final callback runs before
-        backward() returns: before the user's code, a clip_grad_norm_ say, can change a grad; an
-        in-place change within the pass is caught by the version check in _flush_grads)."""
-        self._pending_grads.append((key, grad, grad._version))
+        """The grad as the hook sees it is reduced while the backward pass goes on (a CPU grad on the
+        worker thread, a device grad on its device) and waited for at the end of the pass (the
+        autograd engine's final callback runs before backward() returns: before the user's code, a
+        clip_grad_norm_ say, can change a grad; an in-place change within the pass is caught by the
+        version check in _flush_grads)."""
+        self._grad_batch.append((key, grad, grad._version))
+        self._grad_batch_elements += grad.numel()
+        if self._grad_batch_elements >= _GRAD_BATCH_ELEMENTS:
+            self._start_grad_batch()
         if not self._flush_queued:
             try:
                 torch.autograd.Variable._execution_engine.queue_callback(self._flush_grads)
@@ -764,18 +809,42 @@ class TrainerMon:
             except RuntimeError:  # not inside a backward pass (a hook called by hand): now
                 self._flush_grads()
 
+    def _start_grad_batch(self):
+        batch, self._grad_batch, self._grad_batch_elements = self._grad_batch, [], 0
+        if batch:
+            self._pending_grads.append((batch, self._reduce_start([grad for _, grad, _ in batch])))
+
     def _flush_grads(self):
         self._flush_queued = False
+        self._start_grad_batch()
         pending, self._pending_grads = self._pending_grads, []
         if not pending:
             return
-        with torch.no_grad():
-            cells = self._reduce([grad for _, grad, _ in pending])
-        for (key, grad, version), cell in zip(pending, cells):
-            if grad._version != version:
-                self._warn_once("grad_version", f"{key}: the grad changed in place between its AccumulateGrad hook "
-                                                "and the end of the backward pass; acc_grad has the later values")
-            self._grad_pre[key] = cell
+        for (batch, _), cells in zip(pending, self._reduce_finish([handle for _, handle in pending])):
+            for (key, grad, version), cell in zip(batch, cells):
+                if grad._version != version:
+                    self._warn_once("grad_version", f"{key}: the grad changed in place between its AccumulateGrad "
+                                                    "hook and the end of the backward pass; its acc_grad row may "
+                                                    "hold the values of either")
+                self._grad_pre[key] = cell
+
+    def _finish_post_grad(self):
+        """Waits for the post_grad statistics _pre_step began (before optimizer.step returns: before
+        zero_grad or the next backward can change a grad). An optimizer that changed a grad in place
+        during its step (its version moved) may have been read half before and half after: the rows
+        of this step say so, once, and later steps read post_grad on the training thread, before the
+        step, as msprobe does."""
+        pending, self._post_pending = self._post_pending, None
+        if pending is None:
+            return
+        tags, versions, handle = pending
+        (cells,) = self._reduce_finish([handle])
+        self._grad_post.update(zip(tags, cells))
+        if any(g._version != v for g, v in versions):
+            self._post_grad_on_step_thread = True
+            self._warn_once("post_grad_version", f"the optimizer changed a grad in place during step {self._step}: "
+                                                 "that step's post_grad rows may hold values it wrote; post_grad is "
+                                                 "read before the step from now on")
 
     # ---- the optimizer step ----
 
@@ -823,7 +892,14 @@ class TrainerMon:
                 self._register_call_id(tag)
                 grads[tag] = grad
             if self._rank_writes() and self.monitoring:
-                self._grad_post.update(self._reduce_map(grads))
+                if self._post_grad_on_step_thread:
+                    self._grad_post.update(self._reduce_map(grads))
+                else:
+                    # Read on the worker thread during the step (and mv below, here, at the same
+                    # time): the optimizer reads grads, it does not write them.
+                    tags = list(grads)
+                    self._post_pending = (tags, [(g, g._version) for g in grads.values()],
+                                          self._reduce_start([grads[t] for t in tags]))
         exp_avg, exp_avg_sq = {}, {}
         if self.mv_distribution or self.mg_direction:
             state = self._optimizer_state(optimizer)
@@ -887,7 +963,10 @@ class TrainerMon:
         # optimizer.step through its __func__ and __self__.
         def step(opt, *args, **kwargs):
             monitor._pre_step(opt)
-            out = original(*args, **kwargs)
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                monitor._finish_post_grad()
             monitor._post_step(opt)
             monitor._step_final(opt)
             return out

@@ -32,8 +32,18 @@ SCRIPT = textwrap.dedent("""
     NAN = int(os.environ.get("NAN_STEP", "-1"))
     LR = float(os.environ.get("LR", "0.01"))
     SHIFT = float(os.environ.get("SHIFT", "0.1"))
-    opt = torch.optim.Adam(model.parameters(), lr=LR) if os.environ.get("OPT", "adam") == "adam" \\
-        else torch.optim.SGD(model.parameters(), lr=LR)
+    class HalvingSGD(torch.optim.SGD):  # an optimizer that writes the grads it reads (an unscale, say)
+        def step(self, closure=None):
+            with torch.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            p.grad.mul_(0.5)
+            return super().step(closure)
+
+    OPT = os.environ.get("OPT", "adam")
+    opt = torch.optim.Adam(model.parameters(), lr=LR) if OPT == "adam" \\
+        else HalvingSGD(model.parameters(), lr=LR) if OPT == "halving" else torch.optim.SGD(model.parameters(), lr=LR)
     if MONITOR:
         from tprobe import TrainerMon
         mon = TrainerMon(os.environ["MONITOR_CONFIG"], params_have_main_grad=False)
@@ -394,6 +404,48 @@ class MonitorTest(MonitorCase):
         self.assertEqual({s for _, s, _ in mon.rows("exp_avg")}, {1, 4, 5})  # Adam has no state at step 0
         self.assertIn("train.py turned the monitor off", mon.run.result.stderr)
         self.assertIn("train.py turned the monitor on", mon.run.result.stderr)
+
+    def test_grads_read_off_the_training_thread(self):
+        """monitor_reduce_start/finish (the worker thread's reductions, CPU) give monitor_reduce's
+        blocks, in any order of finishing, in a forked child too; a ticket finishes once."""
+        from tprobe import _native
+        ops = _native.load()
+        g = torch.Generator().manual_seed(1)
+        text = ",".join(ALL_OPS)
+        batches = [[torch.randn(70000, generator=g), None, torch.tensor(3.0)],
+                   [torch.randn(300, 200, generator=g, dtype=torch.float64).t(), torch.empty(0)],
+                   [torch.arange(5, dtype=torch.int64)], []]
+        tickets = [ops.monitor_reduce_start(b, text, 1e-8) for b in batches]
+        got = ops.monitor_reduce_finish(list(reversed(tickets)))[::-1]
+        for b, block in zip(batches, got):
+            self.assertTrue(torch.equal(block.isnan(), ops.monitor_reduce(b, text, 1e-8).isnan()))
+            self.assertTrue(torch.equal(block.nan_to_num(), ops.monitor_reduce(b, text, 1e-8).nan_to_num()))
+        with self.assertRaisesRegex(RuntimeError, "no reduction has ticket"):
+            ops.monitor_reduce_finish([tickets[0]])
+        with self.assertRaises(RuntimeError):
+            ops.monitor_reduce_start([torch.ones(2)], "norm,median", 1e-8)
+        pid = os.fork()
+        if pid == 0:  # the parent's worker thread is not in the child: the child makes its own
+            ok = False
+            try:
+                t = ops.monitor_reduce_start([torch.ones(40000)], "norm,mean", 1e-8)
+                ok = ops.monitor_reduce_finish([t])[0].tolist() == [[200.0, 1.0]]
+            finally:
+                os._exit(0 if ok else 1)
+        self.assertEqual(os.waitpid(pid, 0)[1], 0)
+
+    def test_an_optimizer_that_writes_grads(self):
+        """post_grad is read on the worker while optimizer.step runs. An optimizer that changes the
+        grads in place (HalvingSGD) is seen at its first step (a warning, once); later steps read
+        post_grad before the step, as msprobe does: the grads the script saw before opt.step()."""
+        config = monitor_config(wg_distribution=True)
+        mon = self.run_monitor(config, env={"OPT": "halving"}, steps=4)
+        refs = mon.refs()
+        self.check_rows(mon.rows("grad_unreduced"), {(n, s, None): refs["grad"][s][n] for s in range(4) for n in PARAMS},
+                        config["ops"])
+        self.check_rows({k: v for k, v in mon.rows("grad_reduced").items() if k[1] > 0},
+                        {(n, s, None): refs["grad"][s][n] for s in (1, 2, 3) for n in PARAMS}, config["ops"])
+        self.assertEqual(mon.run.result.stderr.count("the optimizer changed a grad in place during step 0"), 1)
 
     def test_print_struct(self):
         config = monitor_config(xy_distribution=True, print_struct=True)
