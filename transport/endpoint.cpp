@@ -390,8 +390,11 @@ class link_impl {
         consumer_pid_ = meta.value("pid", int64_t{0});
         consumer_syncs_ = meta.value("sync", false);
         consumer_shm_ = meta.value("shm", false) && shm_enabled();
-        consumer_batches_ = meta.value("batch", false) && batches_enabled();
-        consumer_stack_refs_ = meta.value("stack_refs", false) && stack_refs_enabled();
+        // The consumer's ack decides (record.h "Batches" and section 5): batches and stack
+        // references to a consumer that takes them, one record per message and stacks inline
+        // to one that does not.
+        consumer_batches_ = meta.value("batch", false);
+        consumer_stack_refs_ = meta.value("stack_refs", false);
       }
       return true;
     }
@@ -433,16 +436,6 @@ bool process_is_gone(int64_t pid) {
   buffer[n] = '\0';
   const char *close_paren = std::strrchr(buffer, ')');  // the command name may hold spaces and ')'
   return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
-}
-
-bool batches_enabled() {
-  const char *env = std::getenv("TPROBE_BATCH");
-  return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0));
-}
-
-bool stack_refs_enabled() {
-  const char *env = std::getenv("TPROBE_STACK_REFS");
-  return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0));
 }
 
 // ---- the pieces a consumer runtime builds on (link.h) ----

@@ -118,13 +118,6 @@ class consumer_lost_error : public system_error {
 // (exited, not yet reaped by its parent). False for pid <= 0.
 bool process_is_gone(int64_t pid);
 
-// True unless TPROBE_BATCH is "0" or "off": a producer then sends small data records in batches
-// to consumers that take them (record.h "Batches"). A switch for comparisons and debugging.
-bool batches_enabled();
-// True unless TPROBE_STACK_REFS is "0" or "off": a producer then sends an entry's call stack once
-// per id to consumers that take references (record.h section 5), else with every entry.
-bool stack_refs_enabled();
-
 // Interrupting waits. Every wait of this library on another process (a blocked send, an ack, a
 // barrier's answer, a tap's next record) ends early once the process is interrupted: a stage
 // asked to stop by SIGINT/SIGTERM (stages/common/stage_io.h installs the handlers) finishes
