@@ -682,12 +682,6 @@ void stage_io::send(const record &r) { impl_->send(r); }
 void stage_io::send_alone(const record &r) { impl_->send(r, false); }
 void stage_io::pass_unchanged(std::function<bool(const record_glance &)> unchanged,
                               std::function<void(const record_glance &)> passed) {
-  // TPROBE_PASS_UNCHANGED=off decodes every record, as before: for comparisons, and a way back.
-  static const bool enabled = [] {
-    const char *env = std::getenv("TPROBE_PASS_UNCHANGED");
-    return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0));
-  }();
-  if (!enabled) return;
   impl_->unchanged = std::move(unchanged);
   impl_->passed = std::move(passed);
 }

@@ -91,7 +91,6 @@ class stage_io {
   // has defined the batch's stack ids, no tap subscriber is watching, and no record of it defines
   // a stack; otherwise its records come one by one as before. The keys a glance does not read
   // are checked by the consumer that decodes the records. Call before the first receive().
-  // TPROBE_PASS_UNCHANGED=off in the environment makes it do nothing.
   void pass_unchanged(std::function<bool(const record_glance &)> unchanged,
                       std::function<void(const record_glance &)> passed);
 
