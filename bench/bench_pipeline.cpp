@@ -171,7 +171,6 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
   pipeline_result res;
   std::exception_ptr err_sink, err_stats;
   uint64_t sink_count = 0;
-  uint64_t stats_records = 0;
 
   std::promise<void> sink_ready, stats_ready;
   std::thread sink_thread([&] {
@@ -220,9 +219,8 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
       tprobe::stage_io io(ctx, o);
       stats_ready.set_value();
       const double cpu0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
-      auto sr = tprobe::stats_run(io, tprobe::stats_stage_options{});
+      tprobe::stats_run(io, tprobe::stats_stage_options{});
       res.cpu_stats = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-      stats_records = sr.records;
     } catch (const std::exception &e) {
       std::fprintf(stderr, "stats stage failed: %s\n", e.what());
       err_stats = std::current_exception();
@@ -306,9 +304,6 @@ pipeline_result run_pipeline(const std::string &dir, bool writer, long n, size_t
   check(tprobe_session_close(s), "tprobe_session_close");
   res.cpu_capture = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - cpu_capture0;
   stats_thread.join();
-  if (std::getenv("TPROBE_BENCH_DEBUG"))
-    std::fprintf(stderr, "[debug] capture records %llu, stats stage passed on %llu\n",
-                 static_cast<unsigned long long>(res.counts.records), static_cast<unsigned long long>(stats_records));
   sink_thread.join();
   res.seconds = seconds_since(t0);
   res.cpu_process = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu_process0;
