@@ -66,7 +66,8 @@ struct shm_segment;
 // copying a few KiB, and small records stay self-contained.
 inline constexpr size_t SHM_MIN_PAYLOAD = size_t{64} << 10;
 
-// True unless TPROBE_SHM is "0" or "off" (a switch for comparisons and for debugging).
+// True unless TPROBE_SHM is "0" or "off": a user setting (docs/performance.md, "Runtime switches")
+// for a container whose memory limit cannot spare the ring or that refuses memfd_create.
 bool shm_enabled();
 
 struct shm_ring_counts {

@@ -174,8 +174,12 @@ struct state {
   // Operators on the training thread below the captured depth or inside an autograd node whose
   // RecordFunction reached the callback anyway (counters(): what quiet_nested leaves).
   std::atomic<uint64_t> nested_record_functions{0};
-  bool quiet_nested = true;  // TPROBE_QUIET_NESTED=off: nested operators keep their RecordFunction (op_callbacks.cpp)
-  bool reuse_stats = true;  // TPROBE_REUSE_STATS=off: every tensor is read (to measure, to rule it out)
+  // User settings (docs/performance.md, "Runtime switches"). TPROBE_QUIET_NESTED=off: nested
+  // operators keep their RecordFunction (op_callbacks.cpp), for another global observer.
+  // TPROBE_REUSE_STATS=off: every tensor is read, for code that writes tensors where no operator
+  // shows it (tensor.numpy(), a raw pointer, another thread).
+  bool quiet_nested = true;
+  bool reuse_stats = true;
   bool capture_tensor(const std::string &entry, const std::string &slot, const at::Tensor &t);
   bool capture_summary_null(const std::string &entry, const std::string &slot, const at::Tensor &t,
                             DLDataType dtype, bool requires_grad);

@@ -8,8 +8,8 @@
 //     ATen call is microseconds of the training thread); the copy is one, and it keeps the values
 //     as they were before the stream's next operator can change the tensor in place;
 //   - statistics of any other tensor (larger than an arena, 0-d, complex, or all of them under
-//     TPROBE_DEVICE_STATS=direct): ATen reductions write its 6 float64 statistics into the next
-//     row of the open batch's slot buffer (device memory, `device_path_settings::slots` rows);
+//     the test-only TPROBE_DEVICE_STATS=direct): ATen reductions write its 6 float64 statistics
+//     into the next row of the open batch's slot buffer (device memory, `device_path_settings::slots` rows);
 //   - data (task tensor, summary_mode md5): one non_blocking copy into pinned host staging.
 // With TPROBE_DEVICE_STATS=deferred (and while the operator callbacks run, which is what makes it
 // safe) the arena copy of a contiguous tensor without a negative bit waits: its storage is held
@@ -44,10 +44,10 @@
 // .item(), no blocking .cpu(), no stream or device synchronize on this path.
 //
 // On a machine without a device the same path runs for CPU tensors when the process starts with
-// TPROBE_DEVICE_PATH_ON_CPU=1 (tests and diagnostics: the batches, rows, staging, order and read
-// counts are the device's; copies and reductions are synchronous, there is no event).
-// TPROBE_DEVICE_SLOTS, TPROBE_DEVICE_ARENA_KIB and TPROBE_DEVICE_STAGING_MIB override the sizes
-// (read once per process).
+// TPROBE_DEVICE_PATH_ON_CPU=1 (test-only, how CI runs this path without a GPU: the batches, rows,
+// staging, order and read counts are the device's; copies and reductions are synchronous, there
+// is no event). TPROBE_DEVICE_SLOTS, TPROBE_DEVICE_ARENA_KIB and TPROBE_DEVICE_STAGING_MIB override
+// the sizes (read once per process): user settings for a GPU or host with less memory to spare.
 // TPROBE_DEVICE_PATH_OFF=1 takes CUDA tensors off this path: each is read with a blocking .cpu(),
 // one stream synchronisation per tensor, and captured as a host tensor. That is the reference the
 // GPU tests compare this path against (tests/python/test_device_path.py), and a way to rule this
@@ -91,12 +91,12 @@ struct device_path_settings {
   // each block's float32 sums stay short.
   int64_t arena_elements = int64_t{8} << 20;
   int64_t chunk_elements = int64_t{1} << 14;  // at most a quarter of the arena
-  bool direct_stats = false;             // TPROBE_DEVICE_STATS=direct: no arena (to compare, to rule it out)
+  bool direct_stats = false;             // TPROBE_DEVICE_STATS=direct (test-only): no arena, every tensor a row
   bool deferred_copies = false;          // TPROBE_DEVICE_STATS=deferred: arena copies enqueued together (device_stats.h)
   size_t deferred_max = 1024;            // deferred copies of a batch before they are enqueued anyway
   size_t staging_bytes = size_t{128} << 20;  // pinned data a batch may hold before it closes
   size_t batches_in_flight = 2;          // closed batches not yet read before the host waits
-  bool on_cpu = false;                   // TPROBE_DEVICE_PATH_ON_CPU=1: CPU tensors take this path
+  bool on_cpu = false;                   // TPROBE_DEVICE_PATH_ON_CPU=1 (test-only): CPU tensors take this path
   bool off = false;                      // TPROBE_DEVICE_PATH_OFF=1: CUDA tensors do not
 };
 // The process's settings, from the environment on first use.
