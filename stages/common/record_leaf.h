@@ -49,22 +49,34 @@ inline std::string record_data_name(const record_header &h, std::string_view ten
   return h.entry + "." + h.slot + (tensor_format == "pt" ? ".pt" : ".npy");
 }
 
-// A tensor record that came with its data but without (all of) its statistics gets them here, with
-// core's computation, as `stats` (the session's precision and half_mean, stats_options_of_session)
-// says; the CRC-32 too when its RECORD_FLAG_CRC32 asks for it. The capture computes them in place
-// for most tensors and tprobe-stats for the rest, but a pipeline whose statistics stage was
-// replaced by a user's own stage must still give complete leaves. Returns whether it computed
-// them; throws framing_error when the payload's size is not the shape's.
-inline bool record_fill_missing_stats(record &r, stats_options stats) {
+// How record_fill_missing_stats works: `recompute` also replaces statistics that came complete
+// (tprobe-stats --recompute); `runner` reads a large payload's parts (none: all on this thread).
+struct record_stats_fill {
+  bool recompute = false;
+  parallel_runner *runner = nullptr;
+};
+
+// The one statistics path of the stages (tprobe-stats, the writer, precheck-live): a tensor record
+// that came with its data but without (all of) its statistics gets them here, with core's
+// computation (tensor_stats_compute, the same the capture runs in place), as `stats` (the
+// session's precision and half_mean, stats_options_of_session) says; the CRC-32 too when its
+// RECORD_FLAG_CRC32 asks for it. The capture computes them in place for most tensors and
+// tprobe-stats for the rest, but a pipeline whose statistics stage was replaced by a user's own
+// stage must still give complete leaves. A record without a payload (a foreign dtype's has none)
+// is left as it is. Returns whether it computed them; throws framing_error when the payload's
+// size is not the shape's.
+inline bool record_fill_missing_stats(record &r, stats_options stats, const record_stats_fill &how = {}) {
   auto &h = r.header;
   const bool want_crc = (h.flags & RECORD_FLAG_CRC32) != 0;
-  if (!r.has_payload() || !h.foreign_dtype.empty() || (h.stats && (!want_crc || h.stats->crc32))) return false;
+  const bool complete = h.stats && (!want_crc || h.stats->crc32);
+  if (!r.has_payload() || !h.foreign_dtype.empty() || (complete && !how.recompute)) return false;
   const auto bytes = r.payload_bytes();
   const uint64_t count = h.element_count();
   if (bytes.size() != count * dtype_size(h.type))
     throw framing_error(r.describe() + ": payload is " + std::to_string(bytes.size()) + " bytes, shape needs " +
                         std::to_string(count * dtype_size(h.type)));
   stats.crc32 = want_crc;
+  stats.runner = how.runner;
   h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(), stats);
   return true;
 }

@@ -7,6 +7,7 @@
 #include "dump_semantics.h"
 #include "errors.h"
 #include "part_runner.h"
+#include "record_leaf.h"
 
 namespace tprobe {
 
@@ -25,22 +26,6 @@ const stage_description &stats_stage_description() {
            0, 64},
       }};
   return d;
-}
-
-bool stats_fill(record &r, stats_options session, bool recompute, parallel_runner *runner) {
-  auto &h = r.header;
-  const bool want_crc = (h.flags & RECORD_FLAG_CRC32) != 0;
-  const bool complete = h.stats && (!want_crc || h.stats->crc32);
-  if ((complete && !recompute) || !r.has_payload()) return false;
-  const auto bytes = r.payload_bytes();
-  const uint64_t count = h.element_count();
-  if (bytes.size() != count * dtype_size(h.type))
-    throw framing_error(fmt::format("{}: payload is {} bytes, shape needs {}", r.describe(), bytes.size(),
-                                    count * dtype_size(h.type)));
-  session.crc32 = want_crc;
-  session.runner = runner;
-  h.stats = tensor_stats_compute(bytes.data(), h.type, count, h.shape.empty(), session);
-  return true;
 }
 
 bool stats_leaves_unchanged(const record_glance &g, const stats_stage_options &options) {
@@ -70,7 +55,8 @@ stats_stage_result stats_run(stage_io &io, const stats_stage_options &options) {
       ++result.tensors;
       if (r->has_payload()) result.payload_bytes += h.length;
       const auto it = stats_by_run.find(h.run);
-      if (stats_fill(*r, it != stats_by_run.end() ? it->second : stats_options{}, options.recompute, &runner))
+      if (record_fill_missing_stats(*r, it != stats_by_run.end() ? it->second : stats_options{},
+                                    {options.recompute, &runner}))
         ++result.computed;
       if (r->has_payload() && !(h.flags & RECORD_FLAG_SAVE) && !options.keep_payload) {
         r->drop_payload();

@@ -48,10 +48,7 @@ stats_stage_result stats_run(stage_io &io, const stats_stage_options &options);
 // --keep-payload).
 bool stats_leaves_unchanged(const record_glance &g, const stats_stage_options &options);
 
-// The per-record work, exposed for tests and for stages that embed it: fills header.stats from the
-// payload when needed. `session` is how the record's session takes statistics
-// (stats_options_of_session: precision, half_mean); `runner` reads a large payload's parts (none:
-// all on this thread).
-bool stats_fill(record &r, stats_options session, bool recompute, parallel_runner *runner = nullptr);
+// The per-record work is record_fill_missing_stats (stages/common/record_leaf.h), the writer's and
+// precheck-live's too.
 
 }  // namespace tprobe
