@@ -875,10 +875,11 @@ class TrainerMon:
         if not self._step_selected(self._step) or not self.optimizer_hooked:
             return
         self._flush_grads()  # a backward pass whose final callback did not run (it raised)
+        writes = self._rank_writes() and self.monitoring
+        grads = {}
         if self.wg_distribution:
             # Reduced again, not taken from acc_grad's cells: an in-place change since the hook
             # (dist.all_reduce, .data) need not move the grad's version counter.
-            grads = {}
             for param, name in self._param2name.items():
                 if self._duplicate.get(name):
                     continue
@@ -891,15 +892,6 @@ class TrainerMon:
                 tag = self._name2tag[name]["post_grad"]
                 self._register_call_id(tag)
                 grads[tag] = grad
-            if self._rank_writes() and self.monitoring:
-                if self._post_grad_on_step_thread:
-                    self._grad_post.update(self._reduce_map(grads))
-                else:
-                    # Read on the worker thread during the step (and mv below, here, at the same
-                    # time): the optimizer reads grads, it does not write them.
-                    tags = list(grads)
-                    self._post_pending = (tags, [(g, g._version) for g in grads.values()],
-                                          self._reduce_start([grads[t] for t in tags]))
         exp_avg, exp_avg_sq = {}, {}
         if self.mv_distribution or self.mg_direction:
             state = self._optimizer_state(optimizer)
@@ -909,14 +901,25 @@ class TrainerMon:
                     exp_avg[name] = s.get("exp_avg")
                     if self.mv_distribution:
                         exp_avg_sq[name] = s.get("exp_avg_sq")
-        writes = self._rank_writes() and self.monitoring
+        m, v = {}, {}
         if self.mv_distribution:
             m = self._param_map("exp_avg", exp_avg)
             v = self._param_map("exp_avg_sq", exp_avg_sq)
-            if writes:
-                both = self._reduce_map({**m, **v})  # one call; the tags differ by their suffix
-                self._exp_avg = {tag: both[tag] for tag in m}
-                self._exp_avg_sq = {tag: both[tag] for tag in v}
+        if writes:
+            # Both threads read: the worker exp_avg_sq, then post_grad (which goes on during the
+            # step: the optimizer reads grads, it does not write them); this thread meanwhile
+            # exp_avg, then waits for exp_avg_sq, which the step writes.
+            v_started = self._reduce_start(list(v.values())) if v else None
+            if grads:
+                if self._post_grad_on_step_thread:
+                    self._grad_post.update(self._reduce_map(grads))
+                else:
+                    tags = list(grads)
+                    self._post_pending = (tags, [(g, g._version) for g in grads.values()],
+                                          self._reduce_start([grads[t] for t in tags]))
+            if self.mv_distribution:
+                self._exp_avg = self._reduce_map(m)
+                self._exp_avg_sq = dict(zip(v, self._reduce_finish([v_started])[0])) if v else {}
         if self.param_distribution and writes:
             self._param_metric.update(self._reduce_map(self._param_tags("param_origin")))
         if self.mg_direction:
