@@ -986,4 +986,27 @@ int launcher_run(const launcher_options &options) {
   return l.run();
 }
 
+const stage_description &launcher_description() {
+  static const stage_description d{
+      "run",
+      "start a manifest's stages around a command",
+      false,
+      false,
+      {
+          {.name = "manifest", .type = "string", .default_value = "", .doc = "pipeline manifest, e.g. pipelines/statistics.json",
+           .required = true, .positional = true},
+          {"config", "string", "", "capture config, passed to COMMAND as TPROBE_CONFIG"},
+          {"keep-run-dir", "bool", "false", "keep the run directory (endpoints) at the end"},
+          {"startup-timeout", "int", "60", "seconds each stage has to report ready", 1, 86400},
+      }};
+  return d;
+}
+
+void launcher_options_read(const stage_option_values &values, launcher_options &options) {
+  options.manifest_path = values.text("manifest");
+  options.config_path = values.text("config");
+  options.keep_run_dir = values.flag("keep-run-dir");
+  options.startup_timeout_s = static_cast<int>(values.integer("startup-timeout"));
+}
+
 }  // namespace tprobe

@@ -72,6 +72,8 @@
 #include <string>
 #include <vector>
 
+#include "common/stage_main.h"
+
 namespace tprobe {
 
 struct launcher_options {
@@ -82,6 +84,13 @@ struct launcher_options {
   std::string bin_dir;               // where tprobe-<verb> live; "" = the directory of this binary
   int startup_timeout_s = 60;        // --startup-timeout: each stage must report ready within it
 };
+
+// The launcher's command line as a table, the same shape as a stage's (stage_main.h): main builds
+// its parser from it, `tprobe run --describe` prints it, and the checks are stage_option_check's.
+// MANIFEST is its one positional, required entry; the command after "--" is not an option.
+const stage_description &launcher_description();
+// The checked values of that table → launcher_options (command and bin_dir untouched).
+void launcher_options_read(const stage_option_values &values, launcher_options &options);
 
 // Runs the whole pipeline as described above and returns the exit status. Throws usage_error for
 // a bad manifest, config path or command (before anything starts), system_error when a system call

@@ -360,46 +360,36 @@ std::vector<std::string> stage_option_args(const stage_description &d, const jso
                         (names.empty() ? program + " has no options" : program + " options: " + join(names, ", ")) +
                         ")");
     }
-    auto wrong = [&, key = key, &value = value](const std::string &expected) {
-      return usage_error(context + ": option " + in_quotes(key) + " must be " + expected + " (" + spec->type +
-                         "), got " + value.dump());
-    };
-    auto in_range = [&, key = key, &value = value] {
-      const double x = value.get<double>();
-      if ((spec->min && x < *spec->min) || (spec->max && x > *spec->max))
-        throw usage_error(context + ": option " + in_quotes(key) + " must be in [" +
-                          (spec->min ? json(*spec->min).dump() : std::string("-inf")) + ", " +
-                          (spec->max ? json(*spec->max).dump() : std::string("inf")) + "], got " + value.dump());
-    };
-    if (spec->type == "int") {
-      if (!value.is_number_integer()) throw wrong("an integer");
-      in_range();
-      push_option(args, key, value.dump());
-    } else if (spec->type == "float") {
-      // dump() prints the shortest text that reads back as the same double.
-      if (!value.is_number()) throw wrong("a number");
-      in_range();
-      push_option(args, key, value.dump());
-    } else if (spec->type == "bool") {
-      if (!value.is_boolean()) throw wrong("true or false");
-      args.push_back("--" + key + (value.get<bool>() ? "=true" : "=false"));
-    } else if (spec->type == "string") {
-      if (!value.is_string()) throw wrong("a string");
-      push_option(args, key, value.get<std::string>());
-    } else if (spec->type == "list") {
-      if (value.is_string()) {
-        push_option(args, key, value.get<std::string>());
-      } else if (value.is_array() &&
-                 std::all_of(value.begin(), value.end(), [](const json &v) { return v.is_string(); })) {
-        for (const auto &v : value) push_option(args, key, v.get<std::string>());
-      } else {
-        throw wrong("an array of strings or a string");
+    const std::string subject = context + ": option " + in_quotes(key);
+    // The JSON value as the binary's command line takes it; its checks are the binary's own
+    // (stage_option_check). A value of the wrong JSON kind has no such text.
+    const bool kind_ok = spec->type == "int" || spec->type == "float" ? value.is_number()
+                         : spec->type == "bool"                       ? value.is_boolean()
+                         : spec->type == "list"                       ? value.is_string() || value.is_array()
+                                                                      : value.is_string();
+    if (!kind_ok || (spec->type == "list" && value.is_array() &&
+                     !std::all_of(value.begin(), value.end(), [](const json &v) { return v.is_string(); })))
+      throw usage_error(subject + " must be " + stage_option_kind(*spec) + ", got " + value.dump());
+    if (spec->type == "list") {
+      std::vector<std::string> items;
+      if (value.is_string()) items.push_back(value.get<std::string>());
+      for (const auto &v : value.is_array() ? value : json::array()) items.push_back(v.get<std::string>());
+      for (const auto &item : items) {
+        stage_option_check(*spec, item, subject);
+        push_option(args, key, item);
       }
-    } else {
-      throw usage_error(context + ": option " + in_quotes(key) + " has unknown type " + in_quotes(spec->type) +
-                        " in the stage's --describe");
+      continue;
     }
+    // dump() prints a number as the shortest text that reads back as the same double.
+    const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+    stage_option_check(*spec, text, subject);
+    if (spec->type == "bool")
+      args.push_back("--" + key + "=" + text);
+    else
+      push_option(args, key, text);
   }
+  for (const auto &spec : d.options)  // a required option the manifest left out
+    if (!options.contains(spec.name)) stage_option_check(spec, std::nullopt, context + ": option " + in_quotes(spec.name));
   return args;
 }
 
@@ -474,29 +464,20 @@ stage_description stage_description_parse(const std::string &text, const std::st
         if (!v->is_number()) throw usage_error(where + ": " + in + in_quotes(bound) + " must be a number");
         (std::string(bound) == "min" ? spec.min : spec.max) = v->get<double>();
       }
-      // The default is checked as a manifest value would be: a stage whose table contradicts
-      // itself (a default outside its own range, "abc" for an int) is refused before it starts.
-      if (!spec.default_value.empty()) {
-        const std::string &text = spec.default_value;
-        const std::string bad = where + ": option " + in_quotes(spec.name) + " has default \"" + text + "\"";
-        if (spec.type == "int" || spec.type == "float") {
-          double x = 0;
-          size_t used = 0;
-          try {
-            x = spec.type == "int" ? static_cast<double>(std::stoll(text, &used, 10)) : std::stod(text, &used);
-          } catch (const std::exception &) {
-            used = 0;
-          }
-          if (used == 0 || used != text.size())
-            throw usage_error(bad + ", not " + (spec.type == "int" ? "an integer" : "a number"));
-          if ((spec.min && x < *spec.min) || (spec.max && x > *spec.max))
-            throw usage_error(bad + ", outside its own range [" +
-                              (spec.min ? json(*spec.min).dump() : std::string("-inf")) + ", " +
-                              (spec.max ? json(*spec.max).dump() : std::string("inf")) + "]");
-        } else if (spec.type == "bool" && text != "true" && text != "false") {
-          throw usage_error(bad + ", not true or false");
-        }
+      if (auto v = o.find("choices"); v != o.end()) {
+        if (!v->is_array() || !std::all_of(v->begin(), v->end(), [](const json &c) { return c.is_string(); }))
+          throw usage_error(where + ": " + in + "\"choices\" must be an array of strings");
+        for (const auto &c : *v) spec.choices.push_back(c.get<std::string>());
       }
+      if (auto v = o.find("required"); v != o.end()) {
+        if (!v->is_boolean()) throw usage_error(where + ": " + in + "\"required\" must be true or false");
+        spec.required = v->get<bool>();
+      }
+      // The default is checked as a manifest value would be: a stage whose table contradicts
+      // itself (a default outside its own range or choices, "abc" for an int) is refused before
+      // it starts.
+      if (!spec.default_value.empty())
+        stage_option_check(spec, spec.default_value, where + ": option " + in_quotes(spec.name) + " default");
       d.options.push_back(std::move(spec));
     }
   }

@@ -53,8 +53,9 @@
 //
 // Stage checks (manifest_check_options, which needs each stage's --describe): inputs present iff
 // the stage has an input, a stage that is read has an output, every option is in the stage's
-// table and has its type: int → JSON integer, float → number, bool → true/false, string → string,
-// list → array of strings or one string.
+// table and has its JSON kind: int and float → number, bool → true/false, string → string, list →
+// array of strings or one string; then its value passes stage_option_check (stage_main.h), the
+// check the binary itself makes: int, range, choices; and every required option is set.
 //
 // Every error is a usage_error whose message names the manifest file and the stage:
 //   pipelines/x.json: stage "writer": input "stat" does not match any stage (known: capture, stats)
@@ -141,13 +142,15 @@ void manifest_check_options(manifest &m, const stage_describer &describe);
 // Options (a JSON object) → arguments, typed against `d`'s table:
 //   {"threads": 4, "lz4": true, "only": ["a", "b"]} → --threads 4 --lz4=true --only a --only b
 // A value that starts with '-' is passed as --key=value so that no parser takes it for an option. `context` prefixes messages ("pipelines/x.json: stage \"stats\"").
-// Throws usage_error for an unknown option or a value of the wrong type.
+// Throws usage_error for an unknown option, a value of the wrong JSON kind, one stage_option_check
+// refuses (range, choices), or a required option left out.
 std::vector<std::string> stage_option_args(const stage_description &d,
                                            const nlohmann::ordered_json &options,
                                            const std::string &context);
 
 // The --describe JSON of stages/common/stage_main.h → stage_description. `program` names the
-// binary in messages. Throws usage_error when the text is not such a JSON object.
+// binary in messages. Throws usage_error when the text is not such a JSON object, or when an
+// option's default fails its own checks (stage_option_check: type, range, choices).
 stage_description stage_description_parse(const std::string &text, const std::string &program);
 
 // Path of the binary that runs a stage: <bin_dir>/tprobe-<verb>, or the resolved exec path.

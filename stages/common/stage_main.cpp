@@ -3,18 +3,31 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "errors.h"
 
 namespace tprobe {
+
+namespace {
+
+// A range bound as the messages and --help print it: 0.001, 86400, inf.
+std::string bound_text(const std::optional<double> &bound, const char *none) {
+  return bound ? fmt::format("{}", *bound) : std::string(none);
+}
+
+}  // namespace
 
 std::string stage_describe_json(const stage_description &d) {
   nlohmann::ordered_json j;
@@ -27,6 +40,9 @@ std::string stage_describe_json(const stage_description &d) {
     nlohmann::ordered_json option{{"name", o.name}, {"type", o.type}, {"default", o.default_value}, {"doc", o.doc}};
     if (o.min) option["min"] = *o.min;
     if (o.max) option["max"] = *o.max;
+    if (!o.choices.empty()) option["choices"] = o.choices;
+    if (o.required) option["required"] = true;
+    if (o.positional) option["positional"] = true;
     j["options"].push_back(std::move(option));
   };
   for (const auto &o : d.options) add(o);
@@ -122,7 +138,7 @@ bool stage_option_values::given(const std::string &name) const {
 void stage_add_declared_options(CLI::App &app, const stage_description &d, stage_option_values &values) {
   values.specs_ = d.options;
   for (const auto &o : d.options) {
-    const std::string flag = (o.alias.empty() ? "" : o.alias + ",") + "--" + o.name;
+    const std::string flag = o.positional ? o.name : (o.alias.empty() ? "" : o.alias + ",") + "--" + o.name;
     CLI::Option *option = nullptr;
     if (o.type == "bool") {
       bool &target = values.flags_[o.name];
@@ -144,41 +160,85 @@ void stage_add_declared_options(CLI::App &app, const stage_description &d, stage
       target = o.default_value;
       option = app.add_option(flag, target, o.doc)->capture_default_str();
       if (o.type == "int" || o.type == "float") option->type_name(o.type == "int" ? "INT" : "FLOAT");
-      if (o.min || o.max) {
-        option->description(o.doc + fmt::format(" (in [{}, {}])", o.min ? fmt::format("{}", *o.min) : "-inf",
-                                                o.max ? fmt::format("{}", *o.max) : "inf"));
-      }
     }
+    std::string doc = o.doc;
+    if (o.min || o.max) doc += fmt::format(" (in [{}, {}])", bound_text(o.min, "-inf"), bound_text(o.max, "inf"));
+    if (!o.choices.empty()) doc += fmt::format(" (one of {})", fmt::join(o.choices, ", "));
+    if (o.required) doc += " (required)";
+    option->description(doc);
     values.options_[o.name] = option;
   }
 }
 
 void stage_check_declared_options(const stage_description &d, stage_option_values &values) {
   for (const auto &o : d.options) {
-    if (o.type != "int" && o.type != "float") continue;
-    const std::string &text = values.text_[o.name];
+    std::optional<std::string> value;  // as given, or the default; nullopt: neither
+    if (o.type == "bool") {
+      value = values.flags_[o.name] ? "true" : "false";
+    } else if (o.type == "list") {
+      if (values.given(o.name) || !o.default_value.empty()) value = fmt::format("{}", fmt::join(values.lists_[o.name], ","));
+    } else if (values.given(o.name) || !o.default_value.empty() || !o.required) {
+      value = values.text_[o.name];
+    }
+    if (o.required && !values.given(o.name)) value.reset();
+    std::string subject = o.positional ? o.name : "--" + o.name;  // MANIFEST, --threads
+    if (o.positional)
+      for (char &ch : subject) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    stage_option_check(o, value, subject);
+    if (o.type == "int" && value) values.integers_[o.name] = std::stoll(*value);
+    if (o.type == "float" && value) values.numbers_[o.name] = std::stod(*value);
+  }
+}
+
+std::string stage_option_kind(const stage_option_spec &spec) {
+  if (spec.type == "int") return "an integer";
+  if (spec.type == "float") return "a number";
+  if (spec.type == "bool") return "true or false";
+  if (spec.type == "list") return "an array of strings or a string";
+  return "a string";
+}
+
+void stage_option_check(const stage_option_spec &spec, const std::optional<std::string> &value,
+                        const std::string &subject) {
+  if (!value) {
+    if (spec.required) throw usage_error(subject + " is required");
+    return;
+  }
+  const std::string &text = *value;
+  if (spec.type == "int" || spec.type == "float") {
     double x = 0;
     size_t used = 0;
     try {
-      if (o.type == "int") {
-        const long long v = std::stoll(text, &used, 10);
-        values.integers_[o.name] = v;
-        x = static_cast<double>(v);
-      } else {
-        x = std::stod(text, &used);
-        values.numbers_[o.name] = x;
-      }
+      x = spec.type == "int" ? static_cast<double>(std::stoll(text, &used, 10)) : std::stod(text, &used);
+    } catch (const std::out_of_range &) {
+      if (spec.type == "int")  // an integer still, but not one the binary can hold
+        throw usage_error(fmt::format("{} must be in [{}, {}], got {}", subject, INT64_MIN, INT64_MAX, text));
+      used = 0;
     } catch (const std::exception &) {
       used = 0;
     }
-    if (used == 0 || used != text.size() || (o.type == "float" && !std::isfinite(x)))
-      throw usage_error(fmt::format("--{} must be {}, got \"{}\"", o.name, o.type == "int" ? "an integer" : "a number",
-                                    text));
-    if ((o.min && x < *o.min) || (o.max && x > *o.max))
-      throw usage_error(fmt::format("--{} must be in [{}, {}], got {}", o.name,
-                                    o.min ? fmt::format("{}", *o.min) : "-inf",
-                                    o.max ? fmt::format("{}", *o.max) : "inf", text));
+    if (used == 0 || used != text.size() || !std::isfinite(x))
+      throw usage_error(fmt::format("{} must be {}, got \"{}\"", subject, stage_option_kind(spec), text));
+    if ((spec.min && x < *spec.min) || (spec.max && x > *spec.max))
+      throw usage_error(fmt::format("{} must be in [{}, {}], got {}", subject, bound_text(spec.min, "-inf"),
+                                    bound_text(spec.max, "inf"), text));
+  } else if (spec.type == "bool") {
+    if (text != "true" && text != "false")
+      throw usage_error(fmt::format("{} must be true or false, got \"{}\"", subject, text));
   }
+  if (spec.choices.empty()) return;
+  std::vector<std::string> items{text};
+  if (spec.type == "list") {
+    items.clear();
+    for (size_t begin = 0; begin <= text.size();) {
+      const size_t end = std::min(text.find(',', begin), text.size());
+      items.push_back(text.substr(begin, end - begin));
+      begin = end + 1;
+    }
+  }
+  for (const auto &item : items)
+    if (std::find(spec.choices.begin(), spec.choices.end(), item) == spec.choices.end())
+      throw usage_error(fmt::format("{} must be one of {}, got \"{}\"", subject, fmt::join(spec.choices, ", "), item));
 }
 
 std::vector<record_kind> data_kinds_parse(const std::vector<std::string> &names, const std::string &option) {
@@ -254,6 +314,58 @@ int stage_main_guard(const std::string &program, const std::function<int()> &bod
     fmt::print(stderr, "{}: fatal: internal error: {}\n", program, e.what());
     return EXIT_SYSTEM;
   }
+}
+
+stage_main_context::~stage_main_context() = default;
+
+zmq::context_t &stage_main_context::zmq() {
+  if (!zmq_) {
+    stage_install_signal_handlers();  // before the context's threads start
+    zmq_ = std::make_unique<zmq::context_t>();
+  }
+  return *zmq_;
+}
+
+stage_io &stage_main_context::start() {
+  if (io_) throw std::logic_error("stage_main_context::start() called twice");
+  if (!description_.has_input && !description_.has_output)
+    throw std::logic_error("tprobe-" + description_.stage + " has no stream to start");
+  zmq::context_t &ctx = zmq();
+  io_ = std::make_unique<stage_io>(ctx, common_.io);
+  stage_signal_ready(common_.ready_fd);
+  return *io_;
+}
+
+stage_io &stage_main_context::io() {
+  if (!io_) throw std::logic_error("stage_main_context::io() before start()");
+  return *io_;
+}
+
+int stage_main(int argc, char **argv, const stage_description &d, const std::function<int(stage_main_context &)> &run,
+               const stage_main_extras &extras) {
+  const std::string program = "tprobe-" + d.stage;
+  return stage_main_guard(program, [&] {
+    CLI::App app{d.summary, program};
+    stage_common_args common;
+    stage_option_values values;  // from the option table: parser, --describe, --help and checks agree
+    if (d.has_input || d.has_output)
+      stage_add_common_options(app, d, common);
+    else
+      stage_add_describe_option(app, d);
+    stage_add_declared_options(app, d, values);
+    if (extras.add_arguments) extras.add_arguments(app);
+    if (extras.translate) {
+      std::vector<std::string> args = extras.translate(std::vector<std::string>(argv + 1, argv + argc), app);
+      std::vector<char *> translated{argv[0]};
+      for (auto &a : args) translated.push_back(a.data());
+      stage_parse(app, static_cast<int>(translated.size()), translated.data());
+    } else {
+      stage_parse(app, argc, argv);
+    }
+    stage_check_declared_options(d, values);
+    stage_main_context context(d, values, common);
+    return run(context);
+  });
 }
 
 }  // namespace tprobe

@@ -1,4 +1,7 @@
-// stage_main.h: what every stage binary shares, so that a stage's main() stays ~40 lines.
+// stage_main.h: what every stage binary shares, so that a stage's main() stays ~20 lines: one
+// stage_main() parses the command line from the stage's option table, checks it, opens the stream
+// and maps errors to exit codes; the main only turns option values into its library's options,
+// calls the run and prints its summary line.
 //
 // Command-line contract of every stage binary (the launcher relies on it, and so can a user's own
 // binary swapped into a manifest):
@@ -16,8 +19,10 @@
 //   {"stage": "stats", "summary": "…", "input": true, "output": true,
 //    "options": [{"name": "threads", "type": "int", "default": "1", "doc": "…", "min": 1}, …]}
 // with type one of "string", "int", "float", "bool", "list" (repeatable string), and optional
-// "min"/"max" (numbers) for int and float. The launcher type- and range-checks a manifest's
-// options against it before starting anything. The common options a manifest may set (hwm,
+// "min"/"max" (numbers) for int and float, "choices" (an array of strings: the only values a
+// string option takes, an enum) and "required": true (the option has no default and must be
+// given); `tprobe run --describe` marks its MANIFEST "positional": true. The launcher checks a manifest's options against it with the same function the binary
+// uses (stage_option_check) before starting anything. The common options a manifest may set (hwm,
 // tap-payload) are listed too, by a binary with an input or an output (an offline tool has neither).
 //
 // Exit codes and messages: see core/errors.h. stage_main_guard() prints
@@ -29,6 +34,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +56,13 @@ struct stage_option_spec {
   // A short spelling on the command line ("-o"), for the offline tools whose users know msprobe's
   // one-letter flags. The launcher always passes --<name>, so --describe leaves it out.
   std::string alias = {};
+  // A string option's only values (an enum): anything else is refused naming them. Empty: any.
+  std::vector<std::string> choices = {};
+  // No default: the option must be given, on the command line or in a manifest's "options".
+  bool required = false;
+  // Given as a bare argument (its name upper-cased in messages), not as --name: only for the
+  // arguments of `tprobe run` (MANIFEST), which --describe lists like a stage's options.
+  bool positional = false;
 };
 
 struct stage_description {
@@ -61,6 +74,24 @@ struct stage_description {
 };
 
 std::string stage_describe_json(const stage_description &d);
+
+// The one check of an option's value against its spec, used by the binaries (after their parse,
+// stage_check_declared_options) and by the launcher (a manifest's options, and the defaults a
+// user stage's --describe declares). `value` is the value as command-line text; nullopt when it
+// was not given (only a required option minds). `subject` names the option in the message: "--x"
+// for a binary, "pipelines/x.json: stage \"writer\": option \"x\"" for a manifest. Throws
+// usage_error, one wording for both:
+//   <subject> must be an integer, got "abc"       (also: a number; true or false)
+//   <subject> must be in [0, 3600], got -1        (int and float with min/max)
+//   <subject> must be one of auto, name, got "x"  (choices)
+//   <subject> is required                         (required, not given)
+// A list option's choices apply to each of its comma-separated elements.
+void stage_option_check(const stage_option_spec &spec, const std::optional<std::string> &value,
+                        const std::string &subject);
+// What a value of `spec` must be, as stage_option_check words it: "an integer", "a number",
+// "true or false", "a string", "an array of strings or a string"; for the launcher's message about
+// a manifest value of the wrong JSON kind ("<subject> must be an integer, got true").
+std::string stage_option_kind(const stage_option_spec &spec);
 // The common options (below) that a manifest may set like a stage's own: hwm, tap-payload.
 const std::vector<stage_option_spec> &stage_common_option_specs();
 
@@ -78,9 +109,10 @@ void stage_add_describe_option(CLI::App &app, const stage_description &d);
 // Option values declared once: the stage's option table (stage_description::options) drives the
 // parser, --describe and --help. stage_add_declared_options() adds one CLI option per entry (bool:
 // a flag that also takes =true/=false, and --no-<name> where the default is true; list: repeatable,
-// given values replace the default, whose text is comma-separated), defaults from the table;
-// stage_check_declared_options(), after the parse, checks each value's type and range and throws
-// usage_error naming the option ("--flush-interval must be in [0, 3600], got -1").
+// given values replace the default, whose text is comma-separated), defaults from the table, and
+// --help says each range, choice list and "required"; stage_check_declared_options(), after the
+// parse, checks each value with stage_option_check and throws usage_error naming the option
+// ("--flush-interval must be in [0, 3600], got -1").
 class stage_option_values {
  public:
   const std::string &text(const std::string &name) const;  // string options (and any value as given)
@@ -127,5 +159,54 @@ void stage_tune_allocator();
 // prefixed by `program`. CLI11 parse errors are usage errors (100); --help exits 0. A body that
 // returns 0 after a signal cut its stream (stage_stream_cut_by) exits 128 + that signal.
 int stage_main_guard(const std::string &program, const std::function<int()> &body);
+
+// What stage_main() hands a stage's run: the checked option values, and the stream, opened when
+// the run asks for it (after it has turned the values into its library's options and checked
+// them, so that a bad option binds no socket and creates no file).
+class stage_main_context {
+ public:
+  stage_main_context(const stage_description &d, const stage_option_values &values, stage_common_args &common)
+      : description_(d), values_(values), common_(common) {}
+  stage_main_context(const stage_main_context &) = delete;
+  stage_main_context &operator=(const stage_main_context &) = delete;
+  ~stage_main_context();
+
+  const stage_option_values &values() const { return values_; }
+  // The common options as parsed (--input, --output, --hwm, …); set io_options().decode and the
+  // like before start().
+  stage_io_options &io_options() { return common_.io; }
+  // The ZeroMQ context of the process, made on first use after installing the SIGINT/SIGTERM
+  // handlers (stage_install_signal_handlers): for a control_sender or a client socket.
+  zmq::context_t &zmq();
+  // Binds the input, connects the outputs and writes the readiness line (--ready-fd); once.
+  // Throws std::logic_error for a binary without an input or an output (an offline tool).
+  stage_io &start();
+  stage_io &io();  // after start()
+  bool interrupted() const { return io_ && io_->interrupted(); }
+
+ private:
+  const stage_description &description_;
+  const stage_option_values &values_;
+  stage_common_args &common_;
+  std::unique_ptr<zmq::context_t> zmq_;
+  std::unique_ptr<stage_io> io_;
+};
+
+// What a binary takes besides its option table, for stage_main().
+struct stage_main_extras {
+  // Adds arguments the table cannot declare (positional paths, msprobe's -i), or adjusts the
+  // common ones (tprobe-report makes --input optional). Runs after the table's options are added.
+  std::function<void(CLI::App &)> add_arguments = {};
+  // Rewrites the arguments (argv[1..]) before the parse: msprobe's spellings (msprobe_cli.h).
+  std::function<std::vector<std::string>(std::vector<std::string>, const CLI::App &)> translate = {};
+};
+
+// The whole main of a stage or tool: builds the parser from `d` (the common stream options where
+// d has an input or an output, else only --describe; then the table; then extras.add_arguments),
+// parses argv (--help and --describe print and exit 0), checks every value (stage_option_check),
+// and calls `run` inside stage_main_guard("tprobe-<stage>"): its return value is the exit code,
+// and its exceptions map to one fatal line and 100/111.
+int stage_main(int argc, char **argv, const stage_description &d, const std::function<int(stage_main_context &)> &run,
+               const stage_main_extras &extras = {});
 
 }  // namespace tprobe

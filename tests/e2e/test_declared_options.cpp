@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -32,7 +33,7 @@ TEST(DeclaredOptions, launcher_refuses_a_negative_flush_interval_before_starting
   const auto r = test::run_process({test::bin("tprobe"), "run", write_manifest(dir, R"({"flush-interval": -1})"), "--",
                                     "/bin/sh", "-c", "echo command ran"});
   EXPECT_EQ(r.status, 100);
-  EXPECT_THAT(r.err, HasSubstr("option \"flush-interval\" must be in [0.001, 86400.0], got -1"));
+  EXPECT_THAT(r.err, HasSubstr("option \"flush-interval\" must be in [0.001, 86400], got -1"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("command ran")));
 }
 
@@ -75,7 +76,7 @@ TEST(DeclaredOptions, launcher_refuses_a_stage_whose_default_is_outside_its_own_
        write_manifest(dir, "{}", R"(, {"name": "mine", "exec": ")" + stage + R"(", "inputs": ["stats"]})"), "--",
        "/bin/true"});
   EXPECT_EQ(r.status, 100);
-  EXPECT_THAT(r.err, HasSubstr("option \"limit\" has default \"-5\", outside its own range [0.0, inf]"));
+  EXPECT_THAT(r.err, HasSubstr("option \"limit\" default must be in [0, inf], got -5"));
 }
 
 // Every binary, stage or offline tool, reads its options from its table: whatever --describe
@@ -116,7 +117,7 @@ TEST(DeclaredOptions, offline_tools_and_sources_refuse_what_their_table_refuses)
            {{test::bin("tprobe-compare"), "a", "b", "-o", out, "--threads", "-2"},
             "tprobe-compare: fatal: --threads must be in [0, 4096], got -2"},
            {{test::bin("tprobe-compare"), "a", "b", "-o", out, "--match", "loose"},
-            "tprobe-compare: fatal: --match must be auto or name, got \"loose\""},
+            "tprobe-compare: fatal: --match must be one of auto, name, got \"loose\""},
            {{test::bin("tprobe-compare"), "a", "b"}, "tprobe-compare: fatal: --output is required"},
            {{test::bin("tprobe-gradsim"), "a", "b", "-o"}, "tprobe-gradsim: fatal: --output: 1 required TEXT missing"},
            {{test::bin("tprobe-gradsim-live"), "--input", "ipc:///tmp/x", "--output-dir"},
@@ -152,4 +153,71 @@ TEST(DeclaredOptions, a_flag_on_by_default_has_its_no_form) {
   const auto on = test::run_process({test::bin("tprobe-synth"), "--records", "4", "--output", dir / "records.bin"});
   ASSERT_EQ(on.status, 0) << on.err;
   EXPECT_THAT(on.err, HasSubstr(" 2 entries"));
+}
+
+// Choices (an enum) and required options: the binary refuses a value off the list with exit 100 and
+// one line, the launcher refuses the same value in a manifest before anything starts, with the
+// same check (stage_option_check).
+TEST(DeclaredOptions, choices_and_required_are_refused_by_binary_and_launcher) {
+  for (const auto &[argv, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{test::bin("tprobe-fault"), "--input", "ipc:///tmp/x", "--corrupt-part", "middle"},
+            "tprobe-fault: fatal: --corrupt-part must be one of header, payload, got \"middle\""},
+           {{test::bin("tprobe-synth"), "--pattern", "nans"},
+            "tprobe-synth: fatal: --pattern must be one of normal, nan, inf, neginf, mixed, got \"nans\""},
+           {{test::bin("tprobe-repro"), "dump.json"}, "tprobe-repro: fatal: --api is required"},
+           {{test::bin("tprobe-compare-live"), "--input", "ipc:///tmp/x", "--max-buffer-mib", "-1"},
+            "tprobe-compare-live: fatal: --max-buffer-mib must be in [0, inf], got -1"}}) {
+    const auto r = test::run_process(argv);
+    EXPECT_EQ(r.status, 100) << argv.front() << r.err;
+    EXPECT_EQ(r.err, message + "\n");
+  }
+  test::temp_dir dir;
+  const std::string path = dir / "manifest.json";
+  test::write_file(path, R"({"stages": [{"name": "fault", "stage": "fault", "inputs": ["capture"],
+    "options": {"corrupt-part": "middle"}}, {"name": "writer", "stage": "writer", "inputs": ["fault"]}]})");
+  const auto r = test::run_process({test::bin("tprobe"), "run", path, "--", "/bin/sh", "-c", "echo command ran"});
+  EXPECT_EQ(r.status, 100);
+  EXPECT_THAT(r.err, HasSubstr(": stage \"fault\": option \"corrupt-part\" must be one of header, payload, got \"middle\""));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("command ran")));
+  const auto describe = test::run_process({test::bin("tprobe-fault"), "--describe"});
+  ASSERT_EQ(describe.status, 0);
+  bool described = false;
+  const auto table = nlohmann::json::parse(describe.out);
+  for (const auto &o : table["options"]) {
+    if (o["name"] != "corrupt-part") continue;
+    EXPECT_EQ(o["choices"], nlohmann::json::parse(R"(["header", "payload"])"));
+    described = true;
+  }
+  EXPECT_TRUE(described);
+}
+
+// tprobe run describes its own command line from the table its parser is built from.
+TEST(DeclaredOptions, tprobe_run_describes_its_real_options) {
+  const auto r = test::run_process({test::bin("tprobe"), "run", "--describe"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["stage"], "run");
+  EXPECT_EQ(j["input"], false);
+  EXPECT_EQ(j["output"], false);
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto &o : j["options"]) by_name[o["name"].get<std::string>()] = o;
+  ASSERT_EQ(by_name.size(), 4u) << r.out;
+  EXPECT_EQ(by_name["manifest"]["required"], true);
+  EXPECT_EQ(by_name["manifest"]["positional"], true);
+  EXPECT_EQ(by_name["config"]["type"], "string");
+  EXPECT_EQ(by_name["keep-run-dir"]["type"], "bool");
+  EXPECT_EQ(by_name["startup-timeout"]["type"], "int");
+  EXPECT_EQ(by_name["startup-timeout"]["default"], "60");
+  EXPECT_EQ(by_name["startup-timeout"]["min"], 1);
+  EXPECT_EQ(by_name["startup-timeout"]["max"], 86400);
+  // ... and the parser checks what the table says.
+  const auto bad = test::run_process({test::bin("tprobe"), "run", "m.json", "--startup-timeout", "0"});
+  EXPECT_EQ(bad.status, 100);
+  EXPECT_THAT(bad.err, HasSubstr("tprobe: fatal: --startup-timeout must be in [1, 86400], got 0 (see tprobe run --help)"));
+  const auto missing = test::run_process({test::bin("tprobe"), "run"});
+  EXPECT_EQ(missing.status, 100);
+  EXPECT_THAT(missing.err, HasSubstr("tprobe: fatal: MANIFEST is required (see tprobe run --help)"));
+  const auto help = test::run_process({test::bin("tprobe"), "run", "--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_THAT(help.out, HasSubstr("seconds each stage has to report ready (in [1, 86400])"));
 }

@@ -398,8 +398,9 @@ TEST(ManifestOptions, NumbersKeepTheirValue) {
   auto tiny = args_of(json::parse(R"({"max-abs": 1e-300})"));
   ASSERT_EQ(tiny.size(), 2u);
   EXPECT_EQ(std::stod(tiny[1]), 1e-300);
-  EXPECT_EQ(args_of(json::parse(R"({"threads": 18446744073709551615})")),
-            (std::vector<std::string>{"--threads", "18446744073709551615"}));
+  // An integer the binary cannot hold is refused here, as the binary would (stage_option_check).
+  EXPECT_EQ(args_error(json::parse(R"({"threads": 18446744073709551615})")),
+            "ctx: option \"threads\" must be in [-9223372036854775808, 9223372036854775807], got 18446744073709551615");
 }
 
 TEST(ManifestOptions, ValuesThatLookLikeOptionsUseEquals) {
@@ -411,18 +412,18 @@ TEST(ManifestOptions, ValuesThatLookLikeOptionsUseEquals) {
 }
 
 TEST(ManifestOptions, WrongTypesAreNamed) {
-  EXPECT_EQ(args_error(json::parse(R"({"threads": "4"})")), "ctx: option \"threads\" must be an integer (int), got \"4\"");
-  EXPECT_EQ(args_error(json::parse(R"({"threads": 4.0})")), "ctx: option \"threads\" must be an integer (int), got 4.0");
-  EXPECT_EQ(args_error(json::parse(R"({"threads": true})")), "ctx: option \"threads\" must be an integer (int), got true");
-  EXPECT_EQ(args_error(json::parse(R"({"max-abs": "1"})")), "ctx: option \"max-abs\" must be a number (float), got \"1\"");
-  EXPECT_EQ(args_error(json::parse(R"({"lz4": 1})")), "ctx: option \"lz4\" must be true or false (bool), got 1");
-  EXPECT_EQ(args_error(json::parse(R"({"lz4": "true"})")), "ctx: option \"lz4\" must be true or false (bool), got \"true\"");
-  EXPECT_EQ(args_error(json::parse(R"({"format": 3})")), "ctx: option \"format\" must be a string (string), got 3");
-  EXPECT_EQ(args_error(json::parse(R"({"format": null})")), "ctx: option \"format\" must be a string (string), got null");
+  EXPECT_EQ(args_error(json::parse(R"({"threads": "4"})")), "ctx: option \"threads\" must be an integer, got \"4\"");
+  EXPECT_EQ(args_error(json::parse(R"({"threads": 4.0})")), "ctx: option \"threads\" must be an integer, got \"4.0\"");
+  EXPECT_EQ(args_error(json::parse(R"({"threads": true})")), "ctx: option \"threads\" must be an integer, got true");
+  EXPECT_EQ(args_error(json::parse(R"({"max-abs": "1"})")), "ctx: option \"max-abs\" must be a number, got \"1\"");
+  EXPECT_EQ(args_error(json::parse(R"({"lz4": 1})")), "ctx: option \"lz4\" must be true or false, got 1");
+  EXPECT_EQ(args_error(json::parse(R"({"lz4": "true"})")), "ctx: option \"lz4\" must be true or false, got \"true\"");
+  EXPECT_EQ(args_error(json::parse(R"({"format": 3})")), "ctx: option \"format\" must be a string, got 3");
+  EXPECT_EQ(args_error(json::parse(R"({"format": null})")), "ctx: option \"format\" must be a string, got null");
   EXPECT_EQ(args_error(json::parse(R"({"only": ["a", 1]})")),
-            "ctx: option \"only\" must be an array of strings or a string (list), got [\"a\",1]");
+            "ctx: option \"only\" must be an array of strings or a string, got [\"a\",1]");
   EXPECT_EQ(args_error(json::parse(R"({"only": {"a": "b"}})")),
-            "ctx: option \"only\" must be an array of strings or a string (list), got {\"a\":\"b\"}");
+            "ctx: option \"only\" must be an array of strings or a string, got {\"a\":\"b\"}");
 }
 
 TEST(ManifestOptions, UnknownOptionListsTheTable) {
@@ -448,7 +449,7 @@ TEST(ManifestOptions, CheckErrorsNameFileAndStage) {
   EXPECT_EQ(check_error(with_stages(R"({"name": "stats", "stage": "stats", "inputs": ["capture"],
                                         "options": {"threads": "many"}})"),
                         {{"stats", describe_as("stats", STATS_OPTIONS)}}),
-            PATH + ": stage \"stats\": option \"threads\" must be an integer (int), got \"many\"");
+            PATH + ": stage \"stats\": option \"threads\" must be an integer, got \"many\"");
   EXPECT_EQ(check_error(with_stages(STATS + R"(, {"name": "w", "stage": "writer", "inputs": ["stats"],
                                                   "options": {"every": 3}})"),
                         {}),
@@ -516,7 +517,7 @@ TEST(ManifestOptions, RangesFromTheDescribeTableAreChecked) {
       tprobe::stage_description_parse(tprobe::stage_describe_json(tprobe::writer_stage_description()), "tprobe-writer");
   const std::string message =
       error_of([&] { tprobe::stage_option_args(writer, json::parse(R"({"flush-interval": -1})"), "ctx"); });
-  EXPECT_EQ(message, "ctx: option \"flush-interval\" must be in [0.001, 86400.0], got -1");
+  EXPECT_EQ(message, "ctx: option \"flush-interval\" must be in [0.001, 86400], got -1");
   EXPECT_EQ(tprobe::stage_option_args(writer, json::parse(R"({"flush-interval": 0.5})"), "ctx"),
             (std::vector<std::string>{"--flush-interval", "0.5"}));
 }
@@ -529,6 +530,43 @@ TEST(ManifestOptions, CommonOptionsAreInEveryShippedTable) {
             (std::vector<std::string>{"--hwm", "100", "--tap-payload=true"}));
   EXPECT_NE(error_of([&] { tprobe::stage_option_args(stats, json::parse(R"({"hwm": 0})"), "ctx"); }).find("must be in"),
             std::string::npos);
+}
+
+// Choices and required, declared in a stage's --describe, are checked by the same function the
+// binary uses (stage_option_check): a bad choice or a missing required option stops the manifest.
+TEST(ManifestOptions, ChoicesAndRequiredFromTheDescribeTableAreChecked) {
+  const stage_description d = tprobe::stage_description_parse(
+      R"({"stage": "mine", "options": [
+            {"name": "match", "type": "string", "default": "auto", "choices": ["auto", "name"]},
+            {"name": "api", "type": "string", "required": true}]})",
+      "tprobe-mine");
+  ASSERT_EQ(d.options.size(), 2u);
+  EXPECT_EQ(d.options[0].choices, (std::vector<std::string>{"auto", "name"}));
+  EXPECT_FALSE(d.options[0].required);
+  EXPECT_TRUE(d.options[1].required);
+  EXPECT_EQ(tprobe::stage_option_args(d, json::parse(R"({"match": "name", "api": "a.0"})"), "ctx"),
+            (std::vector<std::string>{"--match", "name", "--api", "a.0"}));
+  EXPECT_EQ(error_of([&] { tprobe::stage_option_args(d, json::parse(R"({"match": "fuzzy", "api": "a.0"})"), "ctx"); }),
+            "ctx: option \"match\" must be one of auto, name, got \"fuzzy\"");
+  EXPECT_EQ(error_of([&] { tprobe::stage_option_args(d, json::parse(R"({"match": "name"})"), "ctx"); }),
+            "ctx: option \"api\" is required");
+  // Through manifest_check_options: the file and the stage are named, nothing has started.
+  EXPECT_EQ(check_error(with_stages(STATS + R"(, {"name": "m", "exec": "/opt/mine", "inputs": ["stats"],
+                                                  "options": {"match": "loose", "api": "x"}})"),
+                        {{"", d}}),
+            PATH + ": stage \"m\": option \"match\" must be one of auto, name, got \"loose\"");
+  // A table whose default is not among its own choices is refused as it is described.
+  EXPECT_EQ(error_of([] {
+              tprobe::stage_description_parse(
+                  R"({"stage": "x", "options": [{"name": "m", "type": "string", "default": "a", "choices": ["b"]}]})",
+                  "tprobe-x");
+            }),
+            "tprobe-x --describe: option \"m\" default must be one of b, got \"a\"");
+  EXPECT_EQ(error_of([] {
+              tprobe::stage_description_parse(R"({"stage": "x", "options": [{"name": "m", "type": "string", "choices": "b"}]})",
+                                              "tprobe-x");
+            }),
+            "tprobe-x --describe: options[0]: \"choices\" must be an array of strings");
 }
 
 // ---- --describe ----

@@ -29,7 +29,7 @@ const stage_description &api_precision_compare_stage_description() {
           {"npu", "string", "", "the device-under-test's accuracy_checking_details_*.csv (msprobe's -npu)"},
           {"gpu", "string", "", "the trusted device's accuracy_checking_details_*.csv (msprobe's -gpu)"},
           {"output", "string", "./", "folder for api_precision_compare_{result,details}_{ts}.csv", {}, {}, "-o"},
-          {"msprobe-version", "string", "8.3.3", "whose standards judge the rows: 8.3.3 or head"},
+          {"msprobe-version", "string", "8.3.3", "whose standards judge the rows", {}, {}, {}, {"8.3.3", "head"}},
       }};
   return d;
 }

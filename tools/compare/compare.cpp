@@ -48,7 +48,7 @@ const stage_description &compare_stage_description() {
       false,
       false,
       {
-          {"output", "string", "", "folder for the result files (created 0750 if missing); required", {}, {}, "-o"},
+          {"output", "string", "", "folder for the result files (created 0750 if missing)", {}, {}, "-o", {}, true},
           {"fuzzy-match", "bool", "false", "match names without their call count (msprobe -f)", {}, {}, "-f"},
           {"stack-mode", "bool", "false", "add NPU_Stack_Info from the NPU dump's stack.json (msprobe -s)", {}, {}, "-s"},
           {"highlight", "bool", "false", "colour suspicious rows red/yellow and say why (msprobe -hl)"},
@@ -57,7 +57,7 @@ const stage_description &compare_stage_description() {
           {"threads", "int", "0", "threads comparing tensors; 0 = one per hardware thread", 0, 4096},
           {"match", "string", "auto",
            "how rows are paired: auto (align calls by family and shapes, then slots; adds the Match column) or name "
-           "(msprobe's name matching; --fuzzy-match and --mapping imply it)"},
+           "(msprobe's name matching; --fuzzy-match and --mapping imply it)", {}, {}, {}, {"auto", "name"}},
       }};
   return d;
 }

@@ -33,27 +33,21 @@ constexpr tprobe::msprobe_flag msprobe_flags[] = {
 
 int main(int argc, char **argv) {
   using namespace tprobe;
-  return stage_main_guard("tprobe-compare", [&] {
-    const auto &d = compare_stage_description();
-    CLI::App app{d.summary, "tprobe-compare"};
-    compare_options o;
-    std::string input_json;
-    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
+  compare_options o;
+  std::string input_json;
+  stage_main_extras extras;
+  extras.add_arguments = [&](CLI::App &app) {
     app.add_option("NPU", o.npu_path, "NPU side: a dump.json, or a step folder of rank folders");
     app.add_option("BENCH", o.bench_path, "bench side, the same kind as NPU");
     app.add_option("-i,--input_path", input_json,
                    "msprobe's compare.json ({\"npu_path\", \"bench_path\", \"stack_path\"}) in place of NPU BENCH");
-    stage_add_declared_options(app, d, values);
-    app.get_option("--output")->required();  // a table default cannot say "no default": the parser does
-    stage_add_describe_option(app, d);
-    std::vector<std::string> args(argv + 1, argv + argc);
+  };
+  extras.translate = [](std::vector<std::string> args, const CLI::App &app) {
     for (size_t i = 0; i + 1 < args.size(); ++i)  // "-f pytorch" is the framework, any other -f the fuzzy match
       if (args[i] == "-f" && (args[i + 1] == "pytorch" || args[i + 1] == "mindspore")) args[i] = "--framework";
-    args = msprobe_args_translate(std::move(args), msprobe_flags, known_options_of(app), "tprobe compare");
-    std::vector<char *> translated{argv[0]};
-    for (auto &a : args) translated.push_back(a.data());
-    stage_parse(app, static_cast<int>(translated.size()), translated.data());
-    stage_check_declared_options(d, values);
+    return msprobe_args_translate(std::move(args), msprobe_flags, known_options_of(app), "tprobe compare");
+  };
+  return stage_main(argc, argv, compare_stage_description(), [&](stage_main_context &c) {
     if (!input_json.empty()) {
       if (!o.npu_path.empty())
         throw usage_error("give NPU and BENCH, or -i compare.json, not both");
@@ -64,16 +58,14 @@ int main(int argc, char **argv) {
     } else if (o.bench_path.empty()) {
       throw usage_error("NPU and BENCH are required (or msprobe's -i compare.json)");
     }
-    o.output_dir = values.text("output");
-    o.fuzzy_match = values.flag("fuzzy-match");
-    o.stack_mode = values.flag("stack-mode");
-    o.highlight = values.flag("highlight");
-    o.mapping_path = values.text("mapping");
-    o.advisor = !values.flag("compare-only");
-    o.threads = static_cast<unsigned>(values.integer("threads"));
-    const std::string &match = values.text("match");
-    if (match != "auto" && match != "name") throw usage_error(fmt::format("--match must be auto or name, got \"{}\"", match));
-    o.match = match == "name" ? compare_match::name : compare_match::automatic;
+    o.output_dir = c.values().text("output");
+    o.fuzzy_match = c.values().flag("fuzzy-match");
+    o.stack_mode = c.values().flag("stack-mode");
+    o.highlight = c.values().flag("highlight");
+    o.mapping_path = c.values().text("mapping");
+    o.advisor = !c.values().flag("compare-only");
+    o.threads = static_cast<unsigned>(c.values().integer("threads"));
+    o.match = c.values().text("match") == "name" ? compare_match::name : compare_match::automatic;  // auto | name
 
     const compare_report report = compare_run(o);
     for (const auto &w : report.warnings) fmt::print(stderr, "tprobe-compare: warning: {}\n", w);
@@ -93,5 +85,5 @@ int main(int argc, char **argv) {
     // Rows that could not be compared are no pass: the answer is negative until they are.
     const bool negative = report.failing_rows() > 0 || report.error_rows() > 0;
     return static_cast<int>(negative ? EXIT_NEGATIVE : EXIT_OK);
-  });
+  }, extras);
 }

@@ -5,19 +5,14 @@
 
 int main(int argc, char **argv) {
   using namespace tprobe;
-  return stage_main_guard("tprobe-gradsim", [&] {
-    const auto &d = gradsim_stage_description();
-    CLI::App app{d.summary, "tprobe-gradsim"};
-    gradsim_offline_options o;
-    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
+  gradsim_offline_options o;
+  stage_main_extras extras;
+  extras.add_arguments = [&](CLI::App &app) {
     app.add_option("DIR1", o.dir1, "the first run's grad_probe dump_path (its rank{N}/ folders)")->required();
     app.add_option("DIR2", o.dir2, "the second run's")->required();
-    stage_add_declared_options(app, d, values);
-    stage_add_describe_option(app, d);
-    stage_parse(app, argc, argv);
-    stage_check_declared_options(d, values);
-    o.output_dir = values.text("output");
-
+  };
+  return stage_main(argc, argv, gradsim_stage_description(), [&](stage_main_context &c) {
+    o.output_dir = c.values().text("output");
     const auto ranks = gradsim_offline_run(o);
     size_t steps = 0;
     for (const auto &r : ranks) steps = std::max(steps, r.table.steps().size());
@@ -30,5 +25,5 @@ int main(int argc, char **argv) {
       fmt::print(stderr, "tprobe-gradsim: rank {}: {} parameters, {} steps: {}\n", r.rank, r.table.params().size(),
                  r.table.steps().size(), r.files.front());
     return static_cast<int>(first ? EXIT_NEGATIVE : EXIT_OK);
-  });
+  }, extras);
 }

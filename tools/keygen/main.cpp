@@ -10,24 +10,18 @@
 
 int main(int argc, char **argv) {
   using namespace tprobe;
-  return stage_main_guard("tprobe-keygen", [&] {
-    // Its table is empty, and still the one place --help and --describe read: an option added here
-    // is parsed, described and range-checked like every stage's.
-    static const stage_description description{
-        .stage = "keygen",
-        .summary = "Print a new CurveZMQ key pair as TPROBE_CURVE_* lines (docs/network.md)",
-        .has_input = false,
-        .has_output = false,
-        .options = {},
-    };
-    CLI::App app{description.summary, "tprobe-keygen"};
-    stage_option_values values;
-    stage_add_declared_options(app, description, values);
-    stage_add_describe_option(app, description);
-    stage_parse(app, argc, argv);
-    stage_check_declared_options(description, values);
+  // Its table is empty, and still the one place --help and --describe read: an option added here
+  // is parsed, described and checked like every stage's.
+  static const stage_description description{
+      .stage = "keygen",
+      .summary = "Print a new CurveZMQ key pair as TPROBE_CURVE_* lines (docs/network.md)",
+      .has_input = false,
+      .has_output = false,
+      .options = {},
+  };
+  return stage_main(argc, argv, description, [](stage_main_context &) {
     const curve_keypair keys = endpoint_curve_keypair();
     fmt::print("TPROBE_CURVE_PUBLIC_KEY='{}'\nTPROBE_CURVE_SECRET_KEY='{}'\n", keys.public_key, keys.secret_key);
-    return EXIT_OK;
+    return static_cast<int>(EXIT_OK);
   });
 }

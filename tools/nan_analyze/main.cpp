@@ -20,29 +20,24 @@ constexpr tprobe::msprobe_flag msprobe_flags[] = {
 
 int main(int argc, char **argv) {
   using namespace tprobe;
-  return stage_main_guard("tprobe-nan-analyze", [&] {
-    const auto &d = nan_analyze_stage_description();
-    CLI::App app{d.summary, "tprobe-nan-analyze"};
-    nan_offline_options o;
-    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
-    std::string input_path;
+  nan_offline_options o;
+  std::string input_path;
+  stage_main_extras extras;
+  extras.add_arguments = [&](CLI::App &app) {
     app.add_option("STEPDIR", o.step_dir, "a step folder holding rank folders (rank, rank0, rank1, …)");
     app.add_option("-i,--input_path", input_path, "the step folder, as msprobe's nan_analyze takes it");
-    stage_add_declared_options(app, d, values);
-    stage_add_describe_option(app, d);
-    std::vector<std::string> args(argv + 1, argv + argc);
+  };
+  extras.translate = [](std::vector<std::string> args, const CLI::App &app) {
     for (size_t i = 0; i + 1 < args.size(); ++i)  // msprobe's framework flag, before or after the verb
       if (args[i] == "-f") args[i] = "--framework";
-    args = msprobe_args_translate(std::move(args), msprobe_flags, known_options_of(app), "tprobe nan-analyze");
-    std::vector<char *> translated{argv[0]};
-    for (auto &a : args) translated.push_back(a.data());
-    stage_parse(app, static_cast<int>(translated.size()), translated.data());
-    stage_check_declared_options(d, values);
+    return msprobe_args_translate(std::move(args), msprobe_flags, known_options_of(app), "tprobe nan-analyze");
+  };
+  return stage_main(argc, argv, nan_analyze_stage_description(), [&](stage_main_context &c) {
     if (!input_path.empty() && !o.step_dir.empty()) throw usage_error("give STEPDIR or -i STEPDIR, not both");
     if (!input_path.empty()) o.step_dir = input_path;
     if (o.step_dir.empty()) throw usage_error("STEPDIR is required (or msprobe's -i STEPDIR)");
-    o.output_dir = values.text("output");
-    o.config_path = values.text("config");
+    o.output_dir = c.values().text("output");
+    o.config_path = c.values().text("config");
 
     const nan_offline_report r = nan_offline_run(o);
     for (const auto &w : r.warnings) fmt::print(stderr, "tprobe-nan-analyze: warning: {}\n", w);
@@ -66,5 +61,5 @@ int main(int argc, char **argv) {
       return static_cast<int>(unreadable ? EXIT_SYSTEM : EXIT_USAGE);
     }
     return static_cast<int>(r.verdict ? EXIT_NEGATIVE : EXIT_OK);
-  });
+  }, extras);
 }

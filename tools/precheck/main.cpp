@@ -51,37 +51,32 @@ constexpr tprobe::msprobe_flag msprobe_flags[] = {
 
 int main(int argc, char **argv) {
   using namespace tprobe;
-  return stage_main_guard("tprobe-precheck", [&] {
-    precheck::precheck_tune_allocator();
-    const auto &d = description();
-    CLI::App app{d.summary, "tprobe-precheck"};
-    stage_option_values values;
-    precheck::precheck_offline_options o;
-    std::string api_info;
+  precheck::precheck_offline_options o;
+  std::string api_info;
+  stage_main_extras extras;
+  extras.add_arguments = [&](CLI::App &app) {
     app.add_option("DUMP", o.dump, "dump.json, a rank folder or a step folder");
     app.add_option("--api-info", api_info, "the dump.json, as msprobe's -api_info takes it");
-    stage_add_declared_options(app, d, values);
-    stage_add_describe_option(app, d);
-    std::vector<std::string> args(argv + 1, argv + argc);
-    args = msprobe_args_translate(std::move(args), msprobe_flags, known_options_of(app), "tprobe precheck");
-    std::vector<char *> translated{argv[0]};
-    for (auto &a : args) translated.push_back(a.data());
-    stage_parse(app, static_cast<int>(translated.size()), translated.data());
-    stage_check_declared_options(d, values);
+  };
+  extras.translate = [](std::vector<std::string> args, const CLI::App &app) {
+    return msprobe_args_translate(std::move(args), msprobe_flags, known_options_of(app), "tprobe precheck");
+  };
+  return stage_main(argc, argv, description(), [&](stage_main_context &c) {
+    precheck::precheck_tune_allocator();
     if (!api_info.empty() && !o.dump.empty()) throw usage_error("give DUMP or -api_info DUMP, not both");
     if (!api_info.empty()) o.dump = api_info;
     if (o.dump.empty()) throw usage_error("DUMP is required (a dump.json, rank folder or step folder; or -api_info)");
-    o.output_dir = values.text("output");
-    o.jobs = static_cast<unsigned>(values.integer("jobs"));
-    o.run = precheck::precheck_run_options_of(values);
-    o.run.resume_csv = values.text("resume");
+    o.output_dir = c.values().text("output");
+    o.jobs = static_cast<unsigned>(c.values().integer("jobs"));
+    o.run = precheck::precheck_run_options_of(c.values());
+    o.run.resume_csv = c.values().text("resume");
     const auto report = precheck::precheck_offline(o);
-    const auto &c = report.counts;
-    if (c.first_not_pass) fmt::print("tprobe-precheck: first API not pass: {}\n", *c.first_not_pass);
-    fmt::print("tprobe-precheck: {} APIs: {} pass, {} warning, {} error, {} SKIP", c.total(), c.pass, c.warning,
-               c.error, c.skip);
+    const auto &n = report.counts;
+    if (n.first_not_pass) fmt::print("tprobe-precheck: first API not pass: {}\n", *n.first_not_pass);
+    fmt::print("tprobe-precheck: {} APIs: {} pass, {} warning, {} error, {} SKIP", n.total(), n.pass, n.warning,
+               n.error, n.skip);
     for (const auto &f : report.files) fmt::print("; {}", f.result_csv);
     fmt::print("\n");
-    return static_cast<int>(c.failed() ? EXIT_NEGATIVE : EXIT_OK);
-  });
+    return static_cast<int>(n.failed() ? EXIT_NEGATIVE : EXIT_OK);
+  }, extras);
 }

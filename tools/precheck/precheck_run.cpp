@@ -148,7 +148,8 @@ const std::vector<stage_option_spec> &precheck_run_option_specs() {
                                "black_list, error_data_path"},
       {"save-error-data", "bool", "false", "save the tensors of APIs that are not pass (ut_error_data{ts}/)"},
       {"filter-duplicates", "bool", "false", "drop a call whose API and arguments (but Max/Min) an earlier call had"},
-      {"msprobe-version", "string", "8.3.3", "the msprobe whose standards and spellings to follow: 8.3.3 or head"},
+      {"msprobe-version", "string", "8.3.3", "the msprobe whose standards and spellings to follow", {}, {}, {},
+       {"8.3.3", "head"}},
       {"seed", "int", "1234", "seed of the random inputs of a statistics dump", 0, 4294967295.0},
   };
   return specs;

@@ -8,33 +8,29 @@
 
 int main(int argc, char **argv) {
   using namespace tprobe;
-  return stage_main_guard("tprobe-repro", [&] {
-    static const stage_description description{
-        .stage = "repro",
-        .summary = "write a standalone PyTorch script that re-runs one API call of a dump and compares it "
-                   "(msprobe's single-API script generator)",
-        .has_input = false,
-        .has_output = false,
-        .options = {{"api", "string", "", "the API call, as dump.json names it: Functional.linear.0"},
-                    {"output", "string", "./repro", "folder for the script and the tensor files it reads", {}, {}, "-o"}},
-    };
-    CLI::App app{description.summary, "tprobe-repro"};
-    repro_options o;
+  static const stage_description description{
+      .stage = "repro",
+      .summary = "write a standalone PyTorch script that re-runs one API call of a dump and compares it "
+                 "(msprobe's single-API script generator)",
+      .has_input = false,
+      .has_output = false,
+      .options = {{.name = "api", .type = "string", .default_value = "",
+                   .doc = "the API call, as dump.json names it: Functional.linear.0", .required = true},
+                  {"output", "string", "./repro", "folder for the script and the tensor files it reads", {}, {}, "-o"}},
+  };
+  repro_options o;
+  stage_main_extras extras;
+  extras.add_arguments = [&](CLI::App &app) {
     app.add_option("DUMP", o.dump, "a dump.json, its rank folder, or a step folder holding one rank")->required();
-    stage_option_values values;
-    stage_add_declared_options(app, description, values);
-    stage_add_describe_option(app, description);
-    stage_parse(app, argc, argv);
-    stage_check_declared_options(description, values);
-    o.api = values.text("api");
-    o.output_dir = values.text("output");
-    if (o.api.empty()) throw usage_error("--api NAME is required (an API call of the dump: Functional.linear.0)");
-
+  };
+  return stage_main(argc, argv, description, [&](stage_main_context &c) {
+    o.api = c.values().text("api");
+    o.output_dir = c.values().text("output");
     const repro_report r = repro_write(o);
     fmt::print("tprobe-repro: {} ({}): {} and {} tensor file{}{}\n", r.api, r.op, r.script, r.tensor_files.size(),
                r.tensor_files.size() == 1 ? "" : "s",
                r.random_tensors ? fmt::format("; {} tensor{} drawn from their statistics (random mode)", r.random_tensors, r.random_tensors == 1 ? "" : "s")
                                 : "");
-    return EXIT_OK;
-  });
+    return static_cast<int>(EXIT_OK);
+  }, extras);
 }

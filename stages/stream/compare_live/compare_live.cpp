@@ -27,7 +27,7 @@ const stage_description &compare_live_stage_description() {
           {"output-dir", "string", "./output", "folder for compare_result_*.xlsx/.csv/.json and advisor_*.txt"},
           {"max-buffer-mib", "int", "1024",
            "MiB of tensor data waiting for its partner; past it, waiting payloads are dropped and compared by "
-           "statistics (counted)"},
+           "statistics (counted)", 0, {}},
           {"highlight", "bool", "false", "colour suspicious rows red/yellow in the xlsx (msprobe -hl)"},
       }};
   return d;

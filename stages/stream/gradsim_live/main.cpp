@@ -5,25 +5,13 @@
 
 int main(int argc, char **argv) {
   using namespace tprobe;
-  return stage_main_guard("tprobe-gradsim-live", [&] {
-    const auto &d = gradsim_live_stage_description();
-    CLI::App app{d.summary, "tprobe-gradsim-live"};
-    stage_common_args common;
+  return stage_main(argc, argv, gradsim_live_stage_description(), [](stage_main_context &c) {
     gradsim_live_options o;
-    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
-    stage_add_common_options(app, d, common);
-    stage_add_declared_options(app, d, values);
-    stage_parse(app, argc, argv);
-    stage_check_declared_options(d, values);
-    o.a = values.text("a");
-    o.b = values.text("b");
-    o.output_dir = values.text("output-dir");
+    o.a = c.values().text("a");
+    o.b = c.values().text("b");
+    o.output_dir = c.values().text("output-dir");
     o.log = stdout;
-
-    stage_install_signal_handlers();
-    zmq::context_t ctx;
-    stage_io io(ctx, common.io);
-    stage_signal_ready(common.ready_fd);
+    stage_io &io = c.start();
     const auto r = gradsim_live_run(io, o);
 
     for (const auto &w : r.warnings) fmt::print(stderr, "tprobe-gradsim-live: warning: {}\n", w);

@@ -103,7 +103,8 @@ const stage_description &synth_stage_description() {
            "element types, cycled: float64 float32 float16 bfloat16 int8 int16 int32 int64 uint8 bool complex64 "
            "complex128", {}, {}},
           {"pattern", "string", "normal",
-           "NaN/Inf in the chosen tensors: normal (none), nan, inf, neginf, mixed (one NaN, +Inf and -Inf)", {}, {}},
+           "NaN/Inf in the chosen tensors: normal (none), nan, inf, neginf, mixed (one NaN, +Inf and -Inf)", {}, {}, {},
+           std::vector<std::string>(std::begin(pattern_names), std::end(pattern_names))},
           {"every", "int", "1", "the pattern goes into every N-th tensor record (floating and complex dtypes)", 1, {}},
           {"rate", "float", "0", "records per second; 0 = as fast as the consumer takes them", 0, {}},
           {"seed", "int", "1", "seed of the data: the same options send the same bytes", 0, {}},

@@ -8,24 +8,12 @@
 
 int main(int argc, char **argv) {
   using namespace tprobe;
-  return stage_main_guard("tprobe-writer", [&] {
-    const auto &description = writer_stage_description();
-    CLI::App app{description.summary, "tprobe-writer"};
-    stage_common_args common;
+  return stage_main(argc, argv, writer_stage_description(), [](stage_main_context &c) {
     writer_stage_options options;
-    stage_option_values values;  // from the option table: parser, --describe, --help and ranges agree
-    stage_add_common_options(app, description, common);
-    stage_add_declared_options(app, description, values);
-    stage_parse(app, argc, argv);
-    stage_check_declared_options(description, values);
-    options.dump_path = values.text("dump-path");
-    options.flush_interval = values.number("flush-interval");
-
-    stage_install_signal_handlers();
-    zmq::context_t ctx;
-    common.io.decode = writer_decode_options;
-    stage_io io(ctx, common.io);
-    stage_signal_ready(common.ready_fd);
+    options.dump_path = c.values().text("dump-path");
+    options.flush_interval = c.values().number("flush-interval");
+    c.io_options().decode = writer_decode_options;
+    stage_io &io = c.start();
     const auto result = writer_run(io, options);
 
     const auto &counts = io.counts();
@@ -49,8 +37,8 @@ int main(int argc, char **argv) {
       fmt::print(stderr, "tprobe-writer: fatal: {} records could not be dumped (each in dump_error_info.log beside its "
                          "dump.json; the rest is dumped); the first: {}\n",
                  result.records_refused, result.first_refusal);
-      return EXIT_USAGE;
+      return static_cast<int>(EXIT_USAGE);
     }
-    return EXIT_OK;
+    return static_cast<int>(EXIT_OK);
   });
 }
