@@ -51,7 +51,6 @@ cannot run on torch 1.13 and read "n/a (needs torch >= 2.0)".
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -200,30 +199,16 @@ def child_main(model_name, tool, config, out_dir):
         mon = TrainerMon(config, params_have_main_grad=False)
     built = monitor_optimizer(mon, model) if mon is not None else [None]
     out = os.fdopen(os.dup(1), "w", buffering=1)
-    pin = os.environ.get("TPROBE_BENCH_PIN")
 
     def loader():
         if not built:
             raise RuntimeError("bench_monitor: the example's train() built no torch.optim optimizer")
-        i = 0
-        while True:
-            out.write("BENCH ready " + " ".join(f"{w:.6f}:{c:.6f}:{f}" for w, c, f in clock.take()) + "\n")
-            command = sys.stdin.readline().split()
-            if not command or command[0] == "quit":
-                return
-            if pin and i > 0:
-                os.sched_setaffinity(0, {int(pin)})  # this (training) thread only, after the warm-up
-            for _ in range(int(command[1])):
-                clock.mark()
-                yield pool[i % len(pool)]
-                i += 1
+        yield from bt.child_batches(pool, clock, out)
 
     module.train(args, model, debugger, loader(), clock.on_step)
     if tool == "tprobe":
         mon.close()  # the pipeline's files complete; its processes' CPU is then in RUSAGE_CHILDREN
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-    out.write(f"BENCH done {usage.ru_utime + usage.ru_stime:.6f} {cpus}\n")
+    bt.child_done(out)
 
 
 # --- parent -----------------------------------------------------------------------------------------

@@ -298,33 +298,42 @@ def child_main(model_name, config, dump):
     clock = step_clock(device)
     out = os.fdopen(os.dup(1), "w", buffering=1)
 
-    pin = os.environ.get("TPROBE_BENCH_PIN")
-
-    def loader():
-        i = 0
-        while True:
-            out.write("BENCH ready " + " ".join(f"{w:.6f}:{c:.6f}:{f}" for w, c, f in clock.take()) + "\n")
-            command = sys.stdin.readline().split()
-            if not command or command[0] == "quit":
-                return
-            if pin and i > 0:
-                # After the warm-up: the capture's threads and pipeline exist and keep every CPU;
-                # only this thread, which trains, is bound (Linux binds the calling thread).
-                os.sched_setaffinity(0, {int(pin)})
-            for _ in range(int(command[1])):
-                clock.mark()
-                yield pool[i % len(pool)]
-                i += 1
-
-    module.train(args, model, debugger, loader(), clock.on_step)
+    module.train(args, model, debugger, child_batches(pool, clock, out), clock.on_step)
     # The pipeline's processes (launcher and stages) are this process's children: once the
     # debugger has ended them, their CPU time is in RUSAGE_CHILDREN.
     if hasattr(debugger, "close"):
         debugger.close()
     if hasattr(debugger, "counters"):
         out.write("BENCH counters " + json.dumps(debugger.counters()) + "\n")
+    child_done(out)
+
+
+def child_batches(pool, clock, out):
+    """A child's batches, the example's train() loop's loader: one block of steps at a time as the
+    parent says on stdin ("run N", "quit"), "BENCH ready WALL:CPU:FAULTS ..." (clock.take()) on
+    `out` before each block; the training thread bound to TPROBE_BENCH_PIN's CPU after the warm-up
+    block. bench_monitor.py's children use it too."""
+    pin = os.environ.get("TPROBE_BENCH_PIN")
+    i = 0
+    while True:
+        out.write("BENCH ready " + " ".join(f"{w:.6f}:{c:.6f}:{f}" for w, c, f in clock.take()) + "\n")
+        command = sys.stdin.readline().split()
+        if not command or command[0] == "quit":
+            return
+        if pin and i > 0:
+            # After the warm-up: the capture's threads and pipeline exist and keep every CPU;
+            # only this thread, which trains, is bound (Linux binds the calling thread).
+            os.sched_setaffinity(0, {int(pin)})
+        for _ in range(int(command[1])):
+            clock.mark()
+            yield pool[i % len(pool)]
+            i += 1
+
+
+def child_done(out):
+    """A child's last line, "BENCH done STAGES_CPU CPUS": the CPU seconds of its ended children (the
+    pipeline's processes) and the CPUs its training thread may run on, for the parent's pin check."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # The CPUs this (training) thread may run on, for the parent to check the pin.
     cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
     out.write(f"BENCH done {usage.ru_utime + usage.ru_stime:.6f} {cpus}\n")
 
