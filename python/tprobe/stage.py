@@ -122,16 +122,31 @@ class Record:
         return f"Record({self.kind} step={self.step} rank={self.rank} {self.entry} {self.slot})"
 
 
+def _number_text(x):
+    """A number as the C++ stages print a bound or a value: 1e9 as 1000000000, -1.0 as -1, 0.5."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e16:
+        return str(int(x))
+    return str(x)
+
+
 class Option:
     """One option of the stage: declared once, it drives the parser, --describe and --help.
-    type: "string", "int", "float", "bool" or "list" (repeatable string)."""
+    type: "string", "int", "float", "bool" or "list" (repeatable string). min/max: an int or float
+    option's range. choices: a string (or list) option's only values, an enum; a list option's
+    every comma-separated element must be one. required: no default, the option must be given (on
+    the command line, or in a manifest's "options"). Checked as the C++ stages check theirs
+    (stages/common/stage_main.h, stage_option_check), with the same messages."""
 
     TYPES = {"string": str, "int": int, "float": float, "bool": None, "list": str}
 
-    def __init__(self, name, type, default, doc, min=None, max=None):
+    def __init__(self, name, type, default, doc, min=None, max=None, choices=None, required=False):
         if type not in self.TYPES:
             raise ValueError(f"option {name}: unknown type {type!r}")
+        if choices is not None and (type not in ("string", "list") or isinstance(choices, str)
+                                    or not all(isinstance(c, str) for c in choices)):
+            raise ValueError(f"option {name}: choices must be a list of strings, for a string or list option")
         self.name, self.type, self.default, self.doc, self.min, self.max = name, type, default, doc, min, max
+        self.choices, self.required = list(choices or []), bool(required)
 
     def describe(self):
         if self.type == "bool":
@@ -145,13 +160,44 @@ class Option:
             d["min"] = self.min
         if self.max is not None:
             d["max"] = self.max
+        if self.choices:
+            d["choices"] = list(self.choices)
+        if self.required:
+            d["required"] = True
         return d
 
+    def help(self):
+        """The doc as --help shows it: with its range, choices and "required", as the C++ stages'."""
+        text = self.doc
+        if self.min is not None or self.max is not None:
+            text += f" (in {self._range()})"
+        if self.choices:
+            text += f" (one of {', '.join(self.choices)})"
+        if self.required:
+            text += " (required)"
+        return text.replace("%", "%%")  # argparse formats help with %
+
+    def _range(self):
+        low = "-inf" if self.min is None else _number_text(self.min)
+        high = "inf" if self.max is None else _number_text(self.max)
+        return f"[{low}, {high}]"
+
     def check(self, value):
-        if self.type in ("int", "float") and value is not None:
+        """`value` as parsed, or None when the option was not given and has no default. Returns it;
+        raises UsageError worded as stage_option_check does ("--x must be one of a, b, got \"c\"",
+        "--x is required", "--x must be in [0, 10], got 11")."""
+        if value is None:
+            if self.required:
+                raise UsageError(f"--{self.name} is required")
+            return value
+        if self.type in ("int", "float"):
             if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-                raise UsageError(f"--{self.name} must be in [{self.min if self.min is not None else '-inf'}, "
-                                 f"{self.max if self.max is not None else 'inf'}], got {value}")
+                raise UsageError(f"--{self.name} must be in {self._range()}, got {_number_text(value)}")
+        if self.choices:
+            items = [value] if self.type != "list" else [item for v in value for item in v.split(",")]
+            for item in items:
+                if item not in self.choices:
+                    raise UsageError(f"--{self.name} must be one of {', '.join(self.choices)}, got \"{item}\"")
         return value
 
 
@@ -333,12 +379,14 @@ class Stage:
         p.add_argument("--ready-fd", type=int, default=-1, help="write a line to this fd once ready")
         for o in self.option_table + COMMON_OPTIONS:
             flag = "--" + o.name
+            # A required option's default is None, so that "not given" is seen whatever it declares.
+            default = None if o.required else o.default
             if o.type == "bool":
-                p.add_argument(flag, type=_parse_bool, nargs="?", const=True, default=o.default, help=o.doc)
+                p.add_argument(flag, type=_parse_bool, nargs="?", const=True, default=default, help=o.help())
             elif o.type == "list":
-                p.add_argument(flag, action="append", default=None, help=o.doc)
+                p.add_argument(flag, action="append", default=None, help=o.help())
             else:
-                p.add_argument(flag, type=Option.TYPES[o.type], default=o.default, help=o.doc)
+                p.add_argument(flag, type=Option.TYPES[o.type], default=default, help=o.help())
         return p
 
     def _parse(self, argv):
@@ -354,7 +402,7 @@ class Stage:
             raise UsageError("--producers must be >= 0")
         for o in self.option_table + COMMON_OPTIONS:
             value = getattr(args, o.name.replace("-", "_"))
-            if o.type == "list" and value is None:
+            if o.type == "list" and value is None and not o.required:
                 value = list(o.default or [])
             self.options[o.name] = o.check(value)
         return args

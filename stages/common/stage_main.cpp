@@ -343,15 +343,17 @@ stage_io &stage_main_context::io() {
 
 int stage_main(int argc, char **argv, const stage_description &d, const std::function<int(stage_main_context &)> &run,
                const stage_main_extras &extras) {
-  const std::string program = "tprobe-" + d.stage;
+  const std::string program = extras.program.empty() ? "tprobe-" + d.stage : extras.program;
   return stage_main_guard(program, [&] {
     CLI::App app{d.summary, program};
     stage_common_args common;
     stage_option_values values;  // from the option table: parser, --describe, --help and checks agree
-    if (d.has_input || d.has_output)
+    if (d.has_input || d.has_output) {
       stage_add_common_options(app, d, common);
-    else
+      common.io.producer_name = program;
+    } else {
       stage_add_describe_option(app, d);
+    }
     stage_add_declared_options(app, d, values);
     if (extras.add_arguments) extras.add_arguments(app);
     if (extras.translate) {

@@ -199,12 +199,15 @@ struct stage_main_extras {
   std::function<void(CLI::App &)> add_arguments = {};
   // Rewrites the arguments (argv[1..]) before the parse: msprobe's spellings (msprobe_cli.h).
   std::function<std::vector<std::string>(std::vector<std::string>, const CLI::App &)> translate = {};
+  // The name in fatal lines, --help and the stream's hello; "" is tprobe-<stage>. A stage of the
+  // C++ kit (tprobe_stage.h) is a user's binary, named as its table names it, without the prefix.
+  std::string program = {};
 };
 
 // The whole main of a stage or tool: builds the parser from `d` (the common stream options where
 // d has an input or an output, else only --describe; then the table; then extras.add_arguments),
 // parses argv (--help and --describe print and exit 0), checks every value (stage_option_check),
-// and calls `run` inside stage_main_guard("tprobe-<stage>"): its return value is the exit code,
+// and calls `run` inside stage_main_guard("tprobe-<stage>", or extras.program): its return value is the exit code,
 // and its exceptions map to one fatal line and 100/111.
 int stage_main(int argc, char **argv, const stage_description &d, const std::function<int(stage_main_context &)> &run,
                const stage_main_extras &extras = {});

@@ -239,6 +239,142 @@ class StageKitTest(tt.CaptureTest):
         self.assertTrue(os.path.exists(os.path.join(run.dir, "finished")), run.result.stderr)
 
 
+# A Python stage with typed options (tprobe.stage.Option's choices and required), no stream: at
+# the end it prints the options it parsed as JSON.
+TYPED_STAGE = """#!/usr/bin/python3
+import json, sys
+sys.path.insert(0, PYTHON_DIR)
+from tprobe.stage import Stage, Option
+def handle(record, stage):
+    return record
+handle.finish = lambda stage: print(json.dumps(stage.options), flush=True)
+Stage("typed", "typed options", [
+    Option("mode", "string", "a", "how", choices=["a", "b"]),
+    Option("name", "string", None, "who", required=True),
+    Option("kinds", "list", ["x"], "which", choices=["x", "y"]),
+    Option("level", "int", 1, "how much", min=0, max=3),
+], has_input=False, has_output=False).main(handle)
+"""
+
+
+class TypedOptionsTest(unittest.TestCase):
+    """choices and required in the Python kit, meant and worded as the C++ stages' (stage_main.h,
+    stage_option_check): --describe declares them, the stage refuses a bad value with exit 100 and
+    one fatal line, and tprobe run refuses a manifest that breaks them before starting anything.
+    The C++ kit's stage (norm-guard) parses through stage_main() under its own name."""
+
+    def setUp(self):
+        import tempfile
+        self.tmp = tempfile.mkdtemp(prefix="tprobe-typed-")
+        self.addCleanup(__import__("shutil").rmtree, self.tmp, True)
+        python_dir = os.path.dirname(os.path.dirname(os.path.abspath(__import__("tprobe").__file__)))
+        source = TYPED_STAGE.replace("PYTHON_DIR", repr(python_dir))
+        self.stage = os.path.join(self.tmp, "typed.py")  # run here, without a stream
+        self.sink = os.path.join(self.tmp, "typed_sink.py")  # in a manifest: a sink of the capture
+        for path, text in ((self.stage, source),
+                           (self.sink, source.replace("has_input=False, has_output=False", "has_output=False"))):
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o755)
+
+    def run_stage(self, *args, command=None):
+        import subprocess
+        return subprocess.run((command or [sys.executable, self.stage]) + list(args), capture_output=True,
+                              text=True, timeout=60)
+
+    def test_describe_declares_choices_and_required(self):
+        r = self.run_stage("--describe")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        options = {o["name"]: o for o in json.loads(r.stdout)["options"]}
+        self.assertEqual(options["mode"]["choices"], ["a", "b"])
+        self.assertEqual(options["kinds"]["choices"], ["x", "y"])
+        self.assertIs(options["name"]["required"], True)
+        self.assertEqual(options["name"]["default"], "")
+        for name in ("mode", "kinds", "level", "hwm"):
+            self.assertNotIn("required", options[name], name)
+        for name in ("name", "level", "hwm"):
+            self.assertNotIn("choices", options[name], name)
+        help = self.run_stage("--help")
+        self.assertEqual(help.returncode, 0, help.stderr)
+        self.assertIn("(one of a, b)", help.stdout)
+        self.assertIn("(required)", help.stdout)
+
+    def test_values_within_choices_are_parsed(self):
+        r = self.run_stage("--name", "me")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        options = json.loads(r.stdout)
+        self.assertEqual((options["mode"], options["name"], options["kinds"]), ("a", "me", ["x"]))
+        r = self.run_stage("--name", "me", "--mode", "b", "--kinds", "y,x", "--kinds", "y")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        options = json.loads(r.stdout)
+        self.assertEqual((options["mode"], options["kinds"]), ("b", ["y,x", "y"]))
+
+    def test_bad_values_are_refused_in_the_c_plus_plus_stages_words(self):
+        for args, message in [
+            ((), "--name is required"),
+            (("--mode", "b"), "--name is required"),
+            (("--name", "me", "--mode", "c"), '--mode must be one of a, b, got "c"'),
+            (("--name", "me", "--kinds", "x,z"), '--kinds must be one of x, y, got "z"'),
+            (("--name", "me", "--kinds", "y", "--kinds", "w"), '--kinds must be one of x, y, got "w"'),
+            (("--name", "me", "--level", "4"), "--level must be in [0, 3], got 4"),
+            (("--name", "me", "--hwm", "0"), "--hwm must be in [1, 1000000000], got 0"),
+        ]:
+            with self.subTest(args):
+                r = self.run_stage(*args)
+                self.assertEqual(r.returncode, 100, r.stderr)
+                self.assertEqual(r.stderr, f"typed: fatal: {message}\n")
+                self.assertEqual(r.stdout, "")
+        # The same wording as a C++ stage's, prefix aside.
+        for command, message in [
+            ([os.path.join(tt.BIN_DIR, "tprobe-compare"), "a", "b", "-o", self.tmp, "--match", "loose"],
+             'tprobe-compare: fatal: --match must be one of auto, name, got "loose"\n'),
+            ([os.path.join(tt.BIN_DIR, "tprobe-compare"), "a", "b"], "tprobe-compare: fatal: --output is required\n"),
+        ]:
+            r = self.run_stage(command=command)
+            self.assertEqual((r.returncode, r.stderr), (100, message))
+
+    def manifest(self, options):
+        path = os.path.join(self.tmp, "typed.json")
+        with open(path, "w") as f:
+            json.dump({"description": "typed", "stages": [
+                {"name": "mine", "exec": self.sink, "inputs": ["capture"], "options": options}]}, f)
+        return path
+
+    def test_launcher_refuses_a_manifest_that_breaks_a_python_stage_s_choices_or_required(self):
+        import subprocess
+        marker = os.path.join(self.tmp, "ran")
+        for options, message in [
+            ({"name": "me", "mode": "c"}, 'stage "mine": option "mode" must be one of a, b, got "c"'),
+            ({"name": "me", "kinds": ["x", "q"]}, 'option "kinds" must be one of x, y, got "q"'),
+            ({"mode": "a"}, 'stage "mine": option "name" is required'),
+        ]:
+            with self.subTest(options):
+                r = subprocess.run([os.path.join(tt.BIN_DIR, "tprobe"), "run", self.manifest(options), "--",
+                                    "/usr/bin/touch", marker], capture_output=True, text=True, timeout=120)
+                self.assertEqual(r.returncode, 100, r.stderr)
+                self.assertIn(message, r.stderr)
+                self.assertFalse(os.path.exists(marker), "the command ran")
+
+    def test_cpp_kit_stage_parses_through_stage_main_under_its_own_name(self):
+        guard = os.path.join(tt.BIN_DIR, "tprobe-example-norm-guard")
+        r = self.run_stage("--input", "ipc:///tmp/x", "--limit", "-1", command=[guard])
+        self.assertEqual((r.returncode, r.stderr), (100, "norm-guard: fatal: --limit must be in [0, inf], got -1\n"))
+        r = self.run_stage("--input", "ipc:///tmp/x", "--limit", "big", command=[guard])
+        self.assertEqual((r.returncode, r.stderr), (100, 'norm-guard: fatal: --limit must be a number, got "big"\n'))
+        r = self.run_stage(command=[guard])
+        self.assertEqual(r.returncode, 100)
+        self.assertRegex(r.stderr, r"^norm-guard: fatal: .*--input.*\n$")
+        r = self.run_stage("--describe", command=[guard])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        table = json.loads(r.stdout)
+        self.assertEqual(table["stage"], "norm-guard")
+        self.assertEqual([o["name"] for o in table["options"]], ["limit", "hwm", "tap-payload"])
+        r = self.run_stage("--help", command=[guard])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("norm-guard", r.stdout)
+        self.assertNotIn("tprobe-norm-guard", r.stdout)
+
+
 class LostRecordsTest(unittest.TestCase):
     """Lossless, checked (docs/stage-protocol.md, "Losses"), in both kits' real processes: a
     producer that says numbered and skips a seq, or whose eos counts more records than came, ends

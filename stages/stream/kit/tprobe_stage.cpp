@@ -48,28 +48,21 @@ int stage_kit_run(stage_io &io, const stage_kit &kit, const stage_option_values 
 }
 
 int stage_kit_main(int argc, char **argv, const stage_kit &kit) {
-  const std::string program = kit.description.stage;
-  return stage_main_guard(program, [&] {
-    CLI::App app{kit.description.summary, program};
-    stage_common_args common;
-    stage_option_values options;
-    stage_add_common_options(app, kit.description, common);
-    stage_add_declared_options(app, kit.description, options);
-    stage_parse(app, argc, argv);
-    stage_check_declared_options(kit.description, options);
-    common.io.producer_name = program;
-
-    stage_install_signal_handlers();
-    zmq::context_t ctx;
-    stage_io io(ctx, common.io);
-    stage_signal_ready(common.ready_fd);
-    const int code = stage_kit_run(io, kit, options, ctx);
-    const auto &counts = io.counts();
-    fmt::print(stderr, "{}: {} records received, {} sent, {} producers, {} truncated, tap dropped {}{}\n", program,
-               counts.received, counts.sent, counts.producers, counts.truncated_producers, counts.tap_dropped,
-               io.interrupted() ? ", interrupted" : "");
-    return code;
-  });
+  // The one main of every stage (stage_main.h), named as the user's table names it: no tprobe- prefix.
+  stage_main_extras extras;
+  extras.program = kit.description.stage;
+  return stage_main(
+      argc, argv, kit.description,
+      [&](stage_main_context &c) {
+        stage_io &io = c.start();
+        const int code = stage_kit_run(io, kit, c.values(), c.zmq());
+        const auto &counts = io.counts();
+        fmt::print(stderr, "{}: {} records received, {} sent, {} producers, {} truncated, tap dropped {}{}\n",
+                   extras.program, counts.received, counts.sent, counts.producers, counts.truncated_producers,
+                   counts.tap_dropped, io.interrupted() ? ", interrupted" : "");
+        return code;
+      },
+      extras);
 }
 
 }  // namespace tprobe

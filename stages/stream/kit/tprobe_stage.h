@@ -1,9 +1,10 @@
 // tprobe_stage.h: the C++ stage kit. A stage is a function from records to records; the kit does
 // the rest of the stage protocol (docs/stage-protocol.md): the command line tprobe run passes
 // (--input, --producers, --output, --tap, --ready-fd, the common options), the stage's own options
-// declared once in its table (parser, --describe, --help, types and ranges checked), sockets,
-// hello/ack, barriers (answered once the outputs answered theirs: stage_io), end-of-stream,
-// SIGINT/SIGTERM, the tap, counters, the summary line and the exit codes.
+// declared once in its table (parser, --describe, --help; types, ranges, choices and required
+// checked: stage_option_spec), sockets, hello/ack, barriers (answered once the outputs answered
+// theirs: stage_io), end-of-stream, SIGINT/SIGTERM, the tap, counters, the summary line and the
+// exit codes.
 //
 //   int main(int argc, char **argv) {
 //     tprobe::stage_kit kit;
@@ -87,8 +88,11 @@ struct stage_kit {
 // stage_kit_main and by in-process tests (tests/support harness).
 int stage_kit_run(stage_io &io, const stage_kit &kit, const stage_option_values &options, zmq::context_t &ctx);
 
-// The whole process: parse the command line (--describe, --help), bind and connect, signal
-// readiness, run, print the summary line on stderr; returns the exit code for main().
+// The whole process, through stage_main() (stage_main.h) like every tprobe stage: parse the
+// command line from the kit's table (--describe, --help; types, ranges, choices and required
+// checked), bind and connect, signal readiness, run, print the summary line on stderr
+// ("<stage>: N records received, …"); returns the exit code for main(). The program is named
+// description.stage, without tprobe-'s prefix, in its messages, --help and hello.
 int stage_kit_main(int argc, char **argv, const stage_kit &kit);
 
 }  // namespace tprobe
