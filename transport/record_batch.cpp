@@ -170,7 +170,7 @@ class glance_reader : msgpack_cursor {
     out.reset();
     value v;
     if (!read_any(3, v)) return false;
-    if (v.type == msgpack::type::POSITIVE_INTEGER) out = v.u64;
+    if (v.type == kind::positive_integer) out = v.u64;
     return true;
   }
 

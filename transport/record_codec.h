@@ -1,6 +1,6 @@
 // record_codec.h: the pieces of the record codec (record.h) that more than one of its files
-// uses: the stream headers are packed into and msgpack's packer over it, the small packing
-// helpers, the per-thread header buffer, the header frame's prefix check, the msgpuck cursor
+// uses: the stream headers are packed into and the packer over it (msgpuck's encoders), the small
+// packing helpers, the per-thread header buffer, the header frame's prefix check, the msgpuck cursor
 // the readers walk a header with, and the few functions one part of the codec calls in another.
 // Internal to transport/: no other directory includes it (record.h is the specification and the
 // only public header). It is apart so that each part (record_header.cpp, record_meta.cpp,
@@ -17,10 +17,15 @@
 #include <string_view>
 #include <vector>
 
+#include <type_traits>
+
 #include <fmt/format.h>
-#include <msgpack.hpp>
-// msgpuck is a header library: record_header.cpp holds its tables (MP_SOURCE), hidden so that
-// the capture's shared library exports none of its names.
+// The codec's one msgpack library, to write and to read: msgpuck (Tarantool's, one header of
+// inline per-format encoders and decoders over a char pointer; Debian's libmsgpuck-dev). The
+// readers need its cursor (a header is walked once, no object tree, a fraction of msgpack-c's
+// parse per record); the writer needs no more than its encoders, which write each token straight
+// into the header buffer. record_header.cpp holds its tables (MP_SOURCE), hidden so that the
+// capture's shared library exports none of its names.
 #pragma GCC visibility push(hidden)
 #include <msgpuck.h>
 #pragma GCC visibility pop
@@ -31,21 +36,21 @@ namespace tprobe::record_detail {
 
 // Everything up to the declarations at the end is local to each file that includes it (an
 // unnamed namespace), as it was inside the one file the codec was: the compiler inlines and
-// specialises it per file as it did then, msgpack's packer over header_stream included. Shared
+// specialises it per file as it did then, the packer over header_stream included. Shared
 // by the files as inline functions and types of a named namespace, a header cost 3-16% more
 // instructions to encode, glance at or decode (measured); so no type of this part crosses from
 // one file to another, only the plain ones of the declarations at the end.
 namespace {
 
-// The stream headers are packed into. msgpack::packer writes every token through its stream's
-// write(): msgpack::sbuffer's was compiled out of line, a call and a memcpy call for each of a
-// header's forty-odd tokens, a third of the capture's sender thread. This one's fast path is
-// inlined, and a token's write of a constant size becomes a few moves.
+// The stream headers are packed into. A buffer compiled out of line costs a call and a memcpy
+// call for each of a header's forty-odd tokens (msgpack::sbuffer's did: a third of the capture's
+// sender thread). This one's fast path is inlined: a token is encoded in place (room() then
+// advance()), and a write of a constant size becomes a few moves.
 class header_stream {
  public:
   explicit header_stream(size_t capacity = 1024) : bytes_(capacity) {}
   [[gnu::always_inline]] void write(const char *data, size_t n) {
-    if (n == 0) return;  // msgpack writes empty bodies with a null pointer
+    if (n == 0) return;  // an empty body may come with a null pointer
     if (n > bytes_.size() - size_) [[unlikely]] grow(n);
     std::memcpy(bytes_.data() + size_, data, n);
     size_ += n;
@@ -55,6 +60,12 @@ class header_stream {
   [[nodiscard]] size_t size() const { return size_; }
   [[nodiscard]] size_t capacity() const { return bytes_.size(); }
   void clear() { size_ = 0; }
+  // Room for `n` more bytes at the end, written by the caller and then kept by advance().
+  [[gnu::always_inline]] char *room(size_t n) {
+    if (n > bytes_.size() - size_) [[unlikely]] grow(n);
+    return bytes_.data() + size_;
+  }
+  [[gnu::always_inline]] void advance(const char *end) { size_ = static_cast<size_t>(end - bytes_.data()); }
   void truncate(size_t size) { size_ = std::min(size_, size); }
   // A fixstr (a string under 32 bytes: most of a header's keys and names), marker and body.
   [[gnu::always_inline]] void write_fixstr(std::string_view s) {
@@ -70,26 +81,42 @@ class header_stream {
   size_t size_ = 0;
 };
 
-// msgpack's packer, which also gives its stream back: tokens it has no fast way to write go
-// to the stream directly.
-class packer_t : public msgpack::packer<header_stream> {
+// msgpack tokens into a header_stream, each in its smallest format (msgpack's rule, and what the
+// record ladder's bytes pin): an integer as a positive fixint or uint 8-64 when it is 0 or more
+// and as a negative fixint or int 8-64 below, a str as fixstr or str 8-32, bin 8-32, fixmap or map
+// 16/32, fixarray or array 16/32. msgpuck's encoders (mp_encode_*) write each one in place.
+class packer_t {
  public:
-  explicit packer_t(header_stream &stream) : msgpack::packer<header_stream>(stream), stream_(stream) {}
+  explicit packer_t(header_stream &stream) : stream_(stream) {}
   [[nodiscard]] header_stream &stream() const { return stream_; }
+
+  void pack_nil() { stream_.advance(mp_encode_nil(stream_.room(1))); }
+  void pack(bool b) { stream_.advance(mp_encode_bool(stream_.room(1), b)); }
+  template <class T>
+    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  void pack(T v) {
+    char *at = stream_.room(9);
+    if constexpr (std::is_signed_v<T>) {
+      if (v < 0) return stream_.advance(mp_encode_int(at, static_cast<int64_t>(v)));
+    }
+    stream_.advance(mp_encode_uint(at, static_cast<uint64_t>(v)));
+  }
+  void pack_map(uint32_t pairs) { stream_.advance(mp_encode_map(stream_.room(5), pairs)); }
+  void pack_array(uint32_t elements) { stream_.advance(mp_encode_array(stream_.room(5), elements)); }
+  void pack_str(uint32_t length) { stream_.advance(mp_encode_strl(stream_.room(5), length)); }
+  void pack_str_body(const char *data, uint32_t length) { stream_.write(data, length); }
+  void pack_bin(uint32_t length) { stream_.advance(mp_encode_binl(stream_.room(5), length)); }
+  void pack_bin_body(const char *data, uint32_t length) { stream_.write(data, length); }
 
  private:
   header_stream &stream_;
 };
 
-// msgpack-c 4's pack_double() writes integral doubles as integers, which would turn a statistic
-// of 2.0 into 2 and -0.0 into 0. A float64 is always written as one (marker 0xcb, big-endian).
+// A float64 is always written as one (marker 0xcb, big-endian), never as an integer: a statistic
+// of 2.0 stays 2.0 and -0.0 stays -0.0 (msgpack-c 4's pack_double wrote integral doubles as
+// integers).
 [[maybe_unused]] void pack_float64(packer_t &p, double d) {
-  uint64_t bits;
-  std::memcpy(&bits, &d, sizeof bits);
-  char buf[9];
-  buf[0] = static_cast<char>(0xcb);
-  for (int i = 0; i < 8; ++i) buf[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
-  p.stream().write(buf, sizeof buf);
+  p.stream().advance(mp_encode_double(p.stream().room(9), d));
 }
 
 [[maybe_unused]] void pack_str(packer_t &p, std::string_view s) {
@@ -158,10 +185,12 @@ class msgpack_cursor {
   size_t trailing() const { return static_cast<size_t>(end_ - p_); }
 
  protected:
-  // A scalar as msgpack-c's object model has it: a signed format holding 0 or more is a
-  // POSITIVE_INTEGER, float32 is widened to double.
+  // A scalar's kind, as the readers tell values apart: a signed format holding 0 or more is a
+  // positive integer, float32 is widened to double; array stands for any container passed over.
+  enum class kind { nil, boolean, positive_integer, negative_integer, float32, float64, str, bin, ext, array };
+  // A scalar.
   struct value {
-    msgpack::type::object_type type = msgpack::type::NIL;
+    kind type = kind::nil;
     bool boolean = false;
     uint64_t u64 = 0;
     int64_t i64 = 0;
@@ -199,32 +228,32 @@ class msgpack_cursor {
   // Reads the scalar at the cursor (the caller peeked `type`, not a container).
   bool read_scalar(mp_type type, value &v) {
     switch (type) {
-      case MP_NIL: ++p_, v.type = msgpack::type::NIL; return true;
+      case MP_NIL: ++p_, v.type = kind::nil; return true;
       case MP_BOOL:
-        v.type = msgpack::type::BOOLEAN, v.boolean = mp_decode_bool(&p_);
+        v.type = kind::boolean, v.boolean = mp_decode_bool(&p_);
         return true;
       case MP_UINT:
         if (!check(mp_check_uint(p_, end_))) return false;
-        v.type = msgpack::type::POSITIVE_INTEGER, v.u64 = mp_decode_uint(&p_);
+        v.type = kind::positive_integer, v.u64 = mp_decode_uint(&p_);
         return true;
       case MP_INT: {
         if (!check(mp_check_int(p_, end_))) return false;
         const int64_t i = mp_decode_int(&p_);
-        if (i >= 0) v.type = msgpack::type::POSITIVE_INTEGER, v.u64 = static_cast<uint64_t>(i);
-        else v.type = msgpack::type::NEGATIVE_INTEGER, v.i64 = i;
+        if (i >= 0) v.type = kind::positive_integer, v.u64 = static_cast<uint64_t>(i);
+        else v.type = kind::negative_integer, v.i64 = i;
         return true;
       }
       case MP_FLOAT:
         if (!check(mp_check_float(p_, end_))) return false;
-        v.type = msgpack::type::FLOAT32, v.f64 = mp_decode_float(&p_);
+        v.type = kind::float32, v.f64 = mp_decode_float(&p_);
         return true;
       case MP_DOUBLE:
         if (!check(mp_check_double(p_, end_))) return false;
-        v.type = msgpack::type::FLOAT64, v.f64 = mp_decode_double(&p_);
+        v.type = kind::float64, v.f64 = mp_decode_double(&p_);
         return true;
-      case MP_STR: v.type = msgpack::type::STR; return read_str(v.text);
+      case MP_STR: v.type = kind::str; return read_str(v.text);
       case MP_BIN:
-        v.type = msgpack::type::BIN;
+        v.type = kind::bin;
         return check(mp_check_binl(p_, end_)) && read_bytes(mp_decode_binl(&p_), v.text);
       case MP_EXT: {  // msgpuck reads no ext: fixext 1-16 (0xd4-0xd8), ext 8/16/32 (0xc7-0xc9)
         const auto c = static_cast<uint8_t>(*p_);
@@ -234,7 +263,7 @@ class msgpack_cursor {
         if (!have(1 + size_bytes)) return false;
         for (size_t i = 0; i < size_bytes; ++i) data = data << 8 | static_cast<uint8_t>(p_[1 + i]);
         if (!have(1 + size_bytes + 1 + data)) return false;
-        v.type = msgpack::type::EXT, v.text = {p_ + 2 + size_bytes, data};
+        v.type = kind::ext, v.text = {p_ + 2 + size_bytes, data};
         p_ += 1 + size_bytes + 1 + data;
         return true;
       }
@@ -265,7 +294,7 @@ class msgpack_cursor {
     const auto type = peek();
     if (!type) return false;
     if (*type != MP_ARRAY && *type != MP_MAP) return read_scalar(*type, v);
-    v.type = msgpack::type::ARRAY;
+    v.type = kind::array;
     return skip(level);
   }
 

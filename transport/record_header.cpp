@@ -322,23 +322,23 @@ class header_reader : msgpack_cursor {
   }
 
   std::optional<int64_t> as_int(const value &v, std::string_view key) {
-    if (v.type == msgpack::type::POSITIVE_INTEGER) {
+    if (v.type == kind::positive_integer) {
       if (v.u64 > static_cast<uint64_t>(INT64_MAX)) return fail_key(key, "an int64"), std::nullopt;
       return static_cast<int64_t>(v.u64);
     }
-    if (v.type == msgpack::type::NEGATIVE_INTEGER) return v.i64;
+    if (v.type == kind::negative_integer) return v.i64;
     return fail_key(key, "an integer"), std::nullopt;
   }
 
   static nlohmann::ordered_json json_of(const value &v) {
     switch (v.type) {
-      case msgpack::type::NIL: return nullptr;
-      case msgpack::type::BOOLEAN: return v.boolean;
-      case msgpack::type::POSITIVE_INTEGER: return v.u64;
-      case msgpack::type::NEGATIVE_INTEGER: return v.i64;
-      case msgpack::type::FLOAT32:
-      case msgpack::type::FLOAT64: return v.f64;
-      case msgpack::type::STR: return std::string(v.text);
+      case kind::nil: return nullptr;
+      case kind::boolean: return v.boolean;
+      case kind::positive_integer: return v.u64;
+      case kind::negative_integer: return v.i64;
+      case kind::float32:
+      case kind::float64: return v.f64;
+      case kind::str: return std::string(v.text);
       default: {  // BIN
         const auto *p = reinterpret_cast<const uint8_t *>(v.text.data());
         return nlohmann::ordered_json::binary(std::vector<uint8_t>(p, p + v.text.size()));
@@ -382,7 +382,7 @@ class header_reader : msgpack_cursor {
   }
 
   void scalar_value(top_key k, const value &v) {
-    const bool text = v.type == msgpack::type::STR;
+    const bool text = v.type == kind::str;
     const auto need = [&]() { fail_key(top_name(k), expected_of(k)); };
     switch (k) {
       case top_key::kind: return text ? named(record_kind_from_name(v.text), "record kind", v.text, h_.kind, have_kind) : need();
@@ -402,7 +402,7 @@ class header_reader : msgpack_cursor {
         if (const auto s = as_int(v, "step")) h_.step = *s;
         return;
       case top_key::seq: case top_key::flags: case top_key::length: case top_key::stored:
-        if (v.type != msgpack::type::POSITIVE_INTEGER) return need();
+        if (v.type != kind::positive_integer) return need();
         if (k == top_key::seq) h_.seq = v.u64;
         else if (k == top_key::length) h_.length = v.u64, have_length = true;
         else if (k == top_key::stored) h_.stored = v.u64;
@@ -417,7 +417,7 @@ class header_reader : msgpack_cursor {
         have_dtype = true;
         return;
       case top_key::requires_grad:
-        if (v.type != msgpack::type::BOOLEAN) return need();
+        if (v.type != kind::boolean) return need();
         h_.requires_grad = v.boolean;
         return;
       case top_key::codec:
@@ -447,7 +447,7 @@ class header_reader : msgpack_cursor {
       }
       value v;
       if (!read_scalar(*type, v)) return false;
-      if (path && v.type == msgpack::type::STR) h_.path->emplace_back(std::string(v.text));
+      if (path && v.type == kind::str) h_.path->emplace_back(std::string(v.text));
       else if (const auto d = as_int(v, top_name(key))) {
         if (path) h_.path->emplace_back(*d);
         else if (*d < 0) fail_key("shape", "an array of non-negative ints");
@@ -479,10 +479,10 @@ class header_reader : msgpack_cursor {
       value v;
       if (!read_any(3, v)) return false;
       if (path) {
-        if (v.type != msgpack::type::STR) fail_key("shm.path", "a string");
+        if (v.type != kind::str) fail_key("shm.path", "a string");
         else ref.path.assign(v.text), have_path = true;
       } else if (id || offset) {
-        if (v.type != msgpack::type::POSITIVE_INTEGER) fail_key(id ? "shm.id" : "shm.offset", "an unsigned integer");
+        if (v.type != kind::positive_integer) fail_key(id ? "shm.id" : "shm.offset", "an unsigned integer");
         else if (id) ref.id = v.u64, have_id = true;
         else ref.offset = v.u64, have_offset = true;
       }
@@ -505,21 +505,21 @@ class header_reader : msgpack_cursor {
                        : key_is(sub, "mean") ? &s.mean : key_is(sub, "norm") ? &s.norm : nullptr;
       if (real) {
         switch (v.type) {
-          case msgpack::type::NIL: *real = stat_value::none(); break;
-          case msgpack::type::BOOLEAN: *real = stat_value::of_bool(v.boolean); break;
-          case msgpack::type::POSITIVE_INTEGER:
-          case msgpack::type::NEGATIVE_INTEGER:
+          case kind::nil: *real = stat_value::none(); break;
+          case kind::boolean: *real = stat_value::of_bool(v.boolean); break;
+          case kind::positive_integer:
+          case kind::negative_integer:
             if (const auto x = as_int(v, fmt::format("stats.{}", sub))) *real = stat_value::of_int(*x);
             break;
-          case msgpack::type::FLOAT32:
-          case msgpack::type::FLOAT64: *real = stat_value::of_real(v.f64); break;
+          case kind::float32:
+          case kind::float64: *real = stat_value::of_real(v.f64); break;
           default: fail_key(fmt::format("stats.{}", sub), "nil, a bool or a number");
         }
         continue;
       }
       const bool nan = key_is(sub, "nan"), inf = key_is(sub, "inf"), crc = key_is(sub, "crc32");
       if (!nan && !inf && !crc) continue;  // a newer minor version's statistic
-      if (v.type != msgpack::type::POSITIVE_INTEGER) fail_key(fmt::format("stats.{}", sub), "an unsigned integer");
+      if (v.type != kind::positive_integer) fail_key(fmt::format("stats.{}", sub), "an unsigned integer");
       else if (nan) s.nan_count = v.u64;
       else if (inf) s.inf_count = v.u64;
       else if (v.u64 > UINT32_MAX) fail_key("stats.crc32", "a 32-bit value");
@@ -535,7 +535,7 @@ class header_reader : msgpack_cursor {
     if (*type != MP_ARRAY && *type != MP_MAP) {
       value v;
       if (!read_scalar(*type, v)) return false;
-      if (v.type == msgpack::type::EXT) fail("meta holds a msgpack ext value, which tprobe does not use");
+      if (v.type == kind::ext) fail("meta holds a msgpack ext value, which tprobe does not use");
       else out = json_of(v);
       return true;
     }
@@ -601,7 +601,7 @@ class header_reader : msgpack_cursor {
     if (*type != MP_ARRAY && *type != MP_MAP) {
       value v;
       if (!read_scalar(*type, v)) return false;
-      if (v.type == msgpack::type::EXT || v.type == msgpack::type::BIN) plain = false;
+      if (v.type == kind::ext || v.type == kind::bin) plain = false;
       return true;
     }
     uint64_t elements = 0;

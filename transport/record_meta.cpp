@@ -347,13 +347,13 @@ class meta_renderer : msgpack_cursor {
       msgpack_cursor::value v;
       if (!read_scalar(*type, v)) return false;
       switch (v.type) {
-        case msgpack::type::NIL: out.append("null", 4); return true;
-        case msgpack::type::BOOLEAN: v.boolean ? out.append("true", 4) : out.append("false", 5); return true;
-        case msgpack::type::POSITIVE_INTEGER: pyjson_uint_append(out, v.u64); return true;
-        case msgpack::type::NEGATIVE_INTEGER: pyjson_int_append(out, v.i64); return true;
-        case msgpack::type::FLOAT32:
-        case msgpack::type::FLOAT64: pyjson_real_append(out, v.f64); return true;
-        case msgpack::type::STR: pyjson_string_append(out, v.text); return true;
+        case kind::nil: out.append("null", 4); return true;
+        case kind::boolean: v.boolean ? out.append("true", 4) : out.append("false", 5); return true;
+        case kind::positive_integer: pyjson_uint_append(out, v.u64); return true;
+        case kind::negative_integer: pyjson_int_append(out, v.i64); return true;
+        case kind::float32:
+        case kind::float64: pyjson_real_append(out, v.f64); return true;
+        case kind::str: pyjson_string_append(out, v.text); return true;
         default: return false;  // bin and ext were never kept as bytes
       }
     }
