@@ -275,6 +275,38 @@ class RandomMode(PrecheckTest):
             self.assertIn("Functional.gelu.0.forward.output.0,torch.float64,torch.float32,", f.read())
         self.assertEqual(self.summary(r)[0], len(rows))
 
+    def test_dropout_draws_one_mask_for_both_sides(self):
+        """A statistics dump's dropout runs twice (the bench, and the CPU run in the dumped dtypes);
+        both draw the same seeded mask, so msprobe's 10% zero-fraction rule never fails by chance.
+        40 copies of the training's dropout at p 0.5 on 100 elements: two independent masks would
+        part by 10% or more in about one copy of six."""
+        rank = training("statistics", task="statistics")
+        with open(os.path.join(rank, "dump.json"), encoding="utf-8") as f:
+            dump = json.load(f)
+        entry = dump["data"]["Functional.dropout.0.forward"]
+
+        def resized(v):
+            if isinstance(v, dict) and v.get("type") == "torch.Tensor":
+                return {**v, "shape": [100]}
+            if isinstance(v, dict) and v.get("type") == "float":
+                return {**v, "value": 0.5}
+            if isinstance(v, list):
+                return [resized(e) for e in v]
+            if isinstance(v, dict):
+                return {k: resized(e) for k, e in v.items()}
+            return v
+
+        dump["data"] = {f"Functional.dropout.{i}.forward": resized(entry) for i in range(40)}
+        many = os.path.join(_root, "dropouts")
+        os.makedirs(many, exist_ok=True)
+        with open(os.path.join(many, "dump.json"), "w", encoding="utf-8") as f:
+            json.dump(dump, f)
+        out = os.path.join(_root, "out-dropouts")
+        self.run_ok(["precheck", many, "-o", out, "-j", "2"], 0)
+        rows = results(out)
+        self.assertEqual(len(rows), 40)
+        self.assertEqual(errors(rows), [])
+
 
 class Cli(PrecheckTest):
     def files(self, out):

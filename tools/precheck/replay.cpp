@@ -650,9 +650,28 @@ struct run_result {
   std::vector<std::pair<int, at::Tensor>> leaves;
 };
 
-// Runs `handle` with the arguments converted for `s`.
+// A seed for torch's default CPU generator, or none (an operator that draws nothing).
+struct draw_seed {
+  bool given = false;
+  uint64_t value = 0;
+};
+
+// Runs `handle` with the arguments converted for `s`. `seed`: an operator that draws from torch's
+// default CPU generator (dropout's mask) draws from one seeded with it, and no other replay thread
+// draws meanwhile: its bench and device runs draw the same mask, whatever the order of -j's threads
+// and of a resumed run (else two masks of a small tensor could part by more than msprobe's 10%
+// zero-fraction rule by chance alone).
 run_result run(const c10::OperatorHandle &handle, const std::vector<arg_value> &args,
-               const std::map<std::string, arg_value> &kwargs, bind_context ctx) {
+               const std::map<std::string, arg_value> &kwargs, bind_context ctx,
+               draw_seed seed = {}) {
+  static std::mutex default_generator_users;
+  std::unique_lock<std::mutex> drawing(default_generator_users, std::defer_lock);
+  if (seed.given) {
+    drawing.lock();
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> g(generator.mutex());
+    generator.set_current_seed(seed.value);
+  }
   run_result r;
   ctx.grad_leaves = &r.leaves;
   torch::jit::Stack stack = bind_arguments(handle.schema(), args, kwargs, ctx);
@@ -841,7 +860,9 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
       return replay;
     }
 
-    run_result bench = run(*chosen, args, kwargs, bench_ctx);
+    // Dropout draws its mask: the same seeded draw on both sides (run's `seed`).
+    const draw_seed mask_seed{call.dropout, call.dropout ? name_seed(options.seed, full_name) : 0};
+    run_result bench = run(*chosen, args, kwargs, bench_ctx, mask_seed);
     for (const auto &v : bench.outputs) replay.forward_bench.push_back(output_of(v));
 
     // The device side: what training computed, or a CPU run in the dumped dtypes.
@@ -861,7 +882,7 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
     if (!all_dumped || mctx.random_used) {
       bind_context device_ctx{side::device};
       try {
-        device_run = run(*chosen, args, kwargs, device_ctx);
+        device_run = run(*chosen, args, kwargs, device_ctx, mask_seed);
       } catch (const c10::Error &e) {
         replay.skip_reason = "the dump holds statistics only and the CPU has no kernel for the dumped dtypes: " +
                              first_line(e.what()) + " SKIP.";
@@ -937,7 +958,7 @@ api_replay replay_api(const std::string &full_name, const json &forward_in, cons
             device_grads.clear();
             if (!device_run) {
               bind_context device_ctx{side::device};
-              device_run = run(*chosen, args, kwargs, device_ctx);
+              device_run = run(*chosen, args, kwargs, device_ctx, mask_seed);
             }
             const at::Tensor dout = device_run->outputs.at(index).toTensor();
             std::vector<at::Tensor> dgrads(slots);
