@@ -115,6 +115,16 @@ class PerformanceIsAReference(unittest.TestCase):
         lines = read(PERF).count("\n")
         self.assertLessEqual(lines, 400, f"{PERF} has {lines} lines: keep today's figures, history lives in git")
 
+    def test_no_cpp_file_of_capture_or_transport_is_over_1000_lines(self):
+        """Issue 64: each file holds one concern; none in capture/ or transport/ grows past 1,000 lines."""
+        for top in ("capture", "transport"):
+            for d, _, names in os.walk(os.path.join(ROOT, top)):
+                for n in names:
+                    if n.endswith((".cpp", ".h")):
+                        with open(os.path.join(d, n), encoding="utf-8") as f:
+                            lines = sum(1 for _ in f)
+                        self.assertLessEqual(lines, 1000, os.path.relpath(os.path.join(d, n), ROOT))
+
     def test_every_environment_variable_the_code_reads_is_in_the_switch_table(self):
         table = switch_table_rows()
         missing = sorted(code_tokens(CODE_DIRS) - table - NOT_ENVIRONMENT)
