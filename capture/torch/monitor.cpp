@@ -77,6 +77,7 @@
 #include <torch/library.h>
 #include <torch/version.h>
 
+#include "monitor_one_pass.h"
 #include "tprobe_capture.h"
 
 namespace {
@@ -141,51 +142,11 @@ at::Tensor statistic(op o, const at::Tensor &x, at::Tensor &x64, double eps, con
 // One read of a large contiguous float32 or float64 CPU tensor for all of its statistics, where
 // msprobe's formulas (statistic() above) read it once per op and make a float64 copy: min and max
 // in x's dtype (NaN when there is one), norm and mean from float64 sums, zeros compared in x's
-// dtype and divided in float32, nans counted. The sums run in a fixed order over 8 float64 lanes, so
-// mean and norm may differ from torch's in the last bits (its own order differs by ISA and version);
-// small tensors (below one_pass_min_elems) keep torch's kernels, and with them its exact bits.
+// dtype and divided in float32, nans counted. The sums run in a fixed order over 16 float64 lanes
+// (core/monitor_one_pass.h), so mean and norm may differ from torch's in the last bits (its own
+// order differs by ISA and version). Small tensors (below one_pass_min_elems) keep torch's
+// kernels, and with them its exact bits.
 constexpr int64_t one_pass_min_elems = int64_t{1} << 15;
-
-// The sums, extremes and (Zeros) the count below eps of n elements, in 8 lanes.
-template <class T, bool Zeros>
-void one_pass_sums(const T *x, int64_t n, T eps_t, double &total, double &squares, T &low, T &high, int64_t &zeros) {
-  constexpr int lanes = 8;
-  double sum[lanes] = {}, sumsq[lanes] = {};
-  int64_t zero_lanes[lanes] = {};
-  T lo[lanes], hi[lanes];
-  for (int l = 0; l < lanes; ++l) lo[l] = std::numeric_limits<T>::infinity(), hi[l] = -std::numeric_limits<T>::infinity();
-  const int64_t whole = n - n % lanes;
-  for (int64_t i = 0; i < whole; i += lanes) {
-    for (int l = 0; l < lanes; ++l) {
-      const T v = x[i + l];
-      const double d = static_cast<double>(v);
-      sum[l] += d;
-      sumsq[l] += d * d;
-      if constexpr (Zeros) zero_lanes[l] += std::fabs(v) < eps_t;
-      lo[l] = v < lo[l] ? v : lo[l];  // a NaN never wins a comparison: the caller looks for one
-      hi[l] = v > hi[l] ? v : hi[l];
-    }
-  }
-  for (int64_t i = whole; i < n; ++i) {
-    const T v = x[i];
-    const double d = static_cast<double>(v);
-    sum[0] += d;
-    sumsq[0] += d * d;
-    if constexpr (Zeros) zero_lanes[0] += std::fabs(v) < eps_t;
-    lo[0] = v < lo[0] ? v : lo[0];
-    hi[0] = v > hi[0] ? v : hi[0];
-  }
-  total = squares = 0;
-  zeros = 0;
-  low = lo[0], high = hi[0];
-  for (int l = 0; l < lanes; ++l) {
-    total += sum[l];
-    squares += sumsq[l];
-    zeros += zero_lanes[l];
-    low = lo[l] < low ? lo[l] : low;
-    high = hi[l] > high ? hi[l] : high;
-  }
-}
 
 template <class T>
 int64_t nan_count(const T *x, int64_t n) {
@@ -198,11 +159,16 @@ template <class T>
 void one_pass(const T *x, int64_t n, const std::vector<op> &ops, double eps, double *row) {
   const bool want_zeros = std::find(ops.begin(), ops.end(), op::zeros) != ops.end();
   const T eps_t = static_cast<T>(eps);  // torch's wrapped Python float takes x's dtype
+  const tprobe::lane_sums<T> s = tprobe::one_pass_sums(x, n, eps_t, want_zeros);
   double total = 0, squares = 0;
-  T low{}, high{};
-  int64_t zeros = 0;
-  if (want_zeros) one_pass_sums<T, true>(x, n, eps_t, total, squares, low, high, zeros);
-  else one_pass_sums<T, false>(x, n, eps_t, total, squares, low, high, zeros);
+  T low = s.lo[0], high = s.hi[0];
+  for (int l = 0; l < tprobe::one_pass_lanes; ++l) {
+    total += s.sum[l];
+    squares += s.sumsq[l];
+    low = s.lo[l] < low ? s.lo[l] : low;
+    high = s.hi[l] > high ? s.hi[l] : high;
+  }
+  const int64_t zeros = s.zeros;
   // A NaN makes the sum NaN (so does +Inf with -Inf): only then, or when nans is asked for, are
   // the NaNs counted, in a second read.
   const bool want_nans = std::find(ops.begin(), ops.end(), op::nans) != ops.end();
