@@ -144,9 +144,9 @@ at::Tensor statistic(op o, const at::Tensor &x, at::Tensor &x64, double eps, con
 // in x's dtype (NaN when there is one), norm and mean from float64 sums, zeros compared in x's
 // dtype and divided in float32, nans counted. The sums run in a fixed order over 16 float64 lanes
 // (core/monitor_one_pass.h), so mean and norm may differ from torch's in the last bits (its own
-// order differs by ISA and version). Small tensors (below one_pass_min_elems) keep torch's
-// kernels, and with them its exact bits.
-constexpr int64_t one_pass_min_elems = int64_t{1} << 15;
+// order differs by ISA and version). Every size takes this path: a step's many small tensors (a
+// bias, a LayerNorm's weight) cost torch four kernels, a float64 copy and their allocations each,
+// which was most of the monitor's time on a small model.
 
 template <class T>
 int64_t nan_count(const T *x, int64_t n) {
@@ -187,9 +187,10 @@ void one_pass(const T *x, int64_t n, const std::vector<op> &ops, double eps, dou
   }
 }
 
-// Whether one_pass reads x: a large contiguous float32/float64 CPU tensor.
+// Whether one_pass reads x: a contiguous float32/float64 CPU tensor with at least one dimension
+// and one element (a 0-dimensional one's id is its value; an empty one's min throws: torch's).
 bool one_pass_fits(const at::Tensor &x) {
-  return x.device().is_cpu() && x.layout() == c10::kStrided && x.is_contiguous() && x.numel() >= one_pass_min_elems &&
+  return x.device().is_cpu() && x.layout() == c10::kStrided && x.is_contiguous() && x.dim() > 0 && x.numel() > 0 &&
          (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
 }
 
