@@ -30,7 +30,7 @@ work="${FUZZ_WORK:-$build/fuzz-work}"
 packages=(
   clang libclang-rt-dev cmake make pkg-config
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libmsgpuck-dev nlohmann-json3-dev liblz4-dev libfmt-dev
-  libcli11-dev zlib1g-dev libxlsxwriter-dev libdlpack-dev
+  libcli11-dev zlib1g-dev libxlsxwriter-dev libdlpack-dev libsqlite3-dev
 )
 . "$root/scripts/apt-ensure.sh"
 apt_ensure fuzz "${packages[@]}"

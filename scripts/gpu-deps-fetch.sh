@@ -14,6 +14,7 @@ mkdir -p $dir/fallback
 packages=(libzmq3-dev libzmq5 libsodium23 libpgm-5.3-0 libnorm1 cppzmq-dev libmsgpack-cxx-dev
   libboost1.74-dev libboost-dev libmsgpuck-dev nlohmann-json3-dev libfmt-dev libfmt9 libcli11-dev
   libisal-dev libisal2 libdlpack-dev libxlsxwriter-dev libxlsxwriter4 libminizip1 zlib1g-dev liblz4-dev
+  libsqlite3-dev libsqlite3-0
   pkgconf pkgconf-bin libpkgconf3)
 fallback=(libbsd0 libmd0 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libcom-err2
   libkeyutils1 liblz4-1 zlib1g)

@@ -8,6 +8,8 @@ packages=(
   g++ cmake make pkg-config
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libmsgpuck-dev nlohmann-json3-dev liblz4-dev libfmt-dev
   libcli11-dev zlib1g-dev libisal-dev libxlsxwriter-dev libdlpack-dev libgtest-dev libgmock-dev
+  # the graph compare's vis.db (msprobe's SQLite file), and sqlite3 to look into one
+  libsqlite3-dev sqlite3
   libtorch-dev python3-torch python3-torchvision python3-numpy
   # stages written in Python (python/tprobe/stage.py, docs/stage-protocol.md)
   python3-zmq python3-msgpack

@@ -139,4 +139,29 @@ msprobe_compare_input msprobe_compare_input_load(const std::string &path) {
   return in;
 }
 
+msprobe_graph_input msprobe_graph_input_load(const std::string &path) {
+  const auto doc = pyjson_load_file(path);
+  if (!doc.is_object()) throw usage_error(fmt::format("graph input {}: not a JSON object", path));
+  msprobe_graph_input in;
+  for (const auto &[key, value] : doc.items()) {
+    if (key == "npu_path" || key == "bench_path") {
+      if (value.is_null() && key == "bench_path") continue;
+      if (!value.is_string() || value.get_ref<const std::string &>().empty())
+        throw usage_error(fmt::format("graph input {}: \"{}\" must be a non-empty path", path, key));
+      (key == "npu_path" ? in.npu_path : in.bench_path) = value.get<std::string>();
+    } else if (key == "is_print_compare_log") {
+      if (!value.is_boolean())
+        throw usage_error(fmt::format("graph input {}: \"is_print_compare_log\" must be true or false", path));
+    } else if (key == "parallel_merge") {
+      throw usage_error(fmt::format("graph input {}: \"parallel_merge\" (merging the graphs of parallel ranks) is not "
+                                    "built in tprobe graph", path));
+    } else {
+      throw usage_error(fmt::format("graph input {}: unknown key \"{}\" (msprobe's graph input.json has npu_path, "
+                                    "bench_path, is_print_compare_log, parallel_merge)", path, key));
+    }
+  }
+  if (in.npu_path.empty()) throw usage_error(fmt::format("graph input {}: \"npu_path\" is missing", path));
+  return in;
+}
+
 }  // namespace tprobe

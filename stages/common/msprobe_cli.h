@@ -59,4 +59,11 @@ struct msprobe_compare_input {
 };
 [[nodiscard]] msprobe_compare_input msprobe_compare_input_load(const std::string &path);
 
+// msprobe's `-i input.json` for graph: {"npu_path", "bench_path" (optional: build), "is_print_compare_log"
+// (optional, no effect)}; "parallel_merge" is refused (not built), any other key too, naming it.
+struct msprobe_graph_input {
+  std::string npu_path, bench_path;
+};
+[[nodiscard]] msprobe_graph_input msprobe_graph_input_load(const std::string &path);
+
 }  // namespace tprobe
