@@ -179,6 +179,7 @@ int main(int argc, char **argv) {
   }
   std::replace(args[0].begin(), args[0].end(), '_', '-');  // nan_analyze → nan-analyze
   if (args[0] == "run-ut" || args[0] == "acc-check") args[0] = "precheck";  // msprobe 8.3.3's and HEAD's verbs
+  if (args[0] == "graph-visualize") args[0] = "graph";                        // msprobe HEAD's spelling of graph
   const std::string &verb = args[0];
   if (verb.front() == '-') die(tprobe::EXIT_USAGE, "unknown option \"" + verb + "\" (see tprobe --help)");
 
