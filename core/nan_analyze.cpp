@@ -706,4 +706,29 @@ std::string nan_write_result(const std::string &dir, const nlohmann::ordered_jso
   }
 }
 
+std::optional<communication_facts> communication_facts_of(const std::string &entry_name, const json &data,
+                                                          int32_t rank) {
+  const call_facts f = facts_of(nan_entry{entry_name, data}, rank);
+  if (!f.communication) return std::nullopt;
+  communication_facts c;
+  c.api = f.api;
+  c.peer = f.peer;
+  c.point_to_point = is_sender(f.api) || is_receiver(f.api);
+  c.directed = !c.point_to_point && directed_type(f.api).has_value();
+  if (c.point_to_point) {
+    c.sends = is_sender(f.api);
+    c.receives = !c.sends;
+  } else if (c.directed && f.peer) {
+    // The root sends a broadcast or scatter and receives a gather or reduce; the others the opposite.
+    const bool root = *f.peer == rank;
+    const bool root_sends = *directed_type(f.api) == comm_type::src;
+    c.sends = root == root_sends;
+    c.receives = !c.sends;
+  } else {
+    c.sends = c.receives = true;
+  }
+  c.group_ranks = f.group_ranks;
+  return c;
+}
+
 }  // namespace tprobe

@@ -181,4 +181,21 @@ std::string nan_write_result(const std::string &dir, const nlohmann::ordered_jso
 
 std::string_view nan_role_name(nan_role r);  // "clean", "producer", "propagator"
 
+// A communication call as the analysis reads it (§5.2), for other analyses that join the calls of
+// several ranks (the graph compare's links across ranks): the API ("send", "all_reduce"), the other
+// rank of a point-to-point call or the root of a directed collective (msprobe's src/dst keyword, or
+// tprobe's first integer argument), whether this rank sends (send, isend, a broadcast or scatter
+// from here), receives (recv, irecv, a gather or reduce to here) or both (the rest), and the group's
+// ranks where the dump names them. nullopt for an entry that is no forward communication call.
+struct communication_facts {
+  std::string api;
+  std::optional<int64_t> peer;  // send/recv: the other rank; broadcast/scatter/gather/reduce: the root
+  bool point_to_point = false;  // send, isend, recv, irecv (and their object-list forms)
+  bool directed = false;        // a collective with a root (broadcast, scatter, gather, reduce)
+  bool sends = false, receives = false;
+  std::vector<int64_t> group_ranks;  // empty: not in the dump (the whole world)
+};
+[[nodiscard]] std::optional<communication_facts> communication_facts_of(const std::string &entry_name,
+                                                                        const nlohmann::ordered_json &data, int32_t rank);
+
 }  // namespace tprobe

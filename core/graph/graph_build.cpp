@@ -116,7 +116,11 @@ struct builder {
     n.kind = graph_kind_of(name);
     if (data) {
       auto entry = data->find(name);
-      if (entry != data->end() && entry->is_object()) graph_node_data(name, *entry, keep_md5, n.input_data, n.output_data);
+      if (entry != data->end() && entry->is_object()) {
+        graph_node_data(name, *entry, keep_md5, n.input_data, n.output_data);
+        if (name.rfind("Distributed.", 0) == 0)
+          n.communication = communication_facts_of(name, *entry, static_cast<int32_t>(g.rank));
+      }
     }
     n.stack = stack_for(name);
     g.nodes.push_back(std::move(n));

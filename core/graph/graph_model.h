@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nan_analyze.h"
+
 namespace tprobe {
 
 // msprobe's NodeOp values, written to tb_nodes.node_type as the text "0", "1", "9".
@@ -38,6 +40,8 @@ struct graph_node {
   std::optional<double> precision_index;   // compare, NPU side, matched nodes (and collections) only
   std::vector<std::string> matched_link;   // the counterpart's ancestors, root first, then its name
   nlohmann::ordered_json matched_distributed = nlohmann::ordered_json::object();
+  // A Distributed.* call's peers and direction (nan_analyze's reading), for the links across ranks.
+  std::optional<communication_facts> communication;
 };
 
 struct graph {

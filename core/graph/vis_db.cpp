@@ -410,4 +410,37 @@ std::vector<json> vis_db_read_nodes(const std::string &path) {
   return rows;
 }
 
+json vis_db_read_config(const std::string &path) {
+  // As vis_db_read_nodes: a read-write connection, so a WAL file's -wal and -shm go when it closes.
+  connection c(path, "read", SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+  json row = nullptr;
+  {
+    stmt_ptr stmt = c.prepare("SELECT * FROM tb_config ORDER BY rowid LIMIT 1");
+    sqlite3_stmt *s = stmt.get();
+    const int columns = sqlite3_column_count(s);
+    const int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+      row = json::object();
+      for (int i = 0; i < columns; ++i) {
+        const char *name = sqlite3_column_name(s, i);
+        switch (sqlite3_column_type(s, i)) {
+          case SQLITE_INTEGER: row[name] = static_cast<int64_t>(sqlite3_column_int64(s, i)); break;
+          case SQLITE_FLOAT: row[name] = sqlite3_column_double(s, i); break;
+          case SQLITE_TEXT:
+          case SQLITE_BLOB: {
+            const auto *text = static_cast<const char *>(sqlite3_column_blob(s, i));
+            row[name] = std::string(text ? text : "", static_cast<size_t>(sqlite3_column_bytes(s, i)));
+            break;
+          }
+          default: row[name] = nullptr;
+        }
+      }
+    } else if (rc != SQLITE_DONE) {
+      c.fail();
+    }
+  }
+  c.close();
+  return row;
+}
+
 }  // namespace tprobe

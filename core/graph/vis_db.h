@@ -17,6 +17,10 @@
 //   node_order; input_data / output_data / matched_distributed as Python's json.dumps writes them.
 //   vis_db_read_nodes(path) reads tb_nodes back (tests, the report): one JSON object per row,
 //   columns by name, in rowid order.
+//   vis_db_read_config(path) reads tb_config's row (msprobe writes one, id "1") as one JSON object,
+//   columns by name (node_colors, rank_list, step_list as the JSON text stored); null when the
+//   table is empty. Both throw system_error (naming the file and SQLite's message) for a file that
+//   is not such a database.
 #pragma once
 
 #include <string>
@@ -31,5 +35,6 @@ namespace tprobe {
 void vis_db_write(const std::string &path, const std::vector<const graph *> &graphs, const vis_db_config &config);
 
 [[nodiscard]] std::vector<nlohmann::ordered_json> vis_db_read_nodes(const std::string &path);
+[[nodiscard]] nlohmann::ordered_json vis_db_read_config(const std::string &path);
 
 }  // namespace tprobe

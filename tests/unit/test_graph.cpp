@@ -12,6 +12,7 @@
 #include "graph_build.h"
 #include "graph_compare.h"
 #include "graph_data.h"
+#include "graph_distributed.h"
 #include "pyjson.h"
 #include "test_support.h"
 
@@ -307,6 +308,64 @@ TEST(GraphCompare, ModesMustAgree) {
   tprobe::test::write_file(t / "bench/dump.json", tprobe::pyjson_dump(dump));
   graph npu = tprobe::graph_build(t / "npu", "NPU", 0, 0), bench = tprobe::graph_build(t / "bench", "Bench", 0, 0);
   EXPECT_THROW((void)tprobe::graph_compare(npu, bench, t / "npu/dump.json", t / "bench/dump.json", {}), tprobe::usage_error);
+}
+
+}  // namespace
+
+namespace {
+
+// A rank's dump of tprobe's form for communication calls: positional (tensors, group, peer, tag).
+void write_comm_dump(const std::string &dir, int rank, double sent_max) {
+  std::filesystem::create_directories(dir);
+  const json t = json::array({tensor(sent_max, 0, 0.1, 1)});
+  auto call = [&](json args) { return json{{"input_args", args}, {"input_kwargs", json::object()}, {"output", {t}}}; };
+  const json one = {{"type", "int"}, {"value", 1}}, zero = {{"type", "int"}, {"value", 0}};
+  json construct = json::object(), data = json::object();
+  const std::string p2p = rank == 0 ? "Distributed.send.0.forward" : "Distributed.recv.0.forward";
+  for (const std::string name : {p2p, std::string("Distributed.all_reduce.0.forward"), std::string("Distributed.broadcast.0.forward")})
+    construct[name] = nullptr;
+  data[p2p] = call({t, nullptr, rank == 0 ? one : zero, zero});
+  data["Distributed.all_reduce.0.forward"] = call({t, nullptr, nullptr, {{"type", "int"}, {"value", -1}}});
+  data["Distributed.broadcast.0.forward"] = call({t, nullptr, zero, zero, {{"type", "int"}, {"value", -1}}});
+  json dump = {{"task", "statistics"}, {"level", "mix"}, {"framework", "pytorch"}, {"dump_data_dir", nullptr}, {"data", data}};
+  tprobe::test::write_file(dir + "/construct.json", tprobe::pyjson_dump(construct));
+  tprobe::test::write_file(dir + "/dump.json", tprobe::pyjson_dump(dump));
+}
+
+json links(const graph &g, const std::string &name) { return g.find(name)->matched_distributed; }
+
+TEST(GraphDistributed, SendRecvAndCollectivesLinkedAcrossRanks) {
+  tprobe::test::temp_dir t;
+  write_comm_dump(t / "rank0", 0, 1.0);
+  write_comm_dump(t / "rank1", 1, 1.0);
+  graph r0 = tprobe::graph_build(t / "rank0", "NPU", 0, 0), r1 = tprobe::graph_build(t / "rank1", "NPU", 0, 1);
+  EXPECT_EQ(tprobe::graph_link_communications({&r0, &r1}), 6u);
+  EXPECT_EQ(links(r0, "Distributed.send.0.forward"),
+            json::parse(R"({"communications_type": "send", "nodes_info": {"1": ["Nan", "Distributed.recv.0.forward"]}})"));
+  EXPECT_EQ(links(r1, "Distributed.recv.0.forward"),
+            json::parse(R"({"communications_type": "receive", "nodes_info": {"0": ["Nan", "Distributed.send.0.forward"]}})"));
+  EXPECT_EQ(links(r0, "Distributed.all_reduce.0.forward")["communications_type"], "send_receive");
+  EXPECT_EQ(links(r1, "Distributed.all_reduce.0.forward")["nodes_info"]["0"][1], "Distributed.all_reduce.0.forward");
+  // broadcast from rank 0: the root sends, the other receives.
+  EXPECT_EQ(links(r0, "Distributed.broadcast.0.forward")["communications_type"], "send");
+  EXPECT_EQ(links(r1, "Distributed.broadcast.0.forward")["communications_type"], "receive");
+  // The other node's index travels with the link.
+  r1.nodes[static_cast<size_t>(r1.index.at("Distributed.recv.0.forward"))].precision_index = 0.25;
+  for (auto &n : r0.nodes) n.matched_distributed = json::object();
+  for (auto &n : r1.nodes) n.matched_distributed = json::object();
+  (void)tprobe::graph_link_communications({&r0, &r1});
+  EXPECT_EQ(links(r0, "Distributed.send.0.forward")["nodes_info"]["1"][0], "0.25");
+}
+
+TEST(GraphDistributed, ASendWhoseReceiverGotOtherDataIsNotLinked) {
+  tprobe::test::temp_dir t;
+  write_comm_dump(t / "rank0", 0, 1.0);
+  write_comm_dump(t / "rank1", 1, 2.0);
+  graph r0 = tprobe::graph_build(t / "rank0", "NPU", 0, 0), r1 = tprobe::graph_build(t / "rank1", "NPU", 0, 1);
+  (void)tprobe::graph_link_communications({&r0, &r1});
+  EXPECT_TRUE(links(r0, "Distributed.send.0.forward").empty());
+  EXPECT_TRUE(links(r1, "Distributed.recv.0.forward").empty());
+  EXPECT_FALSE(links(r0, "Distributed.all_reduce.0.forward").empty());  // collectives are joined by name
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "compare/compare.h"
 #include "errors.h"
 #include "graph_build.h"
+#include "graph_distributed.h"
 #include "vis_db.h"
 
 namespace tprobe {
@@ -188,6 +189,7 @@ graph_run_report graph_run(const graph_run_options &o) {
         continue;
       }
     }
+    const size_t step_npu_begin = npu_graphs.size(), step_bench_begin = bench_graphs.size();
     for (const rank_folder &r : s.ranks) {
       const rank_folder *bench_rank = nullptr;
       if (compare) {
@@ -224,6 +226,15 @@ graph_run_report graph_run(const graph_run_options &o) {
       step_set.insert(s.step);
       report.ranks.push_back(std::move(rr));
     }
+    // Communication nodes linked across the step's ranks, on each side (after the compare: the
+    // links carry the other node's index).
+    auto link = [&](std::vector<graph> &graphs, size_t begin) {
+      std::vector<graph *> step_graphs;
+      for (size_t i = begin; i < graphs.size(); ++i) step_graphs.push_back(&graphs[i]);
+      if (step_graphs.size() > 1) report.linked += graph_link_communications(step_graphs);
+    };
+    link(npu_graphs, step_npu_begin);
+    link(bench_graphs, step_bench_begin);
   }
   if (report.ranks.empty())
     throw usage_error(fmt::format("{} and {}: no step and rank folder in common: nothing compared", o.npu_path, o.bench_path));

@@ -6,6 +6,8 @@
 // rank folders. One path builds each rank's graph into DIR/build_{YYYYmmddHHMMSS}.vis.db; two
 // compare them rank by rank (the ranks and steps both sides have; none in common is an error) into
 // DIR/compare_{…}.vis.db, NPU graphs first, then the Bench ones, one file for every step and rank.
+// With several ranks in a step, each side's communication nodes are linked across the ranks
+// (graph_distributed.h).
 //
 // Errors: usage_error for a path that is none of those kinds, kinds that differ, no common rank or
 // step, a dump without structure (level L1), and the graph library's errors, each naming the file;
@@ -41,6 +43,7 @@ struct graph_run_report {
   std::string task;  // "build", or the compare's task ("summary", "md5", "all")
   std::vector<graph_rank_report> ranks;
   std::vector<std::string> warnings;
+  size_t linked = 0;  // communication nodes linked to their counterparts on other ranks
   [[nodiscard]] size_t failing_ranks() const;  // ranks with a node in the error band
 };
 

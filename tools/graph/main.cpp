@@ -58,8 +58,8 @@ int main(int argc, char **argv) {
     for (const auto &w : r.warnings) fmt::print(stderr, "tprobe-graph: warning: {}\n", w);
     size_t nodes = 0;
     for (const auto &rank : r.ranks) nodes += rank.nodes;
-    fmt::print("tprobe-graph: {} ({} graph{}, {} nodes) in {}\n", r.task, r.ranks.size(), r.ranks.size() == 1 ? "" : "s",
-               nodes, r.db_path);
+    fmt::print("tprobe-graph: {} ({} graph{}, {} nodes{}) in {}\n", r.task, r.ranks.size(), r.ranks.size() == 1 ? "" : "s",
+               nodes, r.linked ? fmt::format(", {} communication nodes linked across ranks", r.linked) : "", r.db_path);
     if (o.bench_path.empty()) return static_cast<int>(EXIT_OK);
     for (const auto &rank : r.ranks) {
       const auto &cr = rank.compare;
