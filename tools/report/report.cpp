@@ -78,6 +78,8 @@ bool report_model::negative() const {
     if (f.negative()) return true;
   for (const auto &x : monitors)
     if (x.negative()) return true;
+  for (const auto &g : graphs)
+    if (g.negative()) return true;
   return false;
 }
 
@@ -821,6 +823,8 @@ report_model scan_results(const report_options &o, bool require) {
         continue;
       } else if (name == "free_benchmark.csv") {
         m.free_benchmarks.push_back(report_read_free_benchmark(f.string()));
+      } else if (name.size() > 7 && name.compare(name.size() - 7, 7, ".vis.db") == 0) {
+        m.graphs.push_back(report_read_graph(f.string()));
       } else {
         continue;
       }
@@ -831,11 +835,11 @@ report_model scan_results(const report_options &o, bool require) {
   }
   for (auto &c : m.compares) attach_construct(c, &m.warnings);
   if (require && m.compares.empty() && m.nans.empty() && m.gradsims.empty() && m.prechecks.empty() &&
-      m.free_benchmarks.empty() && m.monitors.empty()) {
+      m.free_benchmarks.empty() && m.monitors.empty() && m.graphs.empty()) {
     std::string why = m.unread.empty() ? "" : " (not read: " + m.unread.front() + ")";
     throw usage_error(fmt::format("no result found in {} (compare_result*.json/.csv, anomaly_analyze_*.json, "
                                   "rank*/similarities.csv, accuracy_checking_result_*.csv, "
-                                  "step*/rank*/free_benchmark.csv, a monitor output folder){}", fmt::join(o.results, ", "), why));
+                                  "step*/rank*/free_benchmark.csv, a monitor output folder, *.vis.db){}", fmt::join(o.results, ", "), why));
   }
   // Ranks in order, so the page and the summary read rank0, rank1, …
   auto rank_key = [](const std::string &r) {
@@ -1196,6 +1200,12 @@ std::string report_render_html(const report_model &m) {
   data += ",\"nans\":" + json_text(nans) + ",\"gradsims\":" + json_text(gradsims) +
           ",\"prechecks\":" + json_text(prechecks) + ",\"free_benchmark\":" + json_text(free_benchmark) + ",\"monitors\":" + json_text(monitors) +
           ",\"run\":" + json_text(run);
+  data += ",\"graphs\":[";
+  for (size_t i = 0; i < m.graphs.size(); ++i) {
+    if (i) data += ',';
+    report_append_graph_json(data, m.graphs[i]);
+  }
+  data += "]";
   data += ",\"negative\":";
   data += m.negative() ? "true" : "false";
   data += "}";
@@ -1301,6 +1311,7 @@ std::vector<std::string> report_summary_lines(const report_model &m, const std::
     }
     lines.push_back(std::move(line));
   }
+  for (const auto &g : m.graphs) lines.push_back(report_graph_summary_line(g));
   if (m.stream)
     lines.push_back(fmt::format("tprobe-report: stream: {} records from {} producers, {} dropped upstream, {} gone "
                                 "without end-of-stream", m.stream->records, m.stream->producers,

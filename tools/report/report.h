@@ -19,6 +19,8 @@
 //                               benchmark, msprobe 8.3.3's 无标杆比对; docs/msprobe-compat.md §8.7): a dump
 //                               folder given is searched in its step*/rank*/ folders for this file
 //                               only (a step folder given: its rank*/; a rank folder: itself)
+//   *.vis.db                    tprobe graph's / msprobe's graph file (build_{ts}.vis.db,
+//                               compare_{ts}.vis.db), read through core/graph (report_read_graph)
 //   a monitor output folder     tprobe-monitor's or msprobe TrainerMon's $MONITOR_OUTPUT_DIR: a folder
 //                               given that holds {time}-rank{R}-{uuid8}/ folders ({prefix}_{a}-{b}.csv)
 //                               or anomaly_detected/rank*/anomaly.json (report_read_monitor)
@@ -73,6 +75,11 @@
 // columns, nine cells a row, rank and step integers, stage forward or backward, max_rel a number,
 // "symbol_flipping" or empty, output_index empty or an integer): anything else is a file not read,
 // named in one line, which fails the verdict too.
+//
+// Graph verdict: FAIL when a compare graph has a node whose precision_index lies in node_colors'
+// last range (msprobe lists them from pass to error: summary [0.8, 1], md5 [0, 0]); a build graph
+// passes (nothing is compared in it). The view: the module tree, opened level by level, coloured
+// by precision_index, with search, node details and the first failing node per rank.
 //
 // Monitor verdict: FAIL when an anomaly.json holds an anomaly (an alarm msprobe's rules raised); a
 // folder without one passes. A malformed csv or anomaly.json is a result not read.
@@ -230,6 +237,40 @@ struct report_monitor {
   [[nodiscard]] bool negative() const { return !anomalies.empty(); }
 };
 
+// A graph file of msprobe's graph visualization (`tprobe graph`, msprobe 8.3.3's `graph`):
+// build_{ts}.vis.db / compare_{ts}.vis.db, read through core/graph's reader (vis_db.h). Per graph
+// (graph_id NPU_{step}_{rank}, and Bench_… in a compare) its nodes in node_order (msprobe's
+// post-order: children before their parent, the root DefaultModel last), so that a node's index
+// is its node_order and its children, in sub_nodes order, are the nodes whose parent it is, in index
+// order.
+struct report_graph_view {
+  std::string id, source;            // "NPU_0_1", "NPU"
+  int64_t step = 0, rank = 0;
+  std::vector<std::string> names;
+  std::vector<int> parent;           // -1 for the root
+  std::string kind;                  // per node '0' module, '1' API, '9' collection of APIs
+  std::vector<std::optional<double>> precision;  // precision_index (compare, NPU side, matched)
+  std::string band;                  // per node the index of its colour in node_colors ('0'…), '.' none
+  int peer = -1;                     // the graph matched with it (NPU_s_r <-> Bench_s_r), or -1
+  std::vector<int> link;             // per node its matched node in `peer` (matched_node_link's last name), or -1
+  std::vector<std::string> input_data, output_data;  // the columns' JSON texts
+  std::optional<size_t> first_failing;  // the first node in node_order whose colour is the error band
+};
+struct report_graph {
+  std::string file;
+  std::string graph_type, task;      // "build" | "compare"; "summary" | "md5" | "all" | ""
+  // tb_config.node_colors as [hex, lo, hi] in msprobe's order (pass first, error last); the grey of
+  // unmatched nodes (an empty range) apart. Empty for a build graph (node_colors null).
+  struct color { std::string hex, description; double lo = 0, hi = 0; };
+  std::vector<color> colors;
+  std::string unmatched_color;       // "#C7C7C7" (the entry with an empty range), "" when none
+  std::optional<size_t> error_color; // the last range in msprobe's order: its error band
+  std::vector<int64_t> rank_list, step_list;
+  std::vector<report_graph_view> graphs;  // in order of first appearance in tb_nodes (NPU first)
+  [[nodiscard]] bool negative() const;    // a compare graph with a node in the error band
+  [[nodiscard]] size_t nodes() const;
+};
+
 // What a manifest stage learnt from its input stream.
 struct report_stream_info {
   nlohmann::ordered_json sessions = nlohmann::ordered_json::array();  // the session records' meta
@@ -245,6 +286,7 @@ struct report_model {
   std::vector<report_precheck> prechecks;
   std::vector<report_free_benchmark> free_benchmarks;  // by step, then rank (the folder names)
   std::vector<report_monitor> monitors;  // monitor output folders, in the order given
+  std::vector<report_graph> graphs;      // *.vis.db files, in the order found
   // Per compare (same index): {row, precheck index, index in its `failing`} for each row whose
   // NPU Name starts with a listed pre-check API's name + "." (the links back), by row.
   std::vector<std::vector<std::array<size_t, 3>>> compare_precheck;
@@ -289,6 +331,16 @@ const stage_description &report_stage_description();
 // anomaly_detected/rank*/anomaly.json): usage_error for a malformed csv or anomaly.json (naming
 // it) or a folder with neither; system_error for I/O.
 [[nodiscard]] report_monitor report_read_monitor(const std::string &dir);
+// A .vis.db (above): usage_error "FILE: why" for a file that is not msprobe's graph database (not
+// SQLite, no tb_nodes or tb_config, a node whose parent is not in its graph, …), system_error for
+// a file that cannot be opened.
+[[nodiscard]] report_graph report_read_graph(const std::string &path);
+// The graph's part of the page's data (report_graph.cpp states its compact form: names, parent
+// indices, kinds, colour bands, precision_index, links as parallel arrays; the items' texts
+// interned in one string table), and its terminal line.
+void report_append_graph_json(std::string &out, const report_graph &g);
+[[nodiscard]] std::string report_graph_summary_line(const report_graph &g);
+
 // Whether a folder name is a monitor rank folder's: "{%b%d_%H-%M-%S}-rank{R}-{uuid8}".
 [[nodiscard]] bool report_is_monitor_rank_dir(const std::string &name);
 

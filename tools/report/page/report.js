@@ -845,6 +845,208 @@ function renderRun(main) {
   sec.append(t);
 }
 
+// ---------------------------------------------------------------- graph (.vis.db)
+// D.graphs: per .vis.db {file, type, task, colors: [[hex, lo, hi, description]…] (msprobe's order,
+// error last), unmatched, error, ranks, steps, fields, strings, graphs: [{id, source, step, rank,
+// names, parent, kind, band, pi, peer, link, off, items, first}]} (report_graph.cpp). Only the
+// rows of opened modules exist in the DOM: a module's children are made when it is first opened,
+// and opening it touches nothing else.
+function graphChildren(g) {
+  if (g._kids) return g._kids;
+  const n = g.names.length, count = new Int32Array(n + 1);
+  for (let i = 0; i < n; i++) if (g.parent[i] >= 0) count[g.parent[i] + 1]++;
+  for (let i = 0; i < n; i++) count[i + 1] += count[i];
+  const list = new Int32Array(Math.max(count[n], 1)), fill = count.slice(0, n);
+  for (let i = 0; i < n; i++) { const p = g.parent[i]; if (p >= 0) list[fill[p]++] = i; }  // index order = sub_nodes order
+  g._kids = { start: count, list };
+  return g._kids;
+}
+function kidsOf(g, i) { const k = graphChildren(g); return k.list.subarray(k.start[i], k.start[i + 1]); }
+const GRAPH_KIND = { '0': 'module', '1': 'API', '9': 'APIs' };
+
+function renderGraphDb(db, k, main) {
+  const sec = el('section', { class: 'graph', id: 'graph-' + k, 'data-index': k });
+  main.append(sec);
+  const compare = db.type === 'compare';
+  const negative = db.graphs.some(g => g.first != null);
+  sec.append(el('h2', { text: 'Graph ' + db.file + ' (' + db.type + (db.task ? ', ' + db.task : '') + ')' }));
+  const npus = db.graphs.map((g, gi) => gi).filter(gi => db.graphs[gi].source === 'NPU');
+  sec.append(el('div', { class: 'verdict-box ' + (negative ? 'fail' : 'pass'), text: compare
+    ? (negative ? 'FAIL: a node is in the error band (' + db.colors[db.error][1] + ' ≤ precision_index ≤ ' + db.colors[db.error][2] + ')' : 'PASS: no node in the error band')
+    : 'Build graph: ' + plural(db.graphs.length, 'graph') + ', nothing compared' }));
+  const ranks = el('ul', { class: 'graph-ranks' });
+  sec.append(ranks);
+  if (compare) for (const gi of npus) {
+    const g = db.graphs[gi];
+    const text = (db.steps.length > 1 ? 'step ' + g.step + ' ' : '') + 'rank ' + g.rank + ': ' + (g.first == null ? 'no failing node' : 'first failing node ' + g.names[g.first]);
+    ranks.append(el('li', { class: 'graph-rank-line' + (g.first == null ? '' : ' fail'), 'data-graph': gi, 'data-rank': g.rank, 'data-step': g.step,
+      'data-first': g.first == null ? '' : g.names[g.first] },
+      el('a', { href: '#', text: text, onclick: e => { e.preventDefault(); show(gi); if (g.first != null) reveal(g.first, true); } })));
+  }
+  const select = el('select', { class: 'graph-select' });
+  db.graphs.forEach((g, gi) => select.append(el('option', { value: gi, text: g.source + ' step ' + g.step + ' rank ' + g.rank + ' (' + plural(g.names.length, 'node') + ')' })));
+  const search = el('input', { type: 'search', class: 'graph-search', placeholder: 'search a node name (substring); Enter: next' });
+  const count = el('span', { class: 'graph-count help' });
+  const firstBtn = el('button', { class: 'graph-first', text: 'go to first failing node' });
+  const fit = el('button', { class: 'graph-reset', text: 'reset zoom' });
+  sec.append(el('div', { class: 'controls' }, el('label', null, 'graph ', select), search, count, compare ? firstBtn : null, fit));
+  if (compare) {
+    const legend = el('div', { class: 'graph-legend help' }, 'precision_index: ');
+    db.colors.forEach(c => legend.append(el('span', { class: 'chip', style: 'background:' + c[0], title: c[3], text: '[' + c[1] + ', ' + c[2] + ']' })));
+    if (db.unmatched) legend.append(el('span', { class: 'chip', style: 'background:' + db.unmatched, text: 'unmatched' }));
+    sec.append(legend);
+  }
+  const canvas = el('div', { class: 'graph-canvas' });
+  const view = el('div', { class: 'graph-view' }, canvas);
+  const panel = el('aside', { class: 'graph-panel' }, el('div', { class: 'help', text: 'Click a node name for its inputs, outputs and match.' }));
+  sec.append(el('div', { class: 'graph-body' }, view, panel));
+  sec.append(el('div', { class: 'help', text: 'Wheel: zoom; drag: pan; ▸ opens a module. Colours: msprobe\'s node_colors by precision_index (grey: no counterpart). Nodes in execution order (node_order is post-order: children before their module).' }));
+
+  let g = null, gi = -1, rows = null, selected = -1, matches = [], matchAt = -1, matchSet = null;
+  let scale = 1, tx = 0, ty = 0;
+  const apply = () => { canvas.style.transform = 'translate(' + tx + 'px,' + ty + 'px) scale(' + scale + ')'; };
+  function colorOf(i) {
+    if (!compare) return '';
+    const b = g.band[i];
+    if (b !== '.') return db.colors[+b][0];
+    if (g.source === 'NPU' || !g.link || g.link[i] < 0) return db.unmatched || '';
+    return '';
+  }
+  function makeNode(i, depth) {
+    const kids = kidsOf(g, i).length;
+    const tog = el('span', { class: 'gtoggle', text: kids ? '▸' : '·' });
+    const name = el('span', { class: 'gname', text: g.names[i] });
+    const row = el('div', { class: 'grow', style: 'padding-left:' + (4 + depth * 16) + 'px' }, tog, name,
+      el('span', { class: 'gkind', text: GRAPH_KIND[g.kind[i]] || g.kind[i] }),
+      kids ? el('span', { class: 'gsub', text: String(kids) }) : null,
+      g.pi && g.pi[i] != null ? el('span', { class: 'gpi', text: fmt(g.pi[i]) }) : null);
+    const c = colorOf(i);
+    if (c) row.style.background = c;
+    if (g.band[i] !== '.') row.dataset.band = g.band[i];
+    if (matchSet && matchSet.has(i)) row.classList.add('match');
+    if (i === selected) row.classList.add('selected');
+    const node = el('div', { class: 'gnode', 'data-node': i, 'data-depth': depth }, row);
+    rows[i] = node;
+    return node;
+  }
+  function expand(i, open) {
+    const node = rows[i];
+    if (!node || !kidsOf(g, i).length) return;
+    let box = node.querySelector(':scope > .gkids');
+    if (open === undefined) open = !box || box.hidden;
+    if (open && !box) {
+      box = el('div', { class: 'gkids' });
+      const depth = +node.dataset.depth + 1, frag = document.createDocumentFragment();
+      for (const c of kidsOf(g, i)) frag.append(makeNode(c, depth));
+      box.append(frag);
+      node.append(box);
+    } else if (box) box.hidden = !open;
+    node.classList.toggle('open', open);
+    node.firstChild.firstChild.textContent = open ? '▾' : '▸';
+  }
+  function show(which) {
+    gi = +which; g = db.graphs[gi]; select.value = String(gi);
+    rows = new Array(g.names.length); selected = -1; matches = []; matchAt = -1; matchSet = null; count.textContent = '';
+    canvas.textContent = ''; scale = 1; tx = 0; ty = 0; apply();
+    const root = g.names.length - 1;  // post-order: the root is last
+    canvas.append(makeNode(root, 0));
+    expand(root, true);  // the first level shows, each module closed
+    if (compare) firstBtn.disabled = g.first == null;
+    panel.textContent = '';
+    panel.append(el('div', { class: 'help', text: 'Click a node name for its inputs, outputs and match.' }));
+  }
+  function reveal(i, pick) {
+    const path = [];
+    for (let p = g.parent[i]; p >= 0; p = g.parent[p]) path.push(p);
+    for (let j = path.length - 1; j >= 0; j--) expand(path[j], true);
+    if (pick) choose(i);
+    const r = rows[i].firstChild.getBoundingClientRect(), v = view.getBoundingClientRect();
+    tx += v.left + 40 - r.left; ty += v.top + v.height / 3 - r.top; apply();
+  }
+  function itemsTable(i, side) {
+    const w = 2 + db.fields.length, S = db.strings;
+    const used = new Set(), items = [];
+    for (let j = g.off[i]; j < g.off[i + 1]; j++) {
+      const at = j * w;
+      if (g.items[at + 1] !== side) continue;
+      items.push(at);
+      for (let f = 0; f < db.fields.length; f++) if (g.items[at + 2 + f]) used.add(f);
+    }
+    if (!items.length) return el('div', { class: 'help', text: 'none' });
+    const fields = [...used].sort((a, b) => a - b);
+    const t = el('table', { class: 'gp-items rows', 'data-side': side ? 'output' : 'input' });
+    t.append(el('thead', null, el('tr', null, el('th', { text: 'key' }), ...fields.map(f => el('th', { text: db.fields[f] })))));
+    const body = el('tbody');
+    for (const at of items) {
+      const s = S[g.items[at]], key = s[0] === '.' ? g.names[i] + s : s;
+      body.append(el('tr', { 'data-key': key }, el('td', { text: s[0] === '.' ? s.slice(1) : s, title: key }),
+        ...fields.map(f => el('td', { 'data-field': db.fields[f], text: S[g.items[at + 2 + f]] }))));
+    }
+    t.append(body);
+    return el('div', { class: 'table-wrap' }, t);
+  }
+  function choose(i) {
+    if (selected >= 0 && rows[selected]) rows[selected].firstChild.classList.remove('selected');
+    selected = i;
+    if (rows[i]) rows[i].firstChild.classList.add('selected');
+    panel.textContent = '';
+    panel.dataset.node = g.names[i];
+    panel.append(el('h3', { class: 'gp-name', text: g.names[i] }));
+    const info = el('div', { class: 'help' }, GRAPH_KIND[g.kind[i]] + ', node_order ' + i + ', ' + plural(kidsOf(g, i).length, 'child', 'children'));
+    if (g.pi) info.append(', precision_index ' + (g.pi[i] == null ? 'none' : fmt(g.pi[i])));
+    panel.append(info);
+    if (g.link && g.peer >= 0) {
+      const peer = db.graphs[g.peer], t = g.link[i];
+      panel.append(el('div', { class: 'gp-match' }, 'matched node: ', t < 0 ? el('span', { class: 'help', text: 'none (unmatched)' })
+        : el('a', { href: '#', 'data-graph': g.peer, text: peer.source + ' ' + peer.names[t], onclick: e => { e.preventDefault(); show(g.peer); reveal(t, true); } })));
+    }
+    panel.append(el('h3', { text: 'inputs' }), itemsTable(i, 0), el('h3', { text: 'outputs' }), itemsTable(i, 1));
+  }
+  function runSearch(next) {
+    const q = search.value;
+    if (!q) { matches = []; matchSet = null; count.textContent = ''; canvas.querySelectorAll('.grow.match').forEach(r => r.classList.remove('match')); return; }
+    if (!next || !matchSet) {
+      matches = [];
+      for (let i = 0; i < g.names.length; i++) if (g.names[i].includes(q)) matches.push(i);
+      matchSet = new Set(matches);
+      canvas.querySelectorAll('.grow.match').forEach(r => r.classList.remove('match'));
+      for (const i of matches) if (rows[i]) rows[i].firstChild.classList.add('match');
+      matchAt = 0;
+    } else if (matches.length) matchAt = (matchAt + 1) % matches.length;
+    count.textContent = matches.length ? (matchAt + 1) + ' of ' + plural(matches.length, 'match', 'matches') : 'no match';
+    if (matches.length) {
+      reveal(matches[matchAt], true);
+      for (const i of matches) if (rows[i]) rows[i].firstChild.classList.add('match');
+    }
+  }
+  let timer = 0;
+  search.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(() => runSearch(false), 150); });
+  search.addEventListener('keydown', e => { if (e.key === 'Enter') { clearTimeout(timer); runSearch(matchSet != null); } });
+  select.addEventListener('change', () => show(select.value));
+  firstBtn.addEventListener('click', () => { if (g.first != null) reveal(g.first, true); });
+  fit.addEventListener('click', () => { scale = 1; tx = 0; ty = 0; apply(); });
+  canvas.addEventListener('click', e => {
+    const node = e.target.closest('.gnode');
+    if (!node) return;
+    const i = +node.dataset.node;
+    if (e.target.classList.contains('gtoggle')) expand(i);
+    else if (e.target.classList.contains('gname')) choose(i);
+  });
+  view.addEventListener('wheel', e => {
+    e.preventDefault();
+    const v = view.getBoundingClientRect(), x = e.clientX - v.left, y = e.clientY - v.top;
+    const s = Math.min(4, Math.max(0.15, scale * Math.exp(-e.deltaY * 0.0015)));
+    tx = x - (x - tx) * s / scale; ty = y - (y - ty) * s / scale; scale = s; apply();
+  }, { passive: false });
+  let drag = null;
+  view.addEventListener('mousedown', e => { if (e.button === 0 && !e.target.closest('.gtoggle, .gname')) { drag = [e.clientX - tx, e.clientY - ty]; view.classList.add('dragging'); } });
+  window.addEventListener('mousemove', e => { if (drag) { tx = e.clientX - drag[0]; ty = e.clientY - drag[1]; apply(); } });
+  window.addEventListener('mouseup', () => { drag = null; view.classList.remove('dragging'); });
+  // The first rank whose graph fails is shown first; else the first graph.
+  const firstFailing = npus.find(x => db.graphs[x].first != null);
+  show(firstFailing != null ? firstFailing : 0);
+}
+
 // ---------------------------------------------------------------- page
 document.getElementById('title').textContent = D.title;
 const verdict = document.getElementById('verdict');
@@ -884,16 +1086,22 @@ D.monitors.forEach((x, k) => {
   line('monitor ' + x.dir + ': ' + (x.anomalies.length ? plural(x.anomalies.length, 'anomaly', 'anomalies') + ', first step ' + x.anomalies[0].step + ' rank ' + x.anomalies[0].rank + ' ' + x.anomalies[0].tag : 'no anomaly') + ' (' + plural(x.types.reduce((n, t) => n + t.tags.length, 0), 'tag') + ', ' + plural(x.ranks.length, 'rank') + ')', x.anomalies.length ? 'fail' : 'pass', '#mon-' + k);
   nav.append(el('a', { href: '#mon-' + k, text: 'monitor' + (D.monitors.length > 1 ? ' ' + (k + 1) : '') }));
 });
+(D.graphs || []).forEach((db, k) => {
+  const failing = db.graphs.filter(g => g.first != null);
+  line('graph ' + db.file + ': ' + db.type + ', ' + plural(db.graphs.length, 'graph') + (db.type === 'compare' ? '; ' + (failing.length ? 'first failing node ' + failing.map(g => 'rank ' + g.rank + ' ' + g.names[g.first]).join('; ') : 'no failing node') : ''), failing.length ? 'fail' : 'pass', '#graph-' + k);
+  nav.append(el('a', { href: '#graph-' + k, text: 'graph' + (D.graphs.length > 1 ? ' ' + (k + 1) : '') }));
+});
 D.run.unread.forEach(why => line('not read: ' + why, 'error', '#run'));
-if (!D.compares.length && !D.nans.length && !D.gradsims.length && !D.prechecks.length && !D.free_benchmark.files.length && !D.monitors.length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
+if (!D.compares.length && !D.nans.length && !D.gradsims.length && !D.prechecks.length && !D.free_benchmark.files.length && !D.monitors.length && !(D.graphs || []).length) ol.append(el('li', { text: 'No result files were found; the run information is below.' }));
 nav.append(el('a', { href: '#run', text: 'run info' }));
-overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf; a pre-check fails when an API is error or warning; free_benchmark fails when a free_benchmark.csv holds a row (msprobe writes only inconsistent API calls); a monitor folder fails when its anomaly.json files hold an anomaly.' }));
+overview.append(el('div', { class: 'help', text: 'Verdicts follow msprobe\'s rules: a compare fails when a row misses its accuracy criteria (Accuracy "No", Result "Warning" or "Different"); nan-analyze fails when it found the operator that produced the first NaN/Inf; a pre-check fails when an API is error or warning; free_benchmark fails when a free_benchmark.csv holds a row (msprobe writes only inconsistent API calls); a monitor folder fails when its anomaly.json files hold an anomaly; a compare graph (.vis.db) fails when a node\'s precision_index is in msprobe\'s error colour band.' }));
 D.compares.forEach((c, k) => renderCompare(c, k, main));
 D.nans.forEach((x, k) => renderNan(x, k, main));
 D.gradsims.forEach((g, k) => renderGradsim(g, k, main));
 D.prechecks.forEach((p, k) => renderPrecheck(p, k, main));
 if (D.free_benchmark.files.length) renderFreeBenchmark(D.free_benchmark, main);
 D.monitors.forEach((x, k) => renderMonitor(x, k, main));
+(D.graphs || []).forEach((db, k) => renderGraphDb(db, k, main));
 renderRun(main);
 window.tprobeReadyAt = performance.now();
 document.body.setAttribute('data-ready', '1');
