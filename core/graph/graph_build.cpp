@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <regex>
 #include <string_view>
 
@@ -154,6 +156,73 @@ struct builder {
   }
 };
 
+// msprobe's recomputation handling: a module at the root's first level whose name does not look like
+// a first-level module (Module.{n?}.name.{n?}.Class.forward.n) and whose forward/backward twin is
+// there too was run again for the backward pass (activation checkpointing). Each is moved under the
+// backward twin of the parent of the same module's regular forward calls, in order.
+void handle_recompute(graph &g) {
+  static const std::regex forward_end(R"(\.forward\.(\d+)$)");
+  auto is_recompute = [](const std::vector<std::string> &s) {
+    if (s.size() > 7) return true;
+    if (s.size() == 7 && !(all_digits(s[1]) && all_digits(s[3]))) return true;
+    return s.size() == 6 && !all_digits(s[1]);
+  };
+  std::vector<int> &top = g.nodes[0].children;
+  std::set<std::string> at_top;
+  for (int c : top) at_top.insert(g.nodes[static_cast<size_t>(c)].name);
+  std::vector<std::pair<size_t, std::string>> recomputed;  // (position among the root's children, prefix)
+  std::set<std::string> twins_seen;
+  for (size_t i = 0; i < top.size(); ++i) {
+    const graph_node &n = g.nodes[static_cast<size_t>(top[i])];
+    if (n.kind != graph_node_kind::module) continue;
+    std::vector<std::string> s = split_dots(n.name);
+    if (s.size() < 3) continue;
+    const std::string prefix = join_dots(s, s.size() - 2);
+    if (twins_seen.count(n.name)) {
+      recomputed.emplace_back(i, prefix);
+      continue;
+    }
+    if (!is_recompute(s)) continue;
+    s[s.size() - 2] = s[s.size() - 2] == "forward" ? "backward" : "forward";
+    const std::string twin = join_dots(s, s.size());
+    if (at_top.count(twin)) {
+      recomputed.emplace_back(i, prefix);
+      twins_seen.insert(twin);
+    }
+  }
+  if (recomputed.empty()) return;
+  std::set<std::string> prefixes;
+  for (const auto &r : recomputed) prefixes.insert(r.second);
+  std::map<std::string, std::vector<int>> regular;  // prefix -> its regular forward calls, last first
+  for (size_t i = 1; i < g.nodes.size(); ++i) {
+    const graph_node &n = g.nodes[i];
+    if (n.kind != graph_node_kind::module || n.parent <= 0 || !std::regex_search(n.name, forward_end)) continue;
+    const std::string prefix = std::regex_replace(n.name, forward_end, "");
+    if (prefixes.count(prefix)) regular[prefix].push_back(static_cast<int>(i));
+  }
+  for (auto &[prefix, list] : regular) std::reverse(list.begin(), list.end());
+  auto for_backward = regular;
+  std::vector<size_t> moved;
+  for (const auto &[position, prefix] : recomputed) {
+    const int idx = top[position];
+    graph_node &n = g.nodes[static_cast<size_t>(idx)];
+    auto &lists = std::regex_search(n.name, forward_end) ? regular : for_backward;
+    auto it = lists.find(prefix);
+    if (it == lists.end() || it->second.empty()) continue;
+    const int regular_call = it->second.back();
+    it->second.pop_back();
+    const std::string &regular_parent = g.nodes[static_cast<size_t>(g.nodes[static_cast<size_t>(regular_call)].parent)].name;
+    const std::string new_parent = std::regex_replace(regular_parent, forward_end, ".backward.$1");
+    auto p = g.index.find(new_parent);
+    if (p == g.index.end()) continue;
+    n.parent = p->second;
+    g.nodes[static_cast<size_t>(p->second)].children.push_back(idx);
+    moved.push_back(position);
+  }
+  std::sort(moved.rbegin(), moved.rend());
+  for (size_t position : moved) top.erase(top.begin() + static_cast<std::ptrdiff_t>(position));
+}
+
 // Every run of two or more consecutive APIs among the root's children becomes one collection node.
 void group_root_apis(graph &g) {
   std::vector<int> &children = g.nodes[0].children;
@@ -296,6 +365,7 @@ graph graph_build(const std::string &rank_dir, const std::string &source, int64_
   for (size_t i = 1; i < b.g.nodes.size(); ++i)
     if (!b.attached[i]) b.attach(static_cast<int>(i), 0);
   add_parameters_grad(b);
+  handle_recompute(b.g);
   group_root_apis(b.g);
   number_micro_steps(b.g);
   return std::move(b.g);

@@ -14,6 +14,9 @@
 //     (input_args, input_kwargs, input, output, parameters; lists ".i", dicts ".key"), each item's
 //     values formatted as msprobe's format_node_data (strings; 6 decimals; "null");
 //   - stacks from stack.json (either form); a backward node takes its forward twin's.
+//   - recomputation (activation checkpointing): a module re-run at the root's first level for the
+//     backward pass (a name that is no first-level module's, with its forward/backward twin beside
+//     it) moved under the backward twin of the parent of the module's regular forward calls;
 //   - micro steps: the root's children cut where a forward module follows a backward one.
 //
 // Errors: usage_error naming the file for a missing or empty construct.json (msprobe: "select level

@@ -369,3 +369,28 @@ TEST(GraphDistributed, ASendWhoseReceiverGotOtherDataIsNotLinked) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(GraphBuild, RecomputedLayersMoveUnderTheBackwardPass) {
+  tprobe::test::temp_dir t;
+  std::filesystem::create_directories(t / "run");
+  json construct = json::object();
+  construct["Module.model.Model.forward.0"] = nullptr;
+  construct["Module.model.layers.0.Layer.forward.0"] = "Module.model.Model.forward.0";
+  construct["Module.model.layers.0.Layer.forward.1"] = nullptr;   // re-run for the backward pass
+  construct["Module.model.layers.0.Layer.backward.1"] = nullptr;
+  construct["Module.model.Model.backward.0"] = nullptr;
+  json data = json::object();
+  for (const auto &[name, parent] : construct.items()) data[name] = {{"input", {tensor(1, 0, 0.5, 2)}}, {"output", {tensor(1, 0, 0.5, 2)}}};
+  tprobe::test::write_file(t / "run/construct.json", tprobe::pyjson_dump(construct));
+  tprobe::test::write_file(t / "run/dump.json", tprobe::pyjson_dump(json{{"task", "statistics"}, {"level", "L0"}, {"data", data}}));
+  const graph g = tprobe::graph_build(t / "run", "NPU", 0, 0);
+  EXPECT_EQ(child_names(g, "DefaultModel"),
+            (std::vector<std::string>{"Module.model.Model.forward.0", "Module.model.Model.backward.0"}));
+  EXPECT_EQ(child_names(g, "Module.model.Model.backward.0"),
+            (std::vector<std::string>{"Module.model.layers.0.Layer.forward.1", "Module.model.layers.0.Layer.backward.1"}));
+  EXPECT_EQ(child_names(g, "Module.model.Model.forward.0"), (std::vector<std::string>{"Module.model.layers.0.Layer.forward.0"}));
+}
+
+}  // namespace
