@@ -9,8 +9,8 @@ matched, precision_index spread over the bands and one node in the error band. R
 `tprobe report` and loads the page in Debian's headless chromium (selenium), measuring:
   - ready:   navigation start to the page's "ready" mark (window.tprobeReadyAt: data parsed, the
              graph's first level drawn)
-  - expand:  a click on the widest module's toggle until its children are laid out and painted
-             (two animation frames)
+  - expand:  a click on the widest module's toggle until its children (the first 200, the page's
+             chunk; a "more" row makes the next) are laid out and painted (two animation frames)
   - empty:   the same load of an empty HTML page, the baseline
 and prints each in ms and as a ratio to the empty page's load, with the page's size. Run from the
 repository root after building:
@@ -153,8 +153,8 @@ def main():
               document.body.offsetHeight;
               requestAnimationFrame(() => requestAnimationFrame(() => done([performance.now() - t0,
                 node.querySelectorAll('.gkids .gnode').length])));""")
-            if ms[1] != per:
-                raise SystemExit(f"expand showed {ms[1]} children, expected {per}")
+            if ms[1] != min(per, 200):  # the page makes a module's children 200 at a time (GRAPH_CHUNK)
+                raise SystemExit(f"expand showed {ms[1]} children, expected {min(per, 200)}")
             expands.append(ms[0] / 1e3)
         d.quit()
         size = os.path.getsize(page)

@@ -216,56 +216,69 @@ void append_ints(std::string &out, const std::vector<T> &v) {
   out += ']';
 }
 
+// JS string length (UTF-16 units) of UTF-8 text: the page slices the items' text by these offsets.
+size_t utf16_length(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80 ? (c >= 0xF0 ? 2 : 1) : 0;
+  return n;
+}
+
+// A value inside the items' text: its separators (tab, newline) become spaces.
+void append_cell(std::string &out, std::string_view v) {
+  for (char c : v) out += (c == '\t' || c == '\n') ? ' ' : c;
+}
+
 }  // namespace
 
 // {"file","type","task","colors":[[hex,lo,hi,description]…],"unmatched":hex,"error":k|null,
-//  "ranks","steps","fields":[…],"strings":[""…],"graphs":[{"id","source","step","rank","names",
-//  "parent","kind","band","pi","peer","link","off","items","first"}]}: items hold per item
-// [key, side (0 input, 1 output), a string per field (0 for none)], strings by index into
-// "strings"; node i's items are items[off[i]*w … off[i+1]*w) with w = 2 + fields. A key that
-// starts with its node's name travels as the rest of it (".output.0").
+//  "ranks","steps","fields":[…],"graphs":[{"id","source","step","rank","names","parent","kind",
+//  "band","pi","peer","link","off","items","first"}]}. "items" is one string per graph, read only
+// when a node is opened in the panel (a JSON string parses far faster than arrays of numbers or
+// strings): node i's items are items.slice(off[i], off[i+1]), each "\n"-ended, as
+// "{side 0|1}{key}\t{field 0}\t{field 1}…" with "" for a field the item lacks; a key that starts
+// with its node's name travels as the rest of it (".output.0").
 void report_append_graph_json(std::string &out, const report_graph &r) {
-  std::vector<std::string> strings{""};
-  std::unordered_map<std::string, int> string_index{{"", 0}};
-  auto intern = [&](const std::string &s) {
-    auto [it, added] = string_index.emplace(s, static_cast<int>(strings.size()));
-    if (added) strings.push_back(s);
-    return it->second;
-  };
   std::vector<std::string> fields;
   std::unordered_map<std::string, size_t> field_index;
-  // Parsed once: fields first (their number sets the item width), then the items.
-  struct item {
-    int key, side;
-    std::vector<std::pair<size_t, int>> values;
-  };
-  std::string body;
-  std::vector<std::vector<std::vector<item>>> items(r.graphs.size());
+  std::vector<std::string> texts(r.graphs.size());
+  std::vector<std::vector<size_t>> offsets(r.graphs.size());
   for (size_t k = 0; k < r.graphs.size(); ++k) {
     const auto &g = r.graphs[k];
-    items[k].resize(g.names.size());
+    std::string &text = texts[k];
+    auto &off = offsets[k];
+    off.reserve(g.names.size() + 1);
+    size_t units = 0;
+    off.push_back(0);
     for (size_t j = 0; j < g.names.size(); ++j) {
+      const size_t start = text.size();
       for (int side = 0; side < 2; ++side) {
-        const std::string &text = side ? g.output_data[j] : g.input_data[j];
-        if (text.size() <= 2) continue;
-        ojson data = ojson::parse(text, nullptr, false);
+        const std::string &data_text = side ? g.output_data[j] : g.input_data[j];
+        if (data_text.size() <= 2) continue;
+        ojson data = ojson::parse(data_text, nullptr, false);
         if (!data.is_object()) continue;
         for (const auto &[key, v] : data.items()) {
-          item it;
           const std::string &name = g.names[j];
-          it.key = intern(key.size() > name.size() && key.compare(0, name.size(), name) == 0 && key[name.size()] == '.'
-                              ? key.substr(name.size()) : key);
-          it.side = side;
+          text += side ? '1' : '0';
+          append_cell(text, key.size() > name.size() && key.compare(0, name.size(), name) == 0 && key[name.size()] == '.'
+                                ? std::string_view(key).substr(name.size()) : std::string_view(key));
+          std::vector<std::string> cells;
           if (v.is_object())
             for (const auto &[f, x] : v.items()) {
               if (dropped_field(f)) continue;
               auto [fi, added] = field_index.emplace(f, fields.size());
               if (added) fields.push_back(f);
-              it.values.emplace_back(fi->second, intern(x.is_string() ? x.get<std::string>() : x.dump()));
+              if (cells.size() <= fi->second) cells.resize(fi->second + 1);
+              cells[fi->second] = x.is_string() ? x.get<std::string>() : x.dump();
             }
-          items[k][j].push_back(std::move(it));
+          for (const auto &c : cells) {
+            text += '\t';
+            append_cell(text, c);
+          }
+          text += '\n';
         }
       }
+      units += utf16_length(std::string_view(text).substr(start));
+      off.push_back(units);
     }
   }
   out += "{\"file\":";
@@ -286,8 +299,6 @@ void report_append_graph_json(std::string &out, const report_graph &r) {
   append_ints(out, r.step_list);
   out += ",\"fields\":" + ojson(fields).dump(-1, ' ', false, ojson::error_handler_t::replace);
   out += ",\"graphs\":[";
-  const size_t width = 2 + fields.size();
-  std::vector<int> row(width);
   for (size_t k = 0; k < r.graphs.size(); ++k) {
     const auto &g = r.graphs[k];
     if (k) out += ',';
@@ -323,29 +334,11 @@ void report_append_graph_json(std::string &out, const report_graph &r) {
     out += fmt::format(",\"peer\":{},\"link\":", g.peer);
     if (g.link.empty()) out += "null";
     else append_ints(out, g.link);
-    out += ",\"off\":[0";
-    size_t count = 0;
-    for (const auto &node : items[k]) out += ',' + std::to_string(count += node.size());
-    out += "],\"items\":[";
-    bool first = true;
-    for (const auto &node : items[k])
-      for (const auto &it : node) {
-        std::fill(row.begin(), row.end(), 0);
-        row[0] = it.key;
-        row[1] = it.side;
-        for (const auto &[f, s] : it.values) row[2 + f] = s;
-        for (int x : row) {
-          if (!first) out += ',';
-          first = false;
-          out += std::to_string(x);
-        }
-      }
-    out += "],\"first\":" + (g.first_failing ? std::to_string(*g.first_failing) : std::string("null")) + "}";
-  }
-  out += "],\"strings\":[";
-  for (size_t i = 0; i < strings.size(); ++i) {
-    if (i) out += ',';
-    append_string(out, strings[i]);
+    out += ",\"off\":";
+    append_ints(out, offsets[k]);
+    out += ",\"items\":";
+    append_string(out, texts[k]);
+    out += ",\"first\":" + (g.first_failing ? std::to_string(*g.first_failing) : std::string("null")) + "}";
   }
   out += "]}";
 }

@@ -16,7 +16,14 @@
 // table.pc-counts tr[data-dir] td[data-status], table.pc-apis tr[data-api][data-worst] (id pc-K-J),
 // button.pc-goto[data-compare] (its compare rows), a.pc-link (a compare row's way back), .pc-badge;
 // section.free-benchmark (#fb) with .verdict-box, input.fb-filter, table.fb-rows th[data-col]
-// (sorts) and tr[data-api][data-step][data-rank], button.fb-more.
+// (sorts) and tr[data-api][data-step][data-rank], button.fb-more; section.graph (#graph-K, one per
+// .vis.db) with .verdict-box, li.graph-rank-line[data-graph][data-rank][data-step][data-first] (a
+// link), select.graph-select, input.graph-search (Enter: next match), .graph-count,
+// button.graph-first, button.graph-reset, .graph-view > .graph-canvas (zoom/pan by CSS transform)
+// holding div.gnode[data-node][data-depth] > .grow (.match, .selected, data-band) with .gtoggle and
+// .gname, then .gkids (made on first open, 200 children at a time, button.graph-more), and
+// aside.graph-panel[data-node] with h3.gp-name, .gp-match a, table.gp-items[data-side] tr[data-key]
+// td[data-field].
 #pragma once
 
 #include <string_view>

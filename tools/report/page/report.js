@@ -863,6 +863,7 @@ function graphChildren(g) {
 }
 function kidsOf(g, i) { const k = graphChildren(g); return k.list.subarray(k.start[i], k.start[i + 1]); }
 const GRAPH_KIND = { '0': 'module', '1': 'API', '9': 'APIs' };
+const GRAPH_CHUNK = 200;
 
 function renderGraphDb(db, k, main) {
   const sec = el('section', { class: 'graph', id: 'graph-' + k, 'data-index': k });
@@ -929,18 +930,33 @@ function renderGraphDb(db, k, main) {
     rows[i] = node;
     return node;
   }
-  function expand(i, open) {
+  // A module's children are made GRAPH_CHUNK at a time (a "more" row makes the next ones), so that
+  // opening a module of thousands of APIs stays quick.
+  function more(box, upTo) {
+    const kids = box._kids, depth = box._depth;
+    if (box._more) { box._more.remove(); box._more = null; }
+    const frag = document.createDocumentFragment(), end = Math.min(kids.length, Math.max(upTo, box._shown + GRAPH_CHUNK));
+    for (let j = box._shown; j < end; j++) frag.append(makeNode(kids[j], depth));
+    box._shown = end;
+    if (end < kids.length) {
+      box._more = el('div', { class: 'gmore', style: 'padding-left:' + (4 + depth * 16) + 'px' },
+        el('button', { class: 'graph-more', text: (kids.length - end) + ' more', onclick: () => more(box, 0) }));
+      frag.append(box._more);
+    }
+    box.append(frag);
+  }
+  function expand(i, open, need) {
     const node = rows[i];
     if (!node || !kidsOf(g, i).length) return;
     let box = node.querySelector(':scope > .gkids');
     if (open === undefined) open = !box || box.hidden;
     if (open && !box) {
       box = el('div', { class: 'gkids' });
-      const depth = +node.dataset.depth + 1, frag = document.createDocumentFragment();
-      for (const c of kidsOf(g, i)) frag.append(makeNode(c, depth));
-      box.append(frag);
+      box._kids = kidsOf(g, i); box._depth = +node.dataset.depth + 1; box._shown = 0;
       node.append(box);
+      more(box, 0);
     } else if (box) box.hidden = !open;
+    if (open && need != null && need >= box._shown) more(box, need + 1);
     node.classList.toggle('open', open);
     node.firstChild.firstChild.textContent = open ? '▾' : '▸';
   }
@@ -958,29 +974,32 @@ function renderGraphDb(db, k, main) {
   function reveal(i, pick) {
     const path = [];
     for (let p = g.parent[i]; p >= 0; p = g.parent[p]) path.push(p);
-    for (let j = path.length - 1; j >= 0; j--) expand(path[j], true);
+    for (let j = path.length - 1; j >= 0; j--) {
+      const kids = kidsOf(g, path[j]), want = j ? path[j - 1] : i;
+      expand(path[j], true, kids.indexOf(want));
+    }
     if (pick) choose(i);
     const r = rows[i].firstChild.getBoundingClientRect(), v = view.getBoundingClientRect();
     tx += v.left + 40 - r.left; ty += v.top + v.height / 3 - r.top; apply();
   }
   function itemsTable(i, side) {
-    const w = 2 + db.fields.length, S = db.strings;
-    const used = new Set(), items = [];
-    for (let j = g.off[i]; j < g.off[i + 1]; j++) {
-      const at = j * w;
-      if (g.items[at + 1] !== side) continue;
-      items.push(at);
-      for (let f = 0; f < db.fields.length; f++) if (g.items[at + 2 + f]) used.add(f);
+    // node i's items: "{side}{key}\t{field}…\n" (report_graph.cpp), cut out only when shown
+    const items = [], used = new Set();
+    for (const line of g.items.slice(g.off[i], g.off[i + 1]).split('\n')) {
+      if (!line || +line[0] !== side) continue;
+      const cells = line.slice(1).split('\t');
+      items.push(cells);
+      for (let f = 1; f < cells.length; f++) if (cells[f]) used.add(f - 1);
     }
     if (!items.length) return el('div', { class: 'help', text: 'none' });
     const fields = [...used].sort((a, b) => a - b);
     const t = el('table', { class: 'gp-items rows', 'data-side': side ? 'output' : 'input' });
     t.append(el('thead', null, el('tr', null, el('th', { text: 'key' }), ...fields.map(f => el('th', { text: db.fields[f] })))));
     const body = el('tbody');
-    for (const at of items) {
-      const s = S[g.items[at]], key = s[0] === '.' ? g.names[i] + s : s;
+    for (const cells of items) {
+      const s = cells[0], key = s[0] === '.' ? g.names[i] + s : s;
       body.append(el('tr', { 'data-key': key }, el('td', { text: s[0] === '.' ? s.slice(1) : s, title: key }),
-        ...fields.map(f => el('td', { 'data-field': db.fields[f], text: S[g.items[at + 2 + f]] }))));
+        ...fields.map(f => el('td', { 'data-field': db.fields[f], text: cells[f + 1] || '' }))));
     }
     t.append(body);
     return el('div', { class: 'table-wrap' }, t);
