@@ -236,7 +236,8 @@ void append_cell(std::string &out, std::string_view v) {
 // when a node is opened in the panel (a JSON string parses far faster than arrays of numbers or
 // strings): node i's items are items.slice(off[i], off[i+1]), each "\n"-ended, as
 // "{side 0|1}{key}\t{field 0}\t{field 1}…" with "" for a field the item lacks; a key that starts
-// with its node's name travels as the rest of it (".output.0").
+// with its node's name travels as the rest of it (".output.0"). A matched bench node has none: its
+// NPU node's items hold its values with the differences (the panel links there).
 void report_append_graph_json(std::string &out, const report_graph &r) {
   std::vector<std::string> fields;
   std::unordered_map<std::string, size_t> field_index;
@@ -251,7 +252,10 @@ void report_append_graph_json(std::string &out, const report_graph &r) {
     off.push_back(0);
     for (size_t j = 0; j < g.names.size(); ++j) {
       const size_t start = text.size();
-      for (int side = 0; side < 2; ++side) {
+      // A matched bench node's values are in its NPU node's items (with the differences): left out,
+      // which halves a compare page (its load time at 10^5 nodes is mostly this text).
+      const bool carried_by_npu = g.source == "Bench" && !g.link.empty() && g.link[j] >= 0;
+      for (int side = 0; side < 2 && !carried_by_npu; ++side) {
         const std::string &data_text = side ? g.output_data[j] : g.input_data[j];
         if (data_text.size() <= 2) continue;
         ojson data = ojson::parse(data_text, nullptr, false);

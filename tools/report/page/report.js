@@ -1019,7 +1019,10 @@ function renderGraphDb(db, k, main) {
       panel.append(el('div', { class: 'gp-match' }, 'matched node: ', t < 0 ? el('span', { class: 'help', text: 'none (unmatched)' })
         : el('a', { href: '#', 'data-graph': g.peer, text: peer.source + ' ' + peer.names[t], onclick: e => { e.preventDefault(); show(g.peer); reveal(t, true); } })));
     }
-    panel.append(el('h3', { text: 'inputs' }), itemsTable(i, 0), el('h3', { text: 'outputs' }), itemsTable(i, 1));
+    if (g.source === 'Bench' && g.link && g.link[i] >= 0 && g.off[i] === g.off[i + 1])
+      panel.append(el('div', { class: 'help gp-carried', text: 'statistics: in the matched NPU node\'s inputs and outputs, with the differences' }));
+    else
+      panel.append(el('h3', { text: 'inputs' }), itemsTable(i, 0), el('h3', { text: 'outputs' }), itemsTable(i, 1));
   }
   function runSearch(next) {
     const q = search.value;
