@@ -262,4 +262,17 @@ std::string py_repr(const nlohmann::ordered_json &v) {
   return out;
 }
 
+std::string py_type_str(const nlohmann::ordered_json &v) {
+  switch (v.type()) {
+    case nlohmann::ordered_json::value_t::null: return "<class 'NoneType'>";
+    case nlohmann::ordered_json::value_t::boolean: return "<class 'bool'>";
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned: return "<class 'int'>";
+    case nlohmann::ordered_json::value_t::number_float: return "<class 'float'>";
+    case nlohmann::ordered_json::value_t::string: return "<class 'str'>";
+    case nlohmann::ordered_json::value_t::array: return "<class 'list'>";
+    default: return "<class 'dict'>";
+  }
+}
+
 }  // namespace tprobe

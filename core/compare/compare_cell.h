@@ -67,6 +67,8 @@ struct cell {
 // Python str() / repr() of the object json.load() returns for `v` (dict, list, str, int, float,
 // bool, None): "[2, 3]", "{'a': 1}", "None", "True", "1.0".
 [[nodiscard]] std::string py_str(const nlohmann::ordered_json &v);
+// Python str(type(v)) of the object json.load() returns for `v`: "<class 'int'>", "<class 'NoneType'>".
+[[nodiscard]] std::string py_type_str(const nlohmann::ordered_json &v);
 [[nodiscard]] std::string py_repr(const nlohmann::ordered_json &v);
 
 }  // namespace tprobe

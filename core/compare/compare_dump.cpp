@@ -60,20 +60,6 @@ bool truthy(const json &v) {
   }
 }
 
-// str(type(value)) for what json.load returns.
-std::string python_type_name(const json &v) {
-  switch (v.type()) {
-    case json::value_t::null: return "<class 'NoneType'>";
-    case json::value_t::boolean: return "<class 'bool'>";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "<class 'int'>";
-    case json::value_t::number_float: return "<class 'float'>";
-    case json::value_t::string: return "<class 'str'>";
-    case json::value_t::array: return "<class 'list'>";
-    default: return "<class 'dict'>";
-  }
-}
-
 // str(np.shape(np.array(value))): "()" for a scalar, "(3,)", "(2, 3)" for nested equal lists.
 std::string numpy_shape_str(const json &v) {
   std::vector<size_t> dims;
@@ -233,7 +219,7 @@ class flattener {
         r.stats.fill(statistic_cell(json(text)));
         md5 = text;
       } else {
-        r.dtype = python_type_name(value);
+        r.dtype = py_type_str(value);
         r.shape = "[]";
         r.stats.fill(statistic_cell(value));
       }

@@ -152,37 +152,40 @@ struct comparer {
     bench.nodes[static_cast<size_t>(j)].matched_link = link_of(npu, i);
   }
 
-  void match_default() {
-    // Pre-order from the root: a node is matched on its own (same name, ancestors, structure).
+  // Visits the NPU nodes in pre-order from the root (msprobe matches in that order).
+  template <class Visit>
+  void preorder(Visit visit) {
     std::vector<int> todo{0};
     while (!todo.empty()) {
       const int i = todo.back();
       todo.pop_back();
       const graph_node &n = npu.nodes[static_cast<size_t>(i)];
       for (auto c = n.children.rbegin(); c != n.children.rend(); ++c) todo.push_back(*c);
-      auto mapped = options.layer_map.find(n.name);
-      const std::string want = mapped != options.layer_map.end() ? mapped->second : n.name;
-      auto it = bench.index.find(want);
-      if (it == bench.index.end()) continue;
-      const int j = it->second;
-      if (options.layer_map.empty()) {
-        if (ancestors_of(npu, i) != ancestors_of(bench, j)) continue;
-        if (!same_structure(n, bench.nodes[static_cast<size_t>(j)], false)) continue;
-      }
-      pair(i, j);
+      visit(i, n);
     }
   }
 
+  void match_default() {
+    // A node is matched on its own: same name (or its mapped one), ancestors and structure.
+    preorder([&](int i, const graph_node &n) {
+      auto mapped = options.layer_map.find(n.name);
+      const std::string want = mapped != options.layer_map.end() ? mapped->second : n.name;
+      auto it = bench.index.find(want);
+      if (it == bench.index.end()) return;
+      const int j = it->second;
+      if (options.layer_map.empty()) {
+        if (ancestors_of(npu, i) != ancestors_of(bench, j)) return;
+        if (!same_structure(n, bench.nodes[static_cast<size_t>(j)], false)) return;
+      }
+      pair(i, j);
+    });
+  }
+
   void match_fuzzy() {
-    std::vector<int> todo{0};
-    while (!todo.empty()) {
-      const int i = todo.back();
-      todo.pop_back();
-      const graph_node &n = npu.nodes[static_cast<size_t>(i)];
-      for (auto c = n.children.rbegin(); c != n.children.rend(); ++c) todo.push_back(*c);
-      if (n.kind == graph_node_kind::api) continue;  // matched inside their module below
+    preorder([&](int i, const graph_node &n) {
+      if (n.kind == graph_node_kind::api) return;  // matched inside their module below
       auto it = bench.index.find(n.name);
-      if (it == bench.index.end() || !same_structure(n, bench.nodes[static_cast<size_t>(it->second)], true)) continue;
+      if (it == bench.index.end() || !same_structure(n, bench.nodes[static_cast<size_t>(it->second)], true)) return;
       const int j = it->second;
       pair(i, j);
       // The APIs directly inside the two nodes, by name without counts and order of appearance.
@@ -204,7 +207,7 @@ struct comparer {
             same_structure(npu.nodes[static_cast<size_t>(c)], bench.nodes[static_cast<size_t>(b->second)], true))
           pair(c, b->second);
       }
-    }
+    });
   }
 
   // Each matched pair's items, by position within inputs and within outputs.

@@ -22,20 +22,6 @@ std::string without_quotes(std::string s) {
   return s;
 }
 
-// Python's str(type(value)) for what json.load returns.
-std::string python_type_of(const json &v) {
-  switch (v.type()) {
-    case json::value_t::null: return "<class 'NoneType'>";
-    case json::value_t::boolean: return "<class 'bool'>";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "<class 'int'>";
-    case json::value_t::number_float: return "<class 'float'>";
-    case json::value_t::string: return "<class 'str'>";
-    case json::value_t::array: return "<class 'list'>";
-    default: return "<class 'dict'>";
-  }
-}
-
 bool is_leaf(const json &v) { return v.is_object() && v.contains("type") && v["type"].is_string(); }
 
 struct flattener {
@@ -64,7 +50,7 @@ struct flattener {
       const bool has_value = leaf.contains("value");
       for (const char *stat : {"Max", "Min", "Mean", "Norm"})
         if (!item.contains(stat)) item[stat] = has_value ? leaf["value"] : json(nullptr);
-      if (has_value && !item.contains("dtype")) item["dtype"] = python_type_of(leaf["value"]);
+      if (has_value && !item.contains("dtype")) item["dtype"] = py_type_str(leaf["value"]);
       if (has_value && !item.contains("shape")) item["shape"] = "[]";
       if (keep_md5 && has_value && !item.contains("md5")) {  // msprobe's CRC-32 of str(value), as compare_dump's
         const std::string text = py_str(leaf["value"]);

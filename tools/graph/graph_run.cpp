@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <ctime>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -14,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "compare/compare.h"
+#include "compare_output.h"
 #include "errors.h"
 #include "graph_build.h"
 #include "graph_distributed.h"
@@ -116,15 +116,6 @@ std::pair<layout, std::vector<step_folder>> read_layout(const std::string &path)
   }
   throw usage_error(fmt::format(
       "{}: neither a dump folder (dump.json) nor a folder of rank folders (rank0, …) or step folders (step0, …)", path));
-}
-
-std::string timestamp_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y%m%d%H%M%S", &local);
-  return text;
 }
 
 void make_output_dir(const std::string &dir) {
@@ -240,7 +231,7 @@ graph_run_report graph_run(const graph_run_options &o) {
     throw usage_error(fmt::format("{} and {}: no step and rank folder in common: nothing compared", o.npu_path, o.bench_path));
 
   make_output_dir(o.output_dir);
-  report.db_path = (fs::path(o.output_dir) / fmt::format("{}_{}.vis.db", compare ? "compare" : "build", timestamp_now())).string();
+  report.db_path = (fs::path(o.output_dir) / fmt::format("{}_{}.vis.db", compare ? "compare" : "build", compare_timestamp())).string();
   config.graph_type = compare ? "compare" : "build";
   if (compare) {
     config.task = report.task;
