@@ -617,4 +617,14 @@ void torch_checkpoint::release(const ckpt_tensor &t) const {
   ::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED);
 }
 
+void torch_checkpoint::release(const ckpt_tensor &t, uint64_t from, uint64_t to) const {
+  const auto it = storages_.find(t.storage);
+  if (it == storages_.end() || to <= from || to > t.numel() || !c_contiguous(t)) return;
+  const size_t itemsize = dtype_size(t.type);
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(it->second.data()) + static_cast<uint64_t>(t.offset) * itemsize;
+  const uintptr_t lo = (start + from * itemsize) & ~(page - 1), hi = (start + to * itemsize) & ~(page - 1);
+  if (hi > lo) ::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED);
+}
+
 }  // namespace tprobe

@@ -100,6 +100,10 @@ class torch_checkpoint {
   // Hands the pages `t` spans back to the kernel (they stay in the page cache): a reader that
   // walks a whole checkpoint keeps a few tensors resident, not the file.
   void release(const ckpt_tensor &t) const;
+  // The same for the pages wholly before element `to` of a C-contiguous `t`, from the page holding
+  // element `from` on (a no-op for other views): a reader walking a large tensor in order calls it
+  // with the previous call's `to` as `from`, so at most a window of the tensor stays resident.
+  void release(const ckpt_tensor &t, uint64_t from, uint64_t to) const;
 
  private:
   std::string path_;

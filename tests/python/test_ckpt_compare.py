@@ -53,19 +53,36 @@ def shard(name, t, tp, rank):
     return t.clone()
 
 
-def save_megatron(root, sd, tp, iteration=10):
+def stage_state(sd, pp, rank):
+    """Pipeline stage `rank` of `pp`: its layers renumbered from 0, the embedding first, the final norm last."""
+    out = OrderedDict()
+    per = LAYERS // pp
+    for k, v in sd.items():
+        if ".layers." in k:
+            i = int(k.split(".layers.")[1].split(".")[0])
+            if i // per != rank:
+                continue
+            k = k.replace(f".layers.{i}.", f".layers.{i - rank * per}.")
+        elif "embedding" in k and rank != 0 or "final_norm" in k and rank != pp - 1:
+            continue
+        out[k] = v
+    return out
+
+
+def save_megatron(root, sd, tp, iteration=10, pp=1):
     it = os.path.join(root, f"iter_{iteration:07d}")
-    for rank in range(tp):
-        d = os.path.join(it, f"mp_rank_{rank:02d}")
-        os.makedirs(d)
-        args = argparse.Namespace(tensor_model_parallel_size=tp, pipeline_model_parallel_size=1,
-                                  expert_model_parallel_size=1, num_experts=None, lr=1e-4, seq_length=32)
-        state = {"args": args, "checkpoint_version": 3.0, "iteration": iteration,
-                 "model": OrderedDict((k, shard(k, v, tp, rank)) for k, v in sd.items()),
-                 "optimizer": {"state": {0: {"exp_avg": torch.zeros(3)}}, "param_groups": [{"lr": 1e-4}]},
-                 "rng_state": [{"random_rng_state": (3, tuple(range(5)), None),
-                                "torch_rng_state": torch.get_rng_state()}]}
-        torch.save(state, os.path.join(d, "model_optim_rng.pt"))
+    for p in range(pp):
+        for rank in range(tp):
+            d = os.path.join(it, f"mp_rank_{rank:02d}" + (f"_{p:03d}" if pp > 1 else ""))
+            os.makedirs(d)
+            args = argparse.Namespace(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                      expert_model_parallel_size=1, num_experts=None, lr=1e-4, seq_length=32)
+            state = {"args": args, "checkpoint_version": 3.0, "iteration": iteration,
+                     "model": OrderedDict((k, shard(k, v, tp, rank)) for k, v in stage_state(sd, pp, p).items()),
+                     "optimizer": {"state": {0: {"exp_avg": torch.zeros(3)}}, "param_groups": [{"lr": 1e-4}]},
+                     "rng_state": [{"random_rng_state": (3, tuple(range(5)), None),
+                                    "torch_rng_state": torch.get_rng_state()}]}
+            torch.save(state, os.path.join(d, "model_optim_rng.pt"))
     with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(iteration))
 
@@ -180,6 +197,31 @@ class CkptCompareTest(unittest.TestCase):
         moved = [k for k, m in r.items() if m["l2"] != 0.0]
         self.assertEqual(moved, ["decoder.layers.1.mlp.linear_fc2.weight"])
         self.assertAlmostEqual(r[moved[0]]["l2"], 2.0, places=5)
+
+    def test_megatron_pipeline_stages_number_layers_globally(self):
+        sd = gpt_state()
+        save_megatron(self.path("tp1"), sd, 1)
+        save_megatron(self.path("tp2pp2"), sd, 2, pp=2)
+        p = self.compare(self.path("tp2pp2"), self.path("tp1"))
+        r = self.result()
+        self.assertEqual(sorted(r), sorted(self.result_names(sd)))
+        for name, m in r.items():
+            self.assertEqual((m["l2"], m["cos"]), (0.0, 1.0), name)
+        self.assertIn("TP 2, PP 2, EP 1", p.stdout)
+        self.assertIn("0 only in the first, 0 only in the second", p.stdout)
+
+    @staticmethod
+    def result_names(sd):
+        """msprobe's mcore names of the legacy names of gpt_state."""
+        out = []
+        for k in sd:
+            for a, b in (("language_model.", ""), ("encoder", "decoder"), (".input_norm.", ".input_layernorm."),
+                         ("query_key_value", "linear_qkv"), (".dense.", ".linear_proj."),
+                         ("post_attention_norm", "pre_mlp_layernorm"), ("dense_h_to_4h", "linear_fc1"),
+                         ("dense_4h_to_h", "linear_fc2"), ("final_norm", "final_layernorm")):
+                k = k.replace(a, b)
+            out.append(k)
+        return out
 
     def test_folder_of_files_pairs_by_name(self):
         a, b = model_state(0), model_state(0)

@@ -343,9 +343,16 @@ class param_stream {
     while (done < max && o_ < outer_) {
       const uint64_t block = blocks_[k_];
       const size_t n = static_cast<size_t>(std::min<uint64_t>(max - done, block - at_));
-      if (n) p_.pieces[k_].file->read(p_.pieces[k_].tensor, o_ * block + at_, n, out + done);
+      const ckpt_piece &piece = p_.pieces[k_];
+      if (n) piece.file->read(piece.tensor, o_ * block + at_, n, out + done);
       done += n;
       at_ += n;
+      // Pages read are given back every few MiB: a 250 MB embedding is not held whole per side.
+      const uint64_t end = o_ * block + at_;
+      if ((end - released_[k_]) * dtype_size(piece.tensor.type) >= (uint64_t{4} << 20)) {
+        piece.file->release(piece.tensor, released_[k_], end);
+        released_[k_] = end;
+      }
       if (at_ == block) {
         at_ = 0;
         if (++k_ == blocks_.size()) {
@@ -361,6 +368,7 @@ class param_stream {
   const ckpt_param &p_;
   uint64_t outer_ = 1;
   std::vector<uint64_t> blocks_;
+  std::vector<uint64_t> released_ = std::vector<uint64_t>(p_.pieces.size(), 0);  // per piece: elements given back
   uint64_t o_ = 0, at_ = 0;
   size_t k_ = 0;
 };
