@@ -90,6 +90,17 @@ int tprobe_capture_monitor(tprobe_session *s, const char *prefix, int64_t step, 
   return guarded([&] { return s->capture_monitor(prefix, step, record_meta_json); });
 }
 
+int tprobe_monitor_rowset(tprobe_session *s, const char *rows_json) {
+  if (!s) return null_session();
+  return guarded([&] { return s->monitor_rowset(rows_json); });
+}
+
+int tprobe_capture_monitor_values(tprobe_session *s, const char *prefix, int64_t step, int rowset, const double *values,
+                                  size_t count) {
+  if (!s) return null_session();
+  return guarded([&] { return s->capture_monitor_values(prefix, step, rowset, values, count); });
+}
+
 int tprobe_session_close(tprobe_session *s) {
   if (!s) return TPROBE_OK;
   const int rc = guarded([&] {

@@ -34,6 +34,7 @@
 #include <fmt/format.h>
 
 #include "capture_config.h"
+#include "monitor.h"
 #include "dump_semantics.h"
 #include "endpoint.h"
 #include "errors.h"
@@ -553,6 +554,10 @@ struct tprobe_session {
   // Task monitor: the caller gates by step and rank (the monitor config's start_step,
   // step_interval, collect_times, module_ranks); the session only carries the rows.
   int capture_monitor(const char *prefix, int64_t monitor_step, const char *rows_json);
+  // Row sets (tprobe_monitor_rowset): a handle per registered template; a step's numbers fill a copy.
+  int monitor_rowset(const char *rows_json);
+  int capture_monitor_values(const char *prefix, int64_t monitor_step, int rowset, const double *values, size_t count);
+  std::vector<std::unique_ptr<tprobe::monitor_rows>> monitor_rowsets;
 
   // One parameter's gradient numbers (and direction bits), already asked for by grad_wanted.
   int capture_grad(const char *param, const tprobe::grad_numbers &n, std::vector<std::byte> bits,

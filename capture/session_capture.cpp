@@ -3,6 +3,7 @@
 // the payload frames (shared-memory ring or pool) that a tensor's data leaves in. Apart from the
 // queue they feed (session_queue.cpp), the memo they consult (session_stats.cpp) and the commands
 // that narrow them (session_control.cpp).
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -447,6 +448,46 @@ int tprobe_session::capture_monitor(const char *prefix, int64_t monitor_step, co
   if (rows.step != monitor_step)
     throw usage_error(fmt::format("{}: the rows say step {}", what, rows.step));
   // Urgent: alarms are for now, and a step's rows are few records.
+  return enqueue(monitor_record_make(header(record_kind::tensor), prefix, rows), true) ? TPROBE_OK : TPROBE_SKIPPED;
+}
+
+int tprobe_session::monitor_rowset(const char *rows_json) {
+  if (!rows_json || !*rows_json) throw usage_error("monitor row set: rows_json is empty");
+  const std::string what = fmt::format("monitor row set {}", monitor_rowsets.size());
+  monitor_rowsets.push_back(std::make_unique<monitor_rows>(monitor_rows_from_json(pyjson_parse(rows_json, what), what)));
+  return static_cast<int>(monitor_rowsets.size() - 1);
+}
+
+int tprobe_session::capture_monitor_values(const char *prefix, int64_t monitor_step, int rowset, const double *values,
+                                           size_t count) {
+  if (config.task != "monitor") {
+    ++counts.skipped;
+    return TPROBE_SKIPPED;
+  }
+  if (!prefix || !*prefix) throw usage_error("monitor rows: prefix is empty");
+  if (rowset < 0 || static_cast<size_t>(rowset) >= monitor_rowsets.size())
+    throw usage_error(fmt::format("monitor rows of {}: no row set {}", prefix, rowset));
+  monitor_rows rows = *monitor_rowsets[static_cast<size_t>(rowset)];
+  size_t needed = 0;
+  for (const auto &r : rows.rows) needed += r.values.size();
+  if (count != needed || (count && !values))
+    throw usage_error(fmt::format("monitor rows of {} at step {}: {} numbers for a row set of {}", prefix, monitor_step,
+                                  count, needed));
+  poll_control();
+  if (detached.load(std::memory_order_relaxed)) {
+    ++counts.undelivered;
+    return TPROBE_SKIPPED;
+  }
+  if (service_ended) {
+    ++counts.skipped;
+    return TPROBE_SKIPPED;
+  }
+  rows.step = monitor_step;
+  for (auto &r : rows.rows)
+    for (auto &v : r.values) {
+      v.value = *values++;
+      v.integer = v.integer && !std::isnan(v.value);  // the template's int column; a NaN stays a float
+    }
   return enqueue(monitor_record_make(header(record_kind::tensor), prefix, rows), true) ? TPROBE_OK : TPROBE_SKIPPED;
 }
 

@@ -404,6 +404,20 @@ const char *tprobe_monitor_config_check(const char *monitor_config_path, const c
    detached or its task is not monitor; TPROBE_ERROR for a bad record. */
 int tprobe_capture_monitor(tprobe_session *session, const char *prefix, int64_t step, const char *record_meta_json);
 
+/* The fixed part of a prefix's rows, registered once so that each step sends only its numbers
+   (tprobe_capture_monitor_values): no JSON written and parsed per step. rows_json is a
+   record_meta_json as above whose values are templates: a JSON integer marks a column that holds an
+   int in that row (written "3", not "3.0"), a float one that does not; the numbers and "step" are
+   not used. Returns a handle >= 0, valid as long as the session; TPROBE_ERROR for a bad rows_json. */
+int tprobe_monitor_rowset(tprobe_session *session, const char *rows_json);
+
+/* tprobe_capture_monitor with the rows of `rowset` and this step's numbers: `values` holds `count`
+   doubles, row after row, one per op but shape and dtype (NaN for none; an int column's NaN stays a
+   float, as Python's int() leaves it). Same returns; TPROBE_ERROR for an unknown rowset or a count
+   that does not fit it. */
+int tprobe_capture_monitor_values(tprobe_session *session, const char *prefix, int64_t step, int rowset,
+                                  const double *values, size_t count);
+
 /* Monitoring turned off or on through the control path: a stage sent the monitor session's
    control endpoint (its session meta "control") the command {"command": "monitor", "on": false}
    or {"command": "monitor", "on": true} (docs/wire-format.md, "Control"). Applies the commands

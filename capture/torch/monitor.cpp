@@ -45,6 +45,12 @@
 //     Hands one csv prefix's rows of a step to the session (tprobe_capture_monitor; meta is the
 //     record meta of monitor-common: {"step","ops","micro_step","rows"}). true: sent; false: the
 //     session does not take it (detached, stopped by a stage). Throws on TPROBE_ERROR.
+//   monitor_rowset(str rows_json) -> int
+//     Registers a prefix's fixed rows (tprobe_monitor_rowset: monitor_send's meta whose values are
+//     templates, a JSON int marking an int column); returns its handle for monitor_send_values.
+//     Handles live as long as the session.
+//   monitor_send_values(str prefix, int step, int rowset, float[] values) -> bool
+//     monitor_send with a row set and the step's numbers, row after row (no JSON per step).
 //   monitor_control() -> str
 //     "off" / "on" when a stage turned the monitor off or on through the control path since the
 //     last call (tprobe_monitor_control), else "". TrainerMon asks after each optimizer step.
@@ -446,6 +452,23 @@ bool monitor_send(std::string prefix, int64_t step, std::string meta) {
   return rc == TPROBE_OK;
 }
 
+int64_t monitor_rowset(std::string rows_json) {
+  monitor_session &m = the_monitor();
+  std::lock_guard lock(m.mutex);
+  const int handle = tprobe_monitor_rowset(open_session(m), rows_json.c_str());
+  if (handle == TPROBE_ERROR) fail("tprobe: monitor");
+  return handle;
+}
+
+bool monitor_send_values(std::string prefix, int64_t step, int64_t rowset, std::vector<double> values) {
+  monitor_session &m = the_monitor();
+  std::lock_guard lock(m.mutex);
+  const int rc = tprobe_capture_monitor_values(open_session(m), prefix.c_str(), step, static_cast<int>(rowset),
+                                               values.data(), values.size());
+  if (rc == TPROBE_ERROR) fail("tprobe: monitor");
+  return rc == TPROBE_OK;
+}
+
 // "on", "off" (a stage turned the monitor on or off through the control path since the last
 // call) or "".
 std::string monitor_control() {
@@ -496,6 +519,8 @@ TORCH_LIBRARY_FRAGMENT(tprobe, m) {
   m.def("monitor_reduce(Tensor?[] xs, str ops, float eps) -> Tensor", &monitor_reduce);
   m.def("monitor_reduce_start(Tensor?[] xs, str ops, float eps) -> int", &monitor_reduce_start);
   m.def("monitor_reduce_finish(int[] tickets) -> Tensor[]", &monitor_reduce_finish);
+  m.def("monitor_rowset(str rows_json) -> int", &monitor_rowset);
+  m.def("monitor_send_values(str prefix, int step, int rowset, float[] values) -> bool", &monitor_send_values);
   m.def("monitor_send(str prefix, int step, str meta) -> bool", &monitor_send);
   m.def("monitor_control() -> str", &monitor_control);
   m.def("monitor_counters() -> str", &monitor_counters);

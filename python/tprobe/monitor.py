@@ -206,6 +206,7 @@ class TrainerMon:
         self._pipeline = None
         self._closed = False
         self._send_failed = False
+        self._rowsets = {}
         self._warned = set()
         self._post_grad_on_step_thread = False  # set once an optimizer changed a grad during its step
         # The session opens now, as msprobe's writer creates its directory here: a bad config
@@ -356,6 +357,7 @@ class TrainerMon:
             group = {"pp_stage": self.pp_stage, "group_mates": self.group_mates}  # anomaly.json's
             text = self._ops.monitor_open(self.config_file_path, -1 if rank is None else rank,
                                           json.dumps({"endpoint": endpoint, "watch_pid": watch_pid, "group": group}))
+            self._rowsets = {}  # (prefix, micro_step) -> (fixed rows, handle): a session's handles are its own
         except BaseException:
             if self._pipeline is not None:
                 self._pipeline.close()
@@ -525,9 +527,7 @@ class TrainerMon:
         are read one by one, so its nans (and min, max and id of an integer tensor: an Embedding's
         input) are ints; a device tensor's are stacked into one float tensor first: all floats."""
         row = values[id(cell.block)][cell.row]
-        if cell.dtype is None or cell.block.device.type != "cpu":
-            return row
-        columns = self._int_columns_integral if cell.dtype in _INTEGRAL_DTYPES else self._int_columns
+        columns = self._int_columns_of(cell)
         if not columns:
             return row
         row = list(row)
@@ -1064,25 +1064,50 @@ class TrainerMon:
             self.handles.remove("stack")
 
     def _send(self, prefix, step, micro_step, tags, values):
+        """One prefix's rows of the step. Their fixed part (tags, shapes, dtypes, call ids, which
+        columns hold ints) is registered with the session once, as a row set; each step then hands
+        over only its numbers (monitor_send_values): no JSON written and parsed per step."""
         if self._send_failed or self._closed:
             return
-        rows = []
-        for tag, cell in tags.items():
-            rows.append({"tag": tag, "values": self._row_values(cell, values), "shape": cell.shape,
-                         "dtype": cell.dtype, "call_id": self._call_ids.get(tag, -1)})
-        self._send_meta(prefix, step, {"step": step, "ops": self._ops_list, "micro_step": micro_step, "rows": rows})
+        fixed = tuple((tag, cell.shape and tuple(cell.shape), cell.dtype, self._call_ids.get(tag, -1), self._int_columns_of(cell))
+                      for tag, cell in tags.items())
+        known = self._rowsets.get((prefix, micro_step))
+        if known is None or known[0] != fixed:
+            width = len(self._reduced_ops)
+            rows = [{"tag": tag, "values": [0 if i in ints else 0.0 for i in range(width)],
+                     "shape": shape and list(shape), "dtype": dtype, "call_id": call_id}
+                    for tag, shape, dtype, call_id, ints in fixed]
+            meta = {"step": step, "ops": self._ops_list, "micro_step": micro_step, "rows": rows}
+            handle = self._call_session(step, lambda: self._ops.monitor_rowset(json.dumps(meta)))
+            if handle is None:
+                return
+            known = self._rowsets[(prefix, micro_step)] = (fixed, handle)
+        numbers = []
+        for cell in tags.values():
+            numbers.extend(values[id(cell.block)][cell.row])
+        self._call_session(step, lambda: self._ops.monitor_send_values(prefix, step, known[1], numbers), sends=True)
+
+    def _int_columns_of(self, cell):
+        """The columns _row_values gives as ints for this cell (none for a device tensor's)."""
+        if cell.dtype is None or cell.block.device.type != "cpu":
+            return ()
+        return tuple(self._int_columns_integral if cell.dtype in _INTEGRAL_DTYPES else self._int_columns)
 
     def _send_meta(self, prefix, step, meta):
         if self._send_failed or self._closed:
             return
+        self._call_session(step, lambda: self._ops.monitor_send(prefix, step, json.dumps(meta)), sends=True)
+
+    def _call_session(self, step, call, sends=False):
+        """call()'s result, or None when the session failed (said once: the training goes on). A
+        send the session did not take (sends: False back) turns the monitor off the same way."""
         try:
-            sent = self._ops.monitor_send(prefix, step, json.dumps(meta))
+            result = call()
         except RuntimeError as e:
-            # The training goes on without its monitor: said once.
             self._send_failed = True
             _warn(f"{e}; the monitor is off, training goes on")
-            return
-        if not sent:
+            return None
+        if sends and not result:
             # The session no longer takes records: its pipeline went away (the session said so) or
             # a stage stopped it through the control channel. Either way the hooks cost for nothing.
             self._send_failed = True
@@ -1090,6 +1115,7 @@ class TrainerMon:
                 _info(f"the pipeline stopped the monitor at step {step}: hooks removed, training goes on")
             self._remove_all_hooks()
             self.dynamic_enable = False
+        return result
 
     def _write_stack_info(self, step):
         """stack_info.csv (msprobe's write_stack_info: header module_name,stack_info, one row per

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -154,6 +155,41 @@ TEST(CaptureMonitor, rows_travel_as_records_with_rank_and_step) {
   EXPECT_EQ(records[1].header.meta["monitor"]["rows"][0]["call_id"], 7);
   EXPECT_EQ(actv.rows.rows[0].call_id, -1);
   EXPECT_FALSE(records[0].header.meta["monitor"]["rows"][0].contains("call_id"));
+}
+
+TEST(CaptureMonitor, a_row_set_and_numbers_make_the_record_the_json_rows_make) {
+  monitor_session m(R"({"ops": ["min", "max", "norm", "mean", "zeros", "nans"]})", 1);
+  ASSERT_NE(m.s, nullptr);
+  // actv_rows' fixed part: its values are templates (an int marks an int column).
+  const int set = tprobe_monitor_rowset(m.s, actv_rows);
+  ASSERT_GE(set, 0) << tprobe_last_error();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double numbers[] = {0.0, 5.0, 7.416198487095663, 2.5, 0.0, 0.0, nan, nan, nan, nan, nan, nan};
+  ASSERT_EQ(tprobe_capture_monitor(m.s, "actv", 4, actv_rows), TPROBE_OK) << tprobe_last_error();
+  ASSERT_EQ(tprobe_capture_monitor_values(m.s, "actv", 4, set, numbers, 12), TPROBE_OK) << tprobe_last_error();
+  // An int column's NaN stays a float; a whole int column is written as ints.
+  const int ints = tprobe_monitor_rowset(m.s, R"({"step": 0, "ops": ["nans", "norm"], "micro_step": false,
+      "rows": [{"tag": "0:a/rank1/post_grad", "values": [0, 0.0], "shape": [2], "dtype": "torch.int64"},
+               {"tag": "0:b/rank1/post_grad", "values": [0, 0.0], "shape": [2], "dtype": "torch.int64"}]})");
+  ASSERT_GE(ints, 0) << tprobe_last_error();
+  const double counts[] = {3, 1.5, 2, 2.5};
+  ASSERT_EQ(tprobe_capture_monitor_values(m.s, "grad_reduced", 9, ints, counts, 4), TPROBE_OK) << tprobe_last_error();
+  const double with_nan[] = {3, 1.5, nan, 2.5};
+  ASSERT_EQ(tprobe_capture_monitor_values(m.s, "grad_reduced", 10, ints, with_nan, 4), TPROBE_OK) << tprobe_last_error();
+  // Refused: a count that does not fit, an unknown set, a bad template.
+  EXPECT_EQ(tprobe_capture_monitor_values(m.s, "actv", 4, set, numbers, 11), TPROBE_ERROR);
+  EXPECT_THAT(tprobe_last_error(), ::testing::HasSubstr("11 numbers for a row set of 12"));
+  EXPECT_EQ(tprobe_capture_monitor_values(m.s, "actv", 4, set + 7, numbers, 12), TPROBE_ERROR);
+  EXPECT_EQ(tprobe_monitor_rowset(m.s, "{"), TPROBE_ERROR);
+
+  auto [session, records] = m.close_and_read();
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records[1].header.meta.dump(), records[0].header.meta.dump());  // the same record meta
+  const monitor_record_view whole = monitor_record_read(records[2]);
+  EXPECT_EQ(whole.rows.step, 9);
+  EXPECT_EQ(monitor_csv_lines(whole.rows, 6), "0,a,9,3,1.5\n0,b,9,2,2.5\n");
+  const monitor_record_view holed = monitor_record_read(records[3]);
+  EXPECT_EQ(monitor_csv_lines(holed.rows, 6), "0,a,10,3.0,1.5\n0,b,10,nan,2.5\n");
 }
 
 TEST(CaptureMonitor, output_dir_defaults_to_monitor_output_in_the_working_directory) {
