@@ -59,22 +59,27 @@ void put32(std::string &s, uint32_t v) { put16(s, uint16_t(v & 0xffff)), put16(s
 
 // ---- difflib --------------------------------------------------------------------------------------
 
-// SequenceMatcher's matching-block count: the longest match (leftmost in a, then in b, as
-// find_longest_match picks it), recursively left and right of it.
-size_t matched_chars(std::string_view a, std::string_view b, const std::set<char> &junk_b) {
-  if (a.empty() || b.empty()) return 0;
-  size_t best_i = 0, best_j = 0, best = 0;
-  std::vector<size_t> prev(b.size() + 1, 0), cur(b.size() + 1, 0);
-  for (size_t i = 0; i < a.size(); ++i) {
-    for (size_t j = 0; j < b.size(); ++j) {
-      cur[j + 1] = (a[i] == b[j] && !junk_b.count(b[j])) ? prev[j] + 1 : 0;
-      if (cur[j + 1] > best) best = cur[j + 1], best_i = i + 1 - best, best_j = j + 1 - best;
+// SequenceMatcher's matching-block count over a[alo, ahi) and b[blo, bhi): find_longest_match
+// (the longest run of b's non-popular characters, leftmost in a, then in b; then widened by equal
+// characters on both sides, popular ones too, as difflib does), recursively left and right of it.
+size_t matched_chars(std::string_view a, size_t alo, size_t ahi, std::string_view b, size_t blo, size_t bhi,
+                     const std::set<char> &popular) {
+  if (alo >= ahi || blo >= bhi) return 0;
+  size_t besti = alo, bestj = blo, best = 0;
+  std::vector<size_t> prev(bhi - blo + 1, 0), cur(bhi - blo + 1, 0);
+  for (size_t i = alo; i < ahi; ++i) {
+    for (size_t j = blo; j < bhi; ++j) {
+      const size_t k = (a[i] == b[j] && !popular.count(b[j])) ? prev[j - blo] + 1 : 0;
+      cur[j - blo + 1] = k;
+      if (k > best) best = k, besti = i + 1 - k, bestj = j + 1 - k;
     }
     std::swap(prev, cur);
   }
+  while (besti > alo && bestj > blo && a[besti - 1] == b[bestj - 1]) --besti, --bestj, ++best;
+  while (besti + best < ahi && bestj + best < bhi && a[besti + best] == b[bestj + best]) ++best;
   if (best == 0) return 0;
-  return best + matched_chars(a.substr(0, best_i), b.substr(0, best_j), junk_b) +
-         matched_chars(a.substr(best_i + best), b.substr(best_j + best), junk_b);
+  return best + matched_chars(a, alo, besti, b, blo, bestj, popular) +
+         matched_chars(a, besti + best, ahi, b, bestj + best, bhi, popular);
 }
 
 // ---- tables (resource/*.yaml) ---------------------------------------------------------------------
@@ -271,6 +276,43 @@ std::string replace_all(std::string s, const std::string &from, const std::strin
   return s;
 }
 
+// random_checker.py _parse_frame: "File {path}, line {n}, in {func}, {code}" split at single spaces.
+struct frame_parts {
+  std::string path, func, code;
+};
+frame_parts parse_frame(const std::string &frame) {
+  std::vector<std::string> parts;
+  size_t b = 0;
+  for (size_t e; (e = frame.find(' ', b)) != std::string::npos; b = e + 1) parts.push_back(frame.substr(b, e - b));
+  parts.push_back(frame.substr(b));
+  frame_parts f;
+  if (parts.size() > 6) {
+    const auto chop = [](const std::string &x) { return x.empty() ? x : x.substr(0, x.size() - 1); };
+    f.path = chop(parts[1]);
+    f.func = chop(parts[5]);
+    for (size_t i = 6; i < parts.size(); ++i) f.code += (i > 6 ? " " : "") + parts[i];
+  }
+  return f;
+}
+
+std::vector<std::string> stack_of(const ojson &entry, const std::string &where) {
+  if (!entry.is_object() || !entry.contains("stack") || !entry.at("stack").is_array() || !entry.contains("count") ||
+      !entry.at("count").is_number_integer())
+    throw usage_error(where + ": an entry is not {\"count\": N, \"stack\": [...]}");
+  std::vector<std::string> s;
+  for (const auto &f : entry.at("stack")) {
+    if (!f.is_string()) throw usage_error(where + ": a stack frame is not a string");
+    s.push_back(f.get<std::string>());
+  }
+  return s;
+}
+
+std::string join_lines(const std::vector<std::string> &s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "\n" : "") + s[i];
+  return out;
+}
+
 }  // namespace
 
 // ---- zip ------------------------------------------------------------------------------------------
@@ -381,7 +423,7 @@ double difflib_ratio(std::string_view a, std::string_view b) {
     for (const auto &[ch, k] : n)
       if (k > limit) junk.insert(ch);
   }
-  return 2.0 * static_cast<double>(matched_chars(a, b, junk)) / static_cast<double>(a.size() + b.size());
+  return 2.0 * static_cast<double>(matched_chars(a, 0, a.size(), b, 0, b.size(), junk)) / static_cast<double>(a.size() + b.size());
 }
 
 config_sheet config_check_env(const ojson &bench_file, const ojson &cmp_file) {
@@ -529,14 +571,80 @@ std::vector<row> config_check_hyperparameter_rows(const ojson &bench, ojson cmp,
   return rows;
 }
 
+bool config_stack_match(const std::vector<std::string> &stack1, const std::vector<std::string> &stack2) {
+  if (stack1.size() != stack2.size()) return false;
+  const auto basename = [](const std::string &p) { return p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1); };
+  for (size_t i = 0; i < stack1.size(); ++i) {
+    const frame_parts f1 = parse_frame(stack1[i]), f2 = parse_frame(stack2[i]);
+    const double path = (!f1.path.empty() && !f2.path.empty() && basename(f1.path) == basename(f2.path)) ? 1.0 : 0.0;
+    const double func = f1.func == f2.func ? 1.0 : 0.0;
+    const double code = difflib_ratio(f1.code, f2.code);
+    if ((path + func + code) / 3.0 < 0.8) return false;
+  }
+  return true;
+}
+
+namespace {
+// random_checker.py load_stats_files: random/rank{R}.json directly under random/.
+std::map<int, ojson> random_ranks(const config_pack &pack, const std::string &pack_name) {
+  std::map<int, ojson> out;
+  for (const auto &[entry, _] : pack) {
+    if (entry.compare(0, 7, "random/") != 0) continue;
+    const std::string file = entry.substr(7);
+    if (file.find('/') != std::string::npos || file.compare(0, 4, "rank") != 0 || file.size() < 5 ||
+        file.compare(file.size() - 5, 5, ".json") != 0)
+      continue;
+    const std::string rank = file.substr(0, file.find('.')).substr(4);
+    if (rank.empty() || !std::all_of(rank.begin(), rank.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      throw usage_error(pack_name + ": entry " + entry + ": extract rank id from " + file + " failed");
+    const ojson d = parse_entry(pack, entry, pack_name);
+    if (!d.is_object()) throw usage_error(pack_name + ": entry " + entry + ": not a JSON object");
+    out[std::stoi(rank)] = d;
+  }
+  return out;
+}
+}  // namespace
+
+config_sheet config_check_random(const config_pack &bench, const config_pack &cmp, const std::string &bench_name,
+                                 const std::string &cmp_name) {
+  config_sheet s{"random", {"op", "rank", "bench_stack", "cmp_stack", "bench_count", "cmp_count", "check_result"}, {}, {}};
+  const auto b = random_ranks(bench, bench_name), c = random_ranks(cmp, cmp_name);
+  std::set<int> ranks;
+  for (const auto &[r, _] : b) ranks.insert(r);
+  for (const auto &[r, _] : c) ranks.insert(r);
+  const ojson empty = ojson::object();
+  for (const int rank : ranks) {
+    const ojson &bd = b.count(rank) ? b.at(rank) : empty, &cd = c.count(rank) ? c.at(rank) : empty;
+    std::set<std::string> ops;  // msprobe: a set's (hash) order; sorted here
+    for (const auto &[op, _] : bd.items()) ops.insert(op);
+    for (const auto &[op, _] : cd.items()) ops.insert(op);
+    for (const auto &op : ops) {
+      const std::string where = fmt::format("random/rank{}.json: {}", rank, op);
+      std::vector<std::pair<std::vector<std::string>, int64_t>> bs, cs;
+      for (const auto *side : {&bd, &cd}) {
+        if (!side->contains(op)) continue;
+        if (!side->at(op).is_array()) throw usage_error(where + " is not a list");
+        for (const auto &e : side->at(op)) (side == &bd ? bs : cs).emplace_back(stack_of(e, where), e.at("count").get<int64_t>());
+      }
+      for (const auto &[stack, count] : bs) {
+        const auto m = std::find_if(cs.begin(), cs.end(), [&](const auto &ce) { return config_stack_match(ce.first, stack); });
+        if (m != cs.end()) s.rows.push_back({op, rank, join_lines(stack), join_lines(m->first), count, m->second, count == m->second});
+        else s.rows.push_back({op, rank, join_lines(stack), "no match stack", count, 0, false});
+      }
+      for (const auto &[stack, count] : cs)
+        if (std::none_of(bs.begin(), bs.end(), [&](const auto &be) { return config_stack_match(be.first, stack); }))
+          s.rows.push_back({op, rank, "no match stack", join_lines(stack), 0, count, false});
+    }
+  }
+  s.pass_check = "pass";
+  for (const auto &r : s.rows)
+    if (!r[6].get<bool>()) s.pass_check = "error";
+  return s;
+}
+
 std::vector<config_sheet> config_check_compare(const config_pack &bench, const config_pack &cmp,
                                                const std::string &bench_name, const std::string &cmp_name,
                                                const std::string &fmk) {
-  for (const auto *p : {&bench, &cmp}) {
-    const std::string &n = p == &bench ? bench_name : cmp_name;
-    if (has_item(*p, "random"))
-      throw usage_error(n + ": entry random/: the random checker (call stacks of random functions) is not built in tprobe");
-  }
   std::vector<config_sheet> sheets;
   if (has_item(bench, "env") && has_item(cmp, "env"))
     sheets.push_back(config_check_env(parse_entry(bench, "env", bench_name), parse_entry(cmp, "env", cmp_name)));
@@ -594,6 +702,7 @@ std::vector<config_sheet> config_check_compare(const config_pack &bench, const c
     s.pass_check = config_pass_check(levels);
     sheets.push_back(std::move(s));
   }
+  if (has_item(bench, "random") && has_item(cmp, "random")) sheets.push_back(config_check_random(bench, cmp, bench_name, cmp_name));
   return sheets;
 }
 

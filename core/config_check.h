@@ -8,12 +8,12 @@
 //   hyperparameters/hyperparameters_dynamic.json Megatron's args (made by the dynamic pack only)
 //   weights/step{s}/rank{r}/weight.json          {name: {max, min, mean, norm}}
 //   dataset/step{s}/rank{r}/dataset.json         {"args": …, "kwargs": …} of those features
-//   random/rank{r}.json                          random calls: not compared here (refused)
+//   random/rank{r}.json                          {op: [{count, stack: [frame, …]}]}
 // config_check_compare gives one sheet per checker whose entry both packs hold, in msprobe's order
-// (env, pip, dataset, weights, hyperparameters), with msprobe's columns, rows and verdicts, quirks
+// (env, pip, dataset, weights, hyperparameters, random), with msprobe's columns, rows and verdicts, quirks
 // included (the env sheet's bench_* columns hold the cmp pack's values, as msprobe's
 // compare_env_data swaps its arguments). Rows that msprobe leaves in hash or directory order
-// (weights, dataset) are sorted by step, rank, then name.
+// (weights, dataset) are sorted by step, rank, then name; random's ops by name.
 //
 // Errors: usage_error for a bad pack ("PACK: entry E: why"), system_error for I/O. Thread-safe:
 // pure functions of their arguments.
@@ -44,7 +44,7 @@ void config_pack_extract(const config_pack &pack, const std::string &dir);
 
 // One result sheet: pandas' cells (null = empty, bool, number, string), msprobe's columns.
 struct config_sheet {
-  std::string name;        // env, pip, dataset, weights, hyperparameters
+  std::string name;        // env, pip, dataset, weights, hyperparameters, random
   std::vector<std::string> header;
   std::vector<std::vector<nlohmann::ordered_json>> rows;
   std::string pass_check;  // pass | warning | error
@@ -71,8 +71,17 @@ struct config_sheet {
 // difflib.SequenceMatcher(None, a, b).ratio() (no junk; the autojunk heuristic for ≥ 200 chars too).
 [[nodiscard]] double difflib_ratio(std::string_view a, std::string_view b);
 
-// All sheets of the packs, as above. A pack holding random/ is refused (usage_error naming it):
-// the random checker is not built.
+// random (random_checker.py): per rank and op, each bench stack against the first cmp stack that
+// matches it (config_stack_match), counts equal → check_result True; unmatched stacks on either
+// side → "no match stack", False. Any False is error.
+[[nodiscard]] config_sheet config_check_random(const config_pack &bench, const config_pack &cmp,
+                                               const std::string &bench_name, const std::string &cmp_name);
+// msprobe's stack_match: same depth, and every frame's score ≥ 0.8, the score being the mean of the
+// file names' match (basename, 1 or 0), the function names' match and difflib's ratio of the code lines
+// (frames "File PATH, line N, in FUNC, CODE").
+[[nodiscard]] bool config_stack_match(const std::vector<std::string> &stack1, const std::vector<std::string> &stack2);
+
+// All sheets of the packs, as above.
 [[nodiscard]] std::vector<config_sheet> config_check_compare(const config_pack &bench, const config_pack &cmp,
                                                              const std::string &bench_name, const std::string &cmp_name,
                                                              const std::string &fmk = "pytorch");

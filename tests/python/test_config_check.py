@@ -1,8 +1,10 @@
 """tprobe config-check (msprobe's config_check): two static packs of environments that differ in a
 determinism env variable, a package version (a dist-info folder put on PYTHONPATH) and a learning rate
 in a yaml file: each difference is named in the terminal summary and in result.xlsx (read here with
-zipfile + xml), exit 1; identical packs exit 0; a broken pack exits 100 naming the zip."""
+zipfile + xml), exit 1; identical packs exit 0; a broken pack exits 100 naming the zip; random
+stacks found on one side only are named."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -136,11 +138,28 @@ class ConfigCheckTest(unittest.TestCase):
         self.assertEqual(r.returncode, 100, r.stdout + r.stderr)
         self.assertIn("bad.zip: entry env", r.stderr)
         with zipfile.ZipFile(bad, "w") as z:
-            z.writestr("random/rank0.json", "{}")
-        r, _ = self.compare(a, bad, "bad2")
+            z.writestr("random/rankX.json", "{}")
+        r, _ = self.compare(bad, bad, "bad2")
         self.assertEqual(r.returncode, 100)
-        self.assertIn("random", r.stderr)
+        self.assertIn("bad.zip: entry random/rankX.json", r.stderr)
 
+    def test_random_stacks(self):
+        """msprobe's dynamic pack's random/rank{R}.json: a call stack found on one side only is named."""
+        frame = "File /w/train.py, line %d, in main, x = torch.randn(3, 4)"
+        packs = []
+        for name, stacks in (("r1", [[frame % 5]]), ("r2", [[frame % 9], ["File /w/data.py, line 2, in f, random.random()"]])):
+            path = os.path.join(self.tmp, name + ".zip")
+            with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+                z.writestr("random/rank0.json", json.dumps({"torch.randn": [{"count": 1, "stack": s} for s in stacks]}))
+            packs.append(path)
+        r, out = self.compare(packs[0], packs[1], "random")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("random: error", r.stdout)
+        self.assertIn("bench_stack=no match stack, cmp_stack=File /w/data.py, line 2, in f, random.random()", r.stdout)
+        book = read_xlsx(os.path.join(out, "result.xlsx"))
+        self.assertEqual(book["random"][1:], [
+            ["torch.randn", 0.0, frame % 5, frame % 9, 1.0, 1.0, True],
+            ["torch.randn", 0.0, "no match stack", "File /w/data.py, line 2, in f, random.random()", 0.0, 1.0, False]])
 
 if __name__ == "__main__":
     unittest.main()

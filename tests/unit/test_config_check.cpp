@@ -92,9 +92,40 @@ TEST(ConfigCheckWeights, EqualAndRelativeDiffs) {
   EXPECT_DOUBLE_EQ(diff[0].rows[1][5].get<double>(), 0.0);
 }
 
-TEST(ConfigCheckCompare, RandomIsRefusedAndDatasetTags) {
-  config_pack r = {{"random/rank0.json", "{}"}};
-  EXPECT_THROW((void)config_check_compare(r, r, "a.zip", "b.zip"), usage_error);
+TEST(ConfigCheckCompare, RandomStacksAndDatasetTags) {
+  // difflib's ratio, autojunk included (b of 200 characters or more), as Python gives it.
+  std::string long_a = "y = ", long_b = "y = ";
+  for (int i = 0; i < 30; ++i) long_a += "a + b * c - ";
+  for (int i = 0; i < 29; ++i) long_b += "a + b * c - ";
+  long_b += "q";
+  EXPECT_DOUBLE_EQ(difflib_ratio(long_a, long_b), 0.9818688981868898);
+  EXPECT_DOUBLE_EQ(difflib_ratio("x = torch.randn(3, 4)", "x = torch.randn(3, 5)"), 0.9523809523809523);
+  std::string junk_a = "x = ", junk_b = "x = ";  // b's popular characters are junk: 0.036, not 0.52
+  for (int i = 0; i < 80; ++i) junk_a += "ab ", junk_b += "ba ";
+  EXPECT_DOUBLE_EQ(difflib_ratio(junk_a + "tail", junk_b + "tail"), 0.036290322580645164);
+  // Frames match on the file's base name, the function and the code line: /a/ vs /b/ and
+  // another line number still match; another file does not.
+  const std::vector<std::string> s1 = {"File /a/train.py, line 5, in main, x = torch.randn(3, 4)"};
+  const std::vector<std::string> s2 = {"File /b/train.py, line 6, in main, x = torch.randn(3, 5)"};
+  const std::vector<std::string> s3 = {"File /a/data.py, line 5, in main, x = torch.randn(3, 4)"};
+  EXPECT_TRUE(config_stack_match(s1, s2));
+  EXPECT_FALSE(config_stack_match(s1, s3));  // (0 + 1 + 1) / 3 < 0.8
+  const auto stats = [](const std::vector<std::string> &stack, int count) {
+    return ojson{{"torch.randn", {{{"count", count}, {"stack", stack}}}}}.dump();
+  };
+  const config_pack rb = {{"random/rank0.json", stats(s1, 2)}};
+  const auto same = config_check_compare(rb, {{"random/rank0.json", stats(s2, 2)}}, "a.zip", "b.zip");
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_EQ(same[0].name, "random");
+  EXPECT_EQ(same[0].pass_check, "pass");
+  EXPECT_EQ(same[0].rows[0][6], true);
+  const auto other = config_check_random(rb, {{"random/rank0.json", stats(s3, 2)}}, "a.zip", "b.zip");
+  ASSERT_EQ(other.rows.size(), 2u);
+  EXPECT_EQ(other.rows[0][3], "no match stack");
+  EXPECT_EQ(other.rows[1][2], "no match stack");
+  EXPECT_EQ(other.pass_check, "error");
+  EXPECT_THROW((void)config_check_random({{"random/rankX.json", "{}"}}, rb, "a.zip", "b.zip"), usage_error);
+
   const ojson f = {{"max", 1.0}, {"min", 0.0}, {"mean", 0.5}, {"norm", 1.0}};
   const config_pack a = {{"dataset/step0/rank0/dataset.json", ojson{{"args", {{"0", f}}}, {"kwargs", ojson::object()}}.dump()}};
   const config_pack b = {{"dataset/step0/rank0/dataset.json", ojson{{"args", {{"1", f}}}, {"kwargs", ojson::object()}}.dump()}};

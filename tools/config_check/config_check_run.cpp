@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -179,13 +180,16 @@ std::vector<std::string> config_check_summary(const std::vector<config_sheet> &s
   std::vector<std::string> lines;
   for (const auto &s : sheets) {
     lines.push_back(fmt::format("{}: {}", s.name, s.pass_check));
-    const bool by_equal = s.name == "weights" || s.name == "dataset";
+    // weights, dataset and random list every pair: name only those whose verdict is not True.
+    const size_t verdict = s.name == "weights" || s.name == "dataset" ? 3 : s.name == "random" ? 6 : SIZE_MAX;
     for (const auto &r : s.rows) {
-      if (by_equal && r[3].is_boolean() && r[3].get<bool>()) continue;
+      if (verdict < r.size() && r[verdict].is_boolean() && r[verdict].get<bool>()) continue;
       std::string line = "  ";
       for (size_t c = 0; c < r.size() && c < s.header.size(); ++c) {
         if (r[c].is_null() || (r[c].is_string() && r[c].get<std::string>().empty())) continue;
-        line += fmt::format("{}{}={}", line.size() > 2 ? ", " : "", s.header[c], cell_text(r[c]));
+        std::string text = cell_text(r[c]);
+        for (size_t p; (p = text.find('\n')) != std::string::npos;) text.replace(p, 1, " <- ");  // stacks: one line
+        line += fmt::format("{}{}={}", line.size() > 2 ? ", " : "", s.header[c], text);
       }
       lines.push_back(line);
     }
