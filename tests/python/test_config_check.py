@@ -161,5 +161,23 @@ class ConfigCheckTest(unittest.TestCase):
             ["torch.randn", 0.0, frame % 5, frame % 9, 1.0, 1.0, True],
             ["torch.randn", 0.0, "no match stack", "File /w/data.py, line 2, in f, random.random()", 0.0, 1.0, False]])
 
+    def test_msprobe_dynamic_packs_give_msprobe_result(self):
+        """Packs of msprobe's dynamic pack (weights, dataset, random): the cells of msprobe's own
+        result.xlsx for them (fixtures/config_check/README.md), rows compared as sets where msprobe
+        leaves them in hash order."""
+        fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "config_check")
+        r, out = self.compare(os.path.join(fixtures, "bench.zip"), os.path.join(fixtures, "cmp.zip"), "dynamic")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        with open(os.path.join(fixtures, "msprobe_result.json")) as f:
+            expected = json.load(f)
+        book = read_xlsx(os.path.join(out, "result.xlsx"))
+        self.assertEqual(list(book), list(expected))
+        self.assertEqual(book["summary"], expected["summary"])
+        key = lambda row: json.dumps([round(c, 12) if isinstance(c, float) else c for c in row])
+        for sheet in expected:
+            self.assertEqual(book[sheet][0], expected[sheet][0])
+            self.assertEqual(sorted(map(key, book[sheet][1:])), sorted(map(key, expected[sheet][1:])), sheet)
+
+
 if __name__ == "__main__":
     unittest.main()
