@@ -31,7 +31,8 @@
 //   monitor_reduce_start(Tensor?[] xs, str ops, float eps) -> int
 //     monitor_reduce's result, begun and not waited for: a ticket for monitor_reduce_finish. CPU
 //     tensors are reduced on the monitor's worker thread, in the order started, while the training
-//     thread goes on (the backward pass, the optimizer step); any other device's reductions are
+//     thread goes on (the backward pass, the optimizer step), unless they are fewer than 2^18
+//     elements in all (then at once, here: cheaper than the hand-over); any other device's reductions are
 //     queued on that device now, as monitor_reduce queues them. The caller must not change the
 //     tensors until it has finished the ticket (TrainerMon finishes a backward pass's grads in the
 //     pass's final callback, and the step's grads before optimizer.step returns) and checks their
@@ -343,15 +344,22 @@ reduce_worker &the_worker() {
   return *w;
 }
 
+// Below this many elements a CPU reduction runs on the caller's thread (monitor_reduce_start).
+constexpr int64_t worker_min_elements = int64_t{1} << 18;
+
 int64_t monitor_reduce_start(const c10::List<c10::optional<at::Tensor>> &xs, const std::string &ops_text, double eps) {
   (void)parse_ops(ops_text);  // a bad ops text is the caller's error, thrown on its thread
   bool on_host = true;
+  int64_t elements = 0;
   for (size_t i = 0; i < xs.size() && on_host; ++i) {
     const c10::optional<at::Tensor> t = xs.get(i);
-    if (t && t->defined()) on_host = t->device().is_cpu();
+    if (t && t->defined()) on_host = t->device().is_cpu(), elements += t->numel();
   }
   reduce_worker &w = the_worker();
-  if (!on_host) {  // queued on the device now; nothing for the worker to do
+  // Queued on the device now (nothing for the worker to do), or so few elements that reading them
+  // here costs less than handing them over (one pass reads 2^18 float32s in about 45 µs; waking the
+  // worker and waiting for it costs more): a small model's grads stay on this thread.
+  if (!on_host || elements < worker_min_elements) {
     reduce_result r;
     r.block = monitor_reduce(xs, ops_text, eps);
     r.done = true;

@@ -406,13 +406,14 @@ class MonitorTest(MonitorCase):
         self.assertIn("train.py turned the monitor on", mon.run.result.stderr)
 
     def test_grads_read_off_the_training_thread(self):
-        """monitor_reduce_start/finish (the worker thread's reductions, CPU) give monitor_reduce's
-        blocks, in any order of finishing, in a forked child too; a ticket finishes once."""
+        """monitor_reduce_start/finish (the worker thread's reductions, CPU; below 2^18 elements at
+        once) give monitor_reduce's blocks, in any order of finishing, in a forked child too; a
+        ticket finishes once."""
         from tprobe import _native
         ops = _native.load()
         g = torch.Generator().manual_seed(1)
         text = ",".join(ALL_OPS)
-        batches = [[torch.randn(70000, generator=g), None, torch.tensor(3.0)],
+        batches = [[torch.randn(300000, generator=g), None, torch.tensor(3.0)],
                    [torch.randn(300, 200, generator=g, dtype=torch.float64).t(), torch.empty(0)],
                    [torch.arange(5, dtype=torch.int64)], []]
         tickets = [ops.monitor_reduce_start(b, text, 1e-8) for b in batches]
@@ -428,8 +429,8 @@ class MonitorTest(MonitorCase):
         if pid == 0:  # the parent's worker thread is not in the child: the child makes its own
             ok = False
             try:
-                t = ops.monitor_reduce_start([torch.ones(40000)], "norm,mean", 1e-8)
-                ok = ops.monitor_reduce_finish([t])[0].tolist() == [[200.0, 1.0]]
+                t = ops.monitor_reduce_start([torch.ones(360000)], "norm,mean", 1e-8)  # past the worker's minimum
+                ok = ops.monitor_reduce_finish([t])[0].tolist() == [[600.0, 1.0]]
             finally:
                 os._exit(0 if ok else 1)
         self.assertEqual(os.waitpid(pid, 0)[1], 0)
