@@ -123,7 +123,9 @@ class ConfigCheckTest(unittest.TestCase):
 
     def test_identical_packs_exit_0(self):
         a = self.pack("a", "0.001", "0.1", {})
-        r, out = self.compare(a, a, "same")
+        out = os.path.join(self.tmp, "same")
+        # msprobe's spelling: `msprobe -f pytorch config_check -c A B -o DIR`.
+        r = subprocess.run([BIN, "-f", "pytorch", "-c", a, a, "-o", out], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         book = read_xlsx(os.path.join(out, "result.xlsx"))
         self.assertEqual(book["summary"][1:], [["env", "pass"], ["pip", "pass"], ["hyperparameters", "pass"]])

@@ -15,6 +15,7 @@
 #include <xlsxwriter.h>
 
 #include "errors.h"
+#include "msprobe_cli.h"
 #include "pyjson.h"
 
 extern char **environ;
@@ -113,7 +114,12 @@ const stage_description &config_check_stage_description() {
   return d;
 }
 
-std::vector<std::string> config_check_translate(std::vector<std::string> args) {
+std::vector<std::string> config_check_translate(std::vector<std::string> args, const CLI::App &app) {
+  // msprobe's framework flag (msprobe_cli.h): only pytorch, dropped.
+  static constexpr msprobe_flag flags[] = {{"--framework", "", true, "", "pytorch"}};
+  for (auto &a : args) {
+    if (a == "-f") a = "--framework";
+  }
   for (auto &a : args) {
     if (a == "-d" || a == "--dump") a = "pack";
     else if (a == "-c" || a == "--compare") a = "compare";
@@ -128,7 +134,7 @@ std::vector<std::string> config_check_translate(std::vector<std::string> args) {
       args.insert(args.begin(), verb);
       break;
     }
-  return args;
+  return msprobe_args_translate(std::move(args), flags, known_options_of(app), "tprobe config-check");
 }
 
 void config_check_write_xlsx(const std::vector<config_sheet> &sheets, const std::string &path) {

@@ -24,8 +24,9 @@ namespace tprobe {
 
 const stage_description &config_check_stage_description();
 
-// msprobe's spellings: "-d …" → "pack …", "-c A B" → "compare A B" (before the parse).
-std::vector<std::string> config_check_translate(std::vector<std::string> args);
+// msprobe's spellings, before the parse: "-d …" → "pack …", "-c A B" → "compare A B" (the verb moved
+// first), "-f pytorch" dropped (msprobe_cli.h; another framework is refused).
+std::vector<std::string> config_check_translate(std::vector<std::string> args, const CLI::App &app);
 
 // Writes DIR/bench, DIR/cmp, DIR/result.xlsx; returns the sheets (summary lines: config_check_summary).
 std::vector<config_sheet> config_check_compare_run(const std::string &bench_zip, const std::string &cmp_zip,

@@ -13,7 +13,7 @@ int main(int argc, char **argv) {
   extras.add_arguments = [&](CLI::App &app) {
     app.add_option("VERB FILES", words, "pack [SCRIPT.sh|CONFIG.yaml …], or compare BENCH.zip CMP.zip");
   };
-  extras.translate = [](std::vector<std::string> args, const CLI::App &) { return config_check_translate(std::move(args)); };
+  extras.translate = [](std::vector<std::string> args, const CLI::App &app) { return config_check_translate(std::move(args), app); };
   return stage_main(argc, argv, config_check_stage_description(), [&](stage_main_context &c) {
     const std::string verb = words.empty() ? "" : words[0];
     const std::vector<std::string> files(words.begin() + (words.empty() ? 0 : 1), words.end());
