@@ -219,13 +219,13 @@ at::Tensor reduce_on_host(const c10::List<c10::optional<at::Tensor>> &xs, const 
       std::fill(row, row + k, quiet_nan);
       continue;
     }
-    at::Tensor x = given->detach();
-    if (x.is_sparse()) x = x.to_dense();
-    if (one_pass_fits(x)) {
-      if (x.scalar_type() == at::kFloat) one_pass(x.data_ptr<float>(), x.numel(), ops, eps, row);
-      else one_pass(x.data_ptr<double>(), x.numel(), ops, eps, row);
+    if (one_pass_fits(*given)) {  // read in place: no detached alias to make (a small model's many tensors)
+      if (given->scalar_type() == at::kFloat) one_pass(given->data_ptr<float>(), given->numel(), ops, eps, row);
+      else one_pass(given->data_ptr<double>(), given->numel(), ops, eps, row);
       continue;
     }
+    at::Tensor x = given->detach();
+    if (x.is_sparse()) x = x.to_dense();
     at::Tensor x64;
     for (int64_t j = 0; j < k; ++j) {
       try {

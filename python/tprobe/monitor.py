@@ -52,6 +52,8 @@ OP_LIST = ["norm", "min", "max", "zeros", "nans", "id", "mean", "shape", "dtype"
 NAME_SEP = ":"
 SQUASH_PATTERNS = [re.compile(p) for p in (r"^.*\.(layers?\..*)", r"^.*\.(embeddings?\..*)", r"^.*\.(final.*)",
                                            r"^.*\.(output.*)", r"^.*\.(norm.*)")]
+# torch's float8 dtypes (torch >= 2.1), reduced as float32 (msprobe's): a set, not a name test per tensor.
+_FLOAT8_DTYPES = frozenset(getattr(torch, n) for n in dir(torch) if n.startswith("float8"))
 _INTEGRAL_DTYPES = {"torch.uint8", "torch.int8", "torch.int16", "torch.int32", "torch.int64"}
 _FORWARD_HOOK_KWARGS = "with_kwargs" in inspect.signature(torch.nn.Module.register_forward_hook).parameters
 
@@ -458,7 +460,7 @@ class TrainerMon:
             if torch.is_tensor(t):
                 if t.__class__.__name__ == "DTensor":
                     t = t.to_local()
-                if str(t.dtype).startswith("torch.float8"):
+                if t.dtype in _FLOAT8_DTYPES:
                     t = t.float()
                 by_device.setdefault(t.device, []).append((i, t))
             else:
