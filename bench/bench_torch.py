@@ -5,7 +5,8 @@
                                                             [--steps N] [--configs a,b,...] [--quick]
 
 For each model (examples/train_resnet18.py, examples/train_transformer.py, bench/train_gru.py; and
-bench/train_mlp.py, a deep MLP with many parameters, when asked for with --model mlp) and
+bench/train_mlp.py, a deep MLP with many parameters, when asked for with --model mlp; and
+bench/train_gpt2.py, a GPT-2-small-sized decoder with bf16 autocast, with --model gpt2) and
 each configuration it prints the median step time with the tool over the median step time without
 it, next to the goal; at the end, issue 16's table: statistics L1, statistics mix, md5 L1, tensor
 L1 with the step barrier and async, one column per model, each cell the ratio, its goal and
@@ -78,9 +79,12 @@ MODELS = {"resnet18": ("train_resnet18", []), "transformer": ("train_transformer
           "gru": ("train_gru", []),
           # Opt-in (not in "all"): many parameters, whose optimizer burst step()'s barrier waits for.
           "mlp": ("train_mlp", []),
+          # Opt-in: a GPT-2-small-sized decoder with bf16 autocast and AdamW, the realistic GPU
+          # workload (issue 67); on a CPU give it a small shape with --model-args.
+          "gpt2": ("train_gpt2", []),
           "tiny": ("train_gru", ["--hidden", "16", "--seq", "8", "--layers", "1", "--batch", "4"])}
 ALL_MODELS = ["resnet18", "transformer", "gru"]
-DEFAULT_STEPS = {"resnet18": 24, "transformer": 96, "gru": 48, "mlp": 24, "tiny": 48}
+DEFAULT_STEPS = {"resnet18": 24, "transformer": 96, "gru": 48, "mlp": 24, "gpt2": 16, "tiny": 48}
 DEFAULT_ROUNDS = 8
 DISK_MIB = 256  # written with fsync at the start and at the end (--disk-mib)
 READ_MIB = 256  # summed once per repeat for the read-pass limit (--read-mib)
@@ -849,7 +853,8 @@ def table(models, results_by_model, opts):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", choices=list(MODELS) + ["all"],
-                   help="a model, or all (resnet18, transformer, gru; the default; tiny with --quick; mlp, a deep MLP, only by name)")
+                   help="a model, or all (resnet18, transformer, gru; the default; tiny with --quick; mlp, a deep MLP, "
+                        "and gpt2, a GPT-2-small decoder with bf16 autocast, only by name)")
     p.add_argument("--steps", type=int, help="measured steps per configuration and side (default "
                    + ", ".join(f"{DEFAULT_STEPS[m]} {m}" for m in MODELS) + "; 4 with --quick)")
     p.add_argument("--rounds", type=int, help=f"baseline/tool alternations per configuration ({DEFAULT_ROUNDS}; 2 with --quick)")

@@ -72,6 +72,25 @@ class BenchTorchSmokeTest(tt.CaptureTest):
         self.assertEqual(good.returncode, 0, good.stdout + good.stderr)
         self.assertIn("model arguments '--batch 2'", good.stdout)
 
+    def test_gpt2_decoder_trains_under_the_bench(self):
+        """--model gpt2 (issue 67's realistic GPU workload, bench/train_gpt2.py) runs through the bench
+        with a small shape: a no-tool and a statistics L1 child, bf16 autocast on the CPU; and its
+        loss falls over a few steps of its own loop, so the decoder (causal mask, tied head) learns."""
+        small = "--layers 1 --d-model 32 --heads 2 --seq 16 --batch 2 --vocab 64"
+        run = subprocess.run([sys.executable, BENCH, "--quick", "--model", "gpt2", "--configs", "statistics_L1",
+                              "--tmp", self.tmp, "--model-args", small],
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertRegex(run.stdout, r"gpt2.*statistics_L1|statistics_L1.*gpt2", run.stdout)
+        script = os.path.join(os.path.dirname(BENCH), "train_gpt2.py")
+        own = subprocess.run([sys.executable, script, "--steps", "12", *small.split(), "--batch", "8"],
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": os.path.dirname(BENCH)})
+        self.assertEqual(own.returncode, 0, own.stdout + own.stderr)
+        losses = [float(m) for m in re.findall(r"loss (\S+)", own.stdout)]
+        self.assertEqual(len(losses), 12, own.stdout)
+        self.assertLess(sum(losses[-3:]) / 3, losses[0], own.stdout)
+
     def test_against_measures_a_second_build_in_the_same_rounds(self):
         """--against DIR runs a third child per configuration on DIR's library and stage binaries:
         the header names DIR, each configuration with a tool gets that build's ratio and the per-round
