@@ -44,7 +44,8 @@ namespace tprobe {
 enum class graph_rule { levels, msprobe_833 };
 
 // Fills the real-data metrics of every row of a table (mode all): tools/graph passes the compare
-// tool's thread pool and tensor readers (compare.h compare_fill_real_data), so core needs neither.
+// library's thread pool and tensor readers (compare_tensor.h compare_fill_real_data), which read
+// tensor files and load LibTorch for .pt files: the graph library stays free of both.
 using graph_fill_real_data = std::function<void(compare_table &)>;
 
 struct graph_compare_options {

@@ -322,7 +322,7 @@ void write_comm_dump(const std::string &dir, int rank, double sent_max) {
   const json one = {{"type", "int"}, {"value", 1}}, zero = {{"type", "int"}, {"value", 0}};
   json construct = json::object(), data = json::object();
   const std::string p2p = rank == 0 ? "Distributed.send.0.forward" : "Distributed.recv.0.forward";
-  for (const std::string name : {p2p, std::string("Distributed.all_reduce.0.forward"), std::string("Distributed.broadcast.0.forward")})
+  for (const std::string &name : {p2p, std::string("Distributed.all_reduce.0.forward"), std::string("Distributed.broadcast.0.forward")})
     construct[name] = nullptr;
   data[p2p] = call({t, nullptr, rank == 0 ? one : zero, zero});
   data["Distributed.all_reduce.0.forward"] = call({t, nullptr, nullptr, {{"type", "int"}, {"value", -1}}});

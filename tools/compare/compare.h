@@ -83,23 +83,7 @@ const stage_description &compare_stage_description();
 
 [[nodiscard]] compare_report compare_run(const compare_options &options);
 
-// ---- building blocks, also used by tests and the benchmark ----
-
-// .npy files are memory-mapped (any fixed-size little-endian numeric descr; Fortran order is
-// reordered). .pt files are read by the reader installed with compare_set_pt_reader() or, when none
-// is, by lib/libtprobe_compare_pt.so beside the executable's bin/ folder (built where LibTorch is
-// found; loaded on the first .pt file only, so LibTorch costs nothing to .npy compares). Without
-// either: usage_error "PATH: .pt tensors need LibTorch…".
-// Throws system_error when the file cannot be opened, usage_error when it is malformed.
-[[nodiscard]] loaded_tensor compare_load_tensor(const std::string &path);
-void compare_set_pt_reader(compare_pt_reader reader);
-
-// Mode all: the real-data columns of every row of `t`, on `threads` threads. Adds the bytes compared
-// to *bytes and one warning per tensor file that could not be read (its row becomes an error row).
-void compare_fill_real_data(compare_table &t, unsigned threads, uint64_t *bytes, std::vector<std::string> *warnings);
-
-// A data mapping file: flat YAML ("npu name: bench name" per line, '#' comments, optional quotes)
-// or a JSON object of strings. usage_error for anything else.
-[[nodiscard]] std::unordered_map<std::string, std::string> compare_load_mapping(const std::string &path);
+// The building blocks tests and the benchmark use too (tensor files, the real-data fill, mapping
+// files) are the compare library's: compare_tensor.h.
 
 }  // namespace tprobe

@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "compare/compare.h"
 #include "compare_output.h"
+#include "compare_tensor.h"
 #include "errors.h"
 #include "graph_build.h"
 #include "graph_distributed.h"
