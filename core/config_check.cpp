@@ -343,7 +343,10 @@ config_pack config_pack_read(const std::string &path) {
 
 void config_pack_write(const std::string &path, const std::vector<std::pair<std::string, std::string>> &entries) {
   std::string out, central;
-  for (const auto &[name, data] : entries) {
+  for (const auto &entry : entries) {
+    // Named, not structured bindings: clang (the fuzz build) does not capture those in a lambda.
+    const std::string &name = entry.first;
+    const std::string &data = entry.second;
     if (data.size() > 0xFFFFFFF0u || out.size() > 0xFFFFFFF0u) throw usage_error(path + ": pack too large (no zip64 here)");
     uLongf bound = compressBound(data.size()) + 64;
     std::string deflated(bound, '\0');
@@ -626,14 +629,17 @@ config_sheet config_check_random(const config_pack &bench, const config_pack &cm
         if (!side->at(op).is_array()) throw usage_error(where + " is not a list");
         for (const auto &e : side->at(op)) (side == &bd ? bs : cs).emplace_back(stack_of(e, where), e.at("count").get<int64_t>());
       }
-      for (const auto &[stack, count] : bs) {
+      // Named, not structured bindings: clang (the fuzz build) does not capture those in a lambda.
+      for (const auto &b : bs) {
+        const auto &stack = b.first;
+        const int64_t count = b.second;
         const auto m = std::find_if(cs.begin(), cs.end(), [&](const auto &ce) { return config_stack_match(ce.first, stack); });
         if (m != cs.end()) s.rows.push_back({op, rank, join_lines(stack), join_lines(m->first), count, m->second, count == m->second});
         else s.rows.push_back({op, rank, join_lines(stack), "no match stack", count, 0, false});
       }
-      for (const auto &[stack, count] : cs)
-        if (std::none_of(bs.begin(), bs.end(), [&](const auto &be) { return config_stack_match(be.first, stack); }))
-          s.rows.push_back({op, rank, "no match stack", join_lines(stack), 0, count, false});
+      for (const auto &c : cs)
+        if (std::none_of(bs.begin(), bs.end(), [&](const auto &be) { return config_stack_match(be.first, c.first); }))
+          s.rows.push_back({op, rank, "no match stack", join_lines(c.first), 0, c.second, false});
     }
   }
   s.pass_check = "pass";
