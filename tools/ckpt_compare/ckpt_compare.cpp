@@ -500,8 +500,9 @@ nlohmann::ordered_json ckpt_result_json(const ckpt_compare_report &r) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const auto &[name, m] : r.rows) {
     nlohmann::ordered_json row = nlohmann::ordered_json::object();
-    auto real = [&](const std::optional<double> &v) -> nlohmann::ordered_json {
-      if (m.error) return "error";
+    const bool failed = m.error;  // named: clang (the fuzz build) does not capture a structured binding
+    auto real = [failed](const std::optional<double> &v) -> nlohmann::ordered_json {
+      if (failed) return "error";
       return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
     };
     row["l2"] = real(m.l2);
