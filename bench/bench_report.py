@@ -65,6 +65,39 @@ def synthetic_result(path, rows, seed=1):
         json.dump(doc, f, indent=1)
 
 
+def write_empty_page(folder):
+    """The baseline page: no content, ready (body[data-ready], window.tprobeReadyAt) at once."""
+    empty = os.path.join(folder, "empty.html")
+    with open(empty, "w") as f:
+        f.write("<!doctype html><html><head><meta charset=utf-8><title>empty</title></head><body>"
+                "<script>window.tprobeReadyAt = performance.now(); document.body.dataset.ready = '1';</script>"
+                "</body></html>")
+    return empty
+
+
+def headless_chromium():
+    """Debian's headless chromium through selenium, as the benchmarks load pages."""
+    o = Options()
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                "--window-size=1400,1000"):
+        o.add_argument(arg)
+    o.binary_location = shutil.which("chromium")
+    d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
+    d.set_page_load_timeout(300)
+    return d
+
+
+def load_until_ready(d, path):
+    """Loads `path` and waits for the page's ready mark: seconds from navigation start to it."""
+    d.get("file://" + path)
+    WebDriverWait(d, 300, poll_frequency=0.02).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+    return d.execute_script("return window.tprobeReadyAt") / 1e3
+
+
+def median(xs):
+    return sorted(xs)[len(xs) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200000)
@@ -81,27 +114,11 @@ def main():
         subprocess.run([os.path.join(a.bin, "tprobe"), "report", results, "-o", page], check=False,
                        stdout=subprocess.DEVNULL)
         render = time.perf_counter() - t
-        empty = os.path.join(tmp, "empty.html")
-        with open(empty, "w") as f:
-            f.write("<!doctype html><html><head><meta charset=utf-8><title>empty</title></head><body>"
-                    "<script>window.tprobeReadyAt = performance.now(); document.body.dataset.ready = '1';</script>"
-                    "</body></html>")
-
-        o = Options()
-        for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                    "--window-size=1400,1000"):
-            o.add_argument(arg)
-        o.binary_location = shutil.which("chromium")
-        d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
-        d.set_page_load_timeout(300)
+        empty = write_empty_page(tmp)
+        d = headless_chromium()
 
         def load(path):
-            d.get("file://" + path)
-            WebDriverWait(d, 300, poll_frequency=0.02).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
-            return d.execute_script("return window.tprobeReadyAt") / 1e3
-
-        def median(xs):
-            return sorted(xs)[len(xs) // 2]
+            return load_until_ready(d, path)
 
         def table_text():
             return d.execute_script("const i = document.querySelector('.page-info'); return i ? i.textContent : ''")

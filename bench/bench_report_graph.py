@@ -28,10 +28,7 @@ import subprocess
 import tempfile
 import time
 
-from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.support.ui import WebDriverWait
+from bench_report import headless_chromium, load_until_ready, median, write_empty_page
 
 DDL = """
 CREATE TABLE tb_nodes (id TEXT PRIMARY KEY, graph_id TEXT NOT NULL, node_order INTEGER NOT NULL, node_name TEXT NOT NULL,
@@ -118,27 +115,12 @@ def main():
         render = time.perf_counter() - t
         if p.returncode not in (0, 1):
             raise SystemExit(f"tprobe-report failed: exit {p.returncode}")
-        empty = os.path.join(tmp, "empty.html")
-        with open(empty, "w") as f:
-            f.write("<!doctype html><html><head><meta charset=utf-8><title>empty</title></head><body>"
-                    "<script>window.tprobeReadyAt = performance.now(); document.body.dataset.ready = '1';</script>"
-                    "</body></html>")
-        o = Options()
-        for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                    "--window-size=1400,1000"):
-            o.add_argument(arg)
-        o.binary_location = shutil.which("chromium")
-        d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
-        d.set_page_load_timeout(300)
+        empty = write_empty_page(tmp)  # bench_report.py's baseline, browser and load, shared
+        d = headless_chromium()
         d.set_script_timeout(120)
 
         def load(path):
-            d.get("file://" + path)
-            WebDriverWait(d, 300, poll_frequency=0.02).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
-            return d.execute_script("return window.tprobeReadyAt") / 1e3
-
-        def median(xs):
-            return sorted(xs)[len(xs) // 2]
+            return load_until_ready(d, path)
 
         empties, readies, expands = [], [], []
         for _ in range(a.repeat):
