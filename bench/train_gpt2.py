@@ -19,15 +19,12 @@ import torch
 from torch import nn
 
 from train_gru import make_debugger  # the bench's interface: PrecisionDebugger, or none without --config
+from train_gru import add_common_args
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
-    p.add_argument("--config", help="tprobe/msprobe config.json; without it, no tprobe")
-    p.add_argument("--dump-path", help="overrides the config's dump_path")
-    p.add_argument("--seed", type=int, default=1234, help="weights and data seed (default 1234)")
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    add_common_args(p)
     p.add_argument("--batch", type=int, default=16, help="sequences per batch (default 16)")
     p.add_argument("--seq", type=int, default=512, help="tokens per sequence (default 512)")
     p.add_argument("--vocab", type=int, default=50257, help="vocabulary (default 50257, GPT-2's)")

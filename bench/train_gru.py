@@ -43,13 +43,18 @@ class sequence_classifier(nn.Module):
         return self.head(out)
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_common_args(p):
+    """The arguments every bench model takes (train_gru, train_mlp, train_gpt2)."""
     p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
     p.add_argument("--config", help="tprobe/msprobe config.json; without it, no tprobe")
     p.add_argument("--dump-path", help="overrides the config's dump_path")
     p.add_argument("--seed", type=int, default=1234, help="weights and data seed (default 1234)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(p)
     p.add_argument("--batch", type=int, default=16, help="sequences per batch (default 16)")
     p.add_argument("--seq", type=int, default=32, help="time steps per sequence (default 32)")
     p.add_argument("--features", type=int, default=32, help="input features per time step (default 32)")

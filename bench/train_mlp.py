@@ -19,15 +19,12 @@ from torch import nn
 
 import train_gru
 from train_gru import make_debugger, train  # noqa: F401 (the bench's interface)
+from train_gru import add_common_args
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
-    p.add_argument("--config", help="tprobe/msprobe config.json; without it, no tprobe")
-    p.add_argument("--dump-path", help="overrides the config's dump_path")
-    p.add_argument("--seed", type=int, default=1234, help="weights and data seed (default 1234)")
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    add_common_args(p)
     p.add_argument("--batch", type=int, default=32, help="rows per batch (default 32)")
     p.add_argument("--width", type=int, default=128, help="features of every block (default 128)")
     p.add_argument("--blocks", type=int, default=60, help="Linear-LayerNorm-GELU blocks (default 60)")
