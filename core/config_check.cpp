@@ -175,6 +175,13 @@ ojson relative_diff(double b, double c) {
   return std::fabs(b - c) / b;
 }
 
+// A feature's relative difference; empty when either side has no number (tprobe's dynamic pack
+// writes null for an empty tensor's max and min).
+ojson feature_diff(const ojson &b, const ojson &c, const std::string &where) {
+  if (b.is_null() || c.is_null()) return nullptr;
+  return relative_diff(number_of(b, where), number_of(c, where));
+}
+
 const char *feature_keys[] = {"max", "min", "mean", "norm"};
 
 int step_or_rank(std::string s, const char *prefix, const std::string &where) {
@@ -218,7 +225,7 @@ row weight_row(int step, int rank, const std::string &name, const ojson *b, cons
   }
   r[3] = equal;
   for (int k = 0; k < 4; ++k)
-    r[4 + k] = relative_diff(number_of(b->at(feature_keys[k]), where), number_of(c->at(feature_keys[k]), where));
+    r[4 + k] = feature_diff(b->at(feature_keys[k]), c->at(feature_keys[k]), where);
   return r;
 }
 
@@ -242,7 +249,7 @@ void dataset_rows(const ojson &d1, const ojson &d2, const std::string &tag, int 
       row r = {step, rank, t, py_equal(v1, v2), nullptr, nullptr, nullptr, nullptr};
       for (int k = 0; k < 4; ++k) {
         if (!v2.contains(feature_keys[k])) throw usage_error(where + ": " + t + " has no " + feature_keys[k]);
-        r[4 + k] = relative_diff(number_of(v1.at(feature_keys[k]), where), number_of(v2.at(feature_keys[k]), where));
+        r[4 + k] = feature_diff(v1.at(feature_keys[k]), v2.at(feature_keys[k]), where);
       }
       out.push_back(std::move(r));
     } else {

@@ -14,9 +14,10 @@ Importing this package loads nothing native; PrecisionDebugger loads the C++ cap
 (libtprobe_torch.so) and says where it looked if it is not built. See docs/pytorch.md.
 
 TrainerMon is msprobe's training monitor: `TrainerMon(config).set_monitor(model, optimizer)`.
+ConfigChecker is msprobe's dynamic config_check pack (config_check.py).
 """
 
-__all__ = ["PrecisionDebugger", "TrainerMon"]
+__all__ = ["PrecisionDebugger", "TrainerMon", "ConfigChecker"]
 
 
 def __getattr__(name):
@@ -28,4 +29,7 @@ def __getattr__(name):
     if name == "TrainerMon":  # msprobe's training monitor (monitor.py)
         from .monitor import TrainerMon
         return TrainerMon
+    if name == "ConfigChecker":  # msprobe's training-setup pack (config_check.py)
+        from .config_check import ConfigChecker
+        return ConfigChecker
     raise AttributeError(f"module 'tprobe' has no attribute {name!r}")

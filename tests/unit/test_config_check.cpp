@@ -92,6 +92,23 @@ TEST(ConfigCheckWeights, EqualAndRelativeDiffs) {
   EXPECT_DOUBLE_EQ(diff[0].rows[1][5].get<double>(), 0.0);
 }
 
+TEST(ConfigCheckWeights, NullFeaturesOfAnEmptyTensorCompareWithoutDiffs) {
+  // tprobe's dynamic pack writes null for an empty tensor's max and min: equal when both are null,
+  // no relative difference, and never a refused pack.
+  const ojson empty = {{"max", nullptr}, {"min", nullptr}, {"mean", 1.0}, {"norm", 0.0}};
+  const ojson other = {{"max", 2.0}, {"min", nullptr}, {"mean", 1.0}, {"norm", 0.0}};
+  const config_pack a = {{"dataset/step0/rank0/dataset.json", ojson{{"args", {{"0", empty}}}}.dump()}};
+  const config_pack b = {{"dataset/step0/rank0/dataset.json", ojson{{"args", {{"0", other}}}}.dump()}};
+  auto same = config_check_compare(a, a, "a.zip", "a.zip");
+  ASSERT_EQ(same[0].rows.size(), 1u);
+  EXPECT_EQ(same[0].rows[0][3], true);
+  EXPECT_TRUE(same[0].rows[0][4].is_null());
+  EXPECT_DOUBLE_EQ(same[0].rows[0][6].get<double>(), 0.0);
+  auto diff = config_check_compare(a, b, "a.zip", "b.zip");
+  EXPECT_EQ(diff[0].rows[0][3], false);
+  EXPECT_EQ(diff[0].pass_check, "error");
+}
+
 TEST(ConfigCheckCompare, RandomStacksAndDatasetTags) {
   // difflib's ratio, autojunk included (b of 200 characters or more), as Python gives it.
   std::string long_a = "y = ", long_b = "y = ";
