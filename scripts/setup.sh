@@ -11,6 +11,8 @@ packages=(
   # the graph compare's vis.db (msprobe's SQLite file), and sqlite3 to look into one
   libsqlite3-dev sqlite3
   libtorch-dev python3-torch python3-torchvision python3-numpy
+  # pip install . (setup.py drives CMake; no package index needed) and its test's venv
+  python3-pip python3-setuptools python3-wheel python3-venv
   # stages written in Python (python/tprobe/stage.py, docs/stage-protocol.md)
   python3-zmq python3-msgpack
   # the report page's browser test and benchmark: headless chromium driven through selenium

@@ -961,7 +961,7 @@ int launcher_run(const launcher_options &options) {
   // Everything that can be wrong with the manifest or the command line fails here, before any
   // process starts.
   std::string bin_dir = options.bin_dir.empty() ? launcher_self_dir() : options.bin_dir;
-  manifest m = manifest_load(options.manifest_path);
+  manifest m = manifest_load(manifest_locate(options.manifest_path, bin_dir));
   const auto env = stage_environment();
   manifest_check_options(m, manifest_binary_describer(bin_dir, env ? &*env : nullptr));
   std::string config = resolve_config(options.config_path);
@@ -993,7 +993,7 @@ const stage_description &launcher_description() {
       false,
       false,
       {
-          {.name = "manifest", .type = "string", .default_value = "", .doc = "pipeline manifest, e.g. pipelines/statistics.json",
+          {.name = "manifest", .type = "string", .default_value = "", .doc = "pipeline manifest, e.g. pipelines/statistics.json, or a shipped one by name (statistics)",
            .required = true, .positional = true},
           {"config", "string", "", "capture config, passed to COMMAND as TPROBE_CONFIG"},
           {"keep-run-dir", "bool", "false", "keep the run directory (endpoints) at the end"},

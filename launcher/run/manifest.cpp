@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -332,6 +333,20 @@ manifest manifest_parse(const json &doc, const std::string &path) {
 
   check_graph(m);
   return m;
+}
+
+std::string manifest_locate(const std::string &name, const std::string &bin_dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (name.empty() || name.find('/') != std::string::npos || fs::is_regular_file(name, error)) return name;
+  std::vector<fs::path> folders;
+  if (const char *env = std::getenv("TPROBE_PIPELINES"); env && *env) folders.emplace_back(env);
+  folders.push_back(fs::path(bin_dir) / ".." / "pipelines");
+  const bool has_suffix = name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+  for (const auto &folder : folders)
+    for (const std::string &file : {name, has_suffix ? std::string() : name + ".json"})
+      if (!file.empty() && fs::is_regular_file(folder / file, error)) return (folder / file).lexically_normal().string();
+  return name;
 }
 
 manifest manifest_load(const std::string &path) {

@@ -127,6 +127,12 @@ struct manifest {
 // against the directory of `path`. Throws usage_error.
 manifest manifest_parse(const nlohmann::ordered_json &doc, const std::string &path);
 
+// Where `tprobe run NAME` finds its manifest: `name` itself when it is a file or holds a '/';
+// otherwise the first file among $TPROBE_PIPELINES/NAME and BIN_DIR/../pipelines/NAME (a pip
+// install's package, a build tree's link to pipelines/), each also tried with ".json" appended;
+// `name` unchanged when none exists, so that manifest_load names it.
+std::string manifest_locate(const std::string &name, const std::string &bin_dir);
+
 // Reads `path` (a JSON file) and parses it. Throws usage_error when the file cannot be read, is
 // not JSON, or fails manifest_parse.
 manifest manifest_load(const std::string &path);

@@ -1,10 +1,13 @@
 """Finding and loading the C++ side: libtprobe_torch.so, the tprobe binaries and the manifests.
 
 Search order (the first that exists wins; each is documented in docs/pytorch.md):
-  library    $TPROBE_TORCH_LIBRARY (if set, it must exist), then this package's directory, then
-             build/lib of the repository this package sits in (python/tprobe → ../../build/lib)
-  binaries   $TPROBE_BIN_DIR, then ../bin next to the library found, then build/bin
-  manifests  $TPROBE_PIPELINES, then pipelines/ of the repository
+  library    $TPROBE_TORCH_LIBRARY (if set, it must exist), then this package's directory and its
+             lib/ (pip install .), then build/lib of the repository this package sits in
+             (python/tprobe → ../../build/lib)
+  binaries   $TPROBE_BIN_DIR, then this package's bin/ (pip install .), then ../bin next to the
+             library found, then build/bin
+  manifests  $TPROBE_PIPELINES, then this package's pipelines/ (pip install .), then pipelines/ of
+             the repository
 """
 
 import os
@@ -25,6 +28,7 @@ def library_candidates():
     if env:
         candidates.append(os.path.abspath(env))
     candidates.append(os.path.join(PACKAGE_DIR, LIBRARY_NAME))
+    candidates.append(os.path.join(PACKAGE_DIR, "lib", LIBRARY_NAME))  # pip install .
     candidates.append(os.path.join(REPO_DIR, "build", "lib", LIBRARY_NAME))
     return candidates
 
@@ -62,6 +66,9 @@ def bin_dir():
     env = os.environ.get("TPROBE_BIN_DIR")
     if env:
         return os.path.abspath(env)
+    packaged = os.path.join(PACKAGE_DIR, "bin")
+    if os.path.isfile(os.path.join(packaged, "tprobe")):
+        return packaged
     if _library_path:
         beside = os.path.join(os.path.dirname(os.path.dirname(_library_path)), "bin")
         if os.path.isfile(os.path.join(beside, "tprobe")):
@@ -73,4 +80,7 @@ def pipelines_dir():
     env = os.environ.get("TPROBE_PIPELINES")
     if env:
         return os.path.abspath(env)
+    packaged = os.path.join(PACKAGE_DIR, "pipelines")
+    if os.path.isdir(packaged):
+        return packaged
     return os.path.join(REPO_DIR, "pipelines")

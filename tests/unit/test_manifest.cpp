@@ -363,6 +363,26 @@ TEST(ManifestGraph, SinksAndSourcesAreFine) {
 
 // ---- loading ----
 
+TEST(ManifestLoad, BareNamesAreFoundBesideTheBinaries) {
+  fs::path dir = scratch_dir("locate");
+  fs::create_directories(dir / "bin");
+  fs::create_directories(dir / "pipelines");
+  write_file(dir / "pipelines" / "statistics.json", "{}", false);
+  const std::string bin = (dir / "bin").string(), shipped = (dir / "pipelines" / "statistics.json").string();
+  unsetenv("TPROBE_PIPELINES");
+  EXPECT_EQ(tprobe::manifest_locate("statistics.json", bin), shipped);
+  EXPECT_EQ(tprobe::manifest_locate("statistics", bin), shipped);
+  // A path is taken as it is; an unknown name is left for manifest_load to name.
+  EXPECT_EQ(tprobe::manifest_locate("./statistics.json", bin), "./statistics.json");
+  EXPECT_EQ(tprobe::manifest_locate("nosuch", bin), "nosuch");
+  // $TPROBE_PIPELINES comes first.
+  fs::create_directories(dir / "mine");
+  write_file(dir / "mine" / "statistics.json", "{}", false);
+  setenv("TPROBE_PIPELINES", (dir / "mine").c_str(), 1);
+  EXPECT_EQ(tprobe::manifest_locate("statistics", bin), (dir / "mine" / "statistics.json").string());
+  unsetenv("TPROBE_PIPELINES");
+}
+
 TEST(ManifestLoad, MissingFileAndBadJsonNameTheFile) {
   fs::path dir = scratch_dir("load");
   std::string missing = (dir / "missing.json").string();
