@@ -9,7 +9,9 @@
 #   3. runs bench/bench_torch.py --device cuda (CUDA_BENCH_ARGS, resnet18's statistics, md5 and
 #      tensor rows by default), which prints the step ratios and the device path's own account;
 #   4. runs the other Python tests against this torch on the CPU, beside step 2 (CUDA_SUITE=0 skips
-#      them).
+#      them);
+#   5. (first, after the build) pip installs the package from build-cuda/ into build-cuda/venv and
+#      loads the installed capture with no PYTHONPATH.
 # Each phase has a time limit (CUDA_*_SECONDS) so that one stuck phase cannot take the others'
 # time on a lent machine. Needs what scripts/setup.sh installs except libtorch and the browser; on a
 # machine without apt, run scripts/gpu-deps-fetch.sh here first, carry .devdeps/, and there
@@ -51,10 +53,22 @@ grep -E "error|Error" "$logs/build.log" | head -40
 [ $status -eq 0 ] || fatal "unable to build build-cuda (status $status): see build.log"
 [ -f "$build/lib/libtprobe_torch.so" ] || fatal "build-cuda has no libtprobe_torch.so: CMake did not find torch (configure.log)"
 
+# pip install . (issue 67 item 5) from the tree just built, into a venv that sees this Python's
+# torch; the installed package must load its capture and find its binaries with no PYTHONPATH.
+say "pip install . into build-cuda/venv (pip.log)"
+{
+  rm -rf "$build/venv" && "$python" -m venv --system-site-packages "$build/venv" &&
+  env -u PYTHONPATH TPROBE_CMAKE_BUILD_DIR="$build" PIP_NO_INDEX=1 \
+    "$build/venv/bin/pip" install --no-build-isolation "$root" &&
+  (cd "$build" && env -u PYTHONPATH "$build/venv/bin/python" -c \
+    'import tprobe._native as n; n.load(); print("installed:", n._library_path, n.bin_dir())')
+} > "$logs/pip.log" 2>&1 || { failed_pip=1; say "pip install failed: see pip.log"; }
+tail -2 "$logs/pip.log"
+
 export PYTHONPATH=$root/python:$root/tests/python${PYTHONPATH:+:$PYTHONPATH}
 export TPROBE_TORCH_LIBRARY=$build/lib/libtprobe_torch.so TPROBE_BIN_DIR=$build/bin TPROBE_PIPELINES=$root/pipelines
 export TPROBE_TEST_TMP=$build/test-tmp PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-failed=0
+failed=${failed_pip:-0}
 
 # Phase 4 runs beside phase 2 (it uses the CPUs, the tests the GPU), so that one lent call holds
 # both; it is waited for before the benchmark, whose timings it would disturb.
