@@ -154,9 +154,15 @@ struct tprobe_session {
   // A record on its way to the sender. A value record's leaf stays JSON text until the sender
   // thread parses it into header.meta: the training thread only checks it (a parse without a
   // DOM), so the tree's allocations, and their frees, happen off the training thread.
+  // A monitor row set's numbers (capture_monitor_values) likewise: the training thread copies the
+  // step's numbers; the sender fills a copy of the row set's template with them and encodes the
+  // record (its rows' JSON: a few hundred allocations for a model's parameters).
   struct pending {
     tprobe::record r;
     std::string value_json;  // "" for every record but values
+    const tprobe::monitor_rows *monitor_template = nullptr;  // set for a row set's numbers only
+    std::string monitor_prefix;
+    std::vector<double> monitor_values;
   };
   // A record travels by pointer: moving a record (a dozen strings and vectors, its statistics)
   // took ~500 instructions, twice a record, and a spent one's destruction as much again.
@@ -349,11 +355,12 @@ struct tprobe_session {
   // A record to fill and enqueue, its header as header(kind) makes it: a spent one reused when
   // there is one (reusable), else a new one.
   pending_ptr make_pending(tprobe::record_kind kind) {
-    if (reusable.empty()) return std::make_unique<pending>(pending{tprobe::record(header(kind)), {}});
+    if (reusable.empty()) return std::make_unique<pending>(pending{tprobe::record(header(kind)), {}, nullptr, {}, {}});
     pending_ptr p = std::move(reusable.back());
     reusable.pop_back();
     p->r.reuse_as(kind);
     p->value_json.clear();
+    p->monitor_template = nullptr;
     stamp(p->r.header);
     return p;
   }

@@ -3,6 +3,7 @@
 // the payload frames (shared-memory ring or pool) that a tensor's data leaves in. Apart from the
 // queue they feed (session_queue.cpp), the memo they consult (session_stats.cpp) and the commands
 // that narrow them (session_control.cpp).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -467,9 +468,11 @@ int tprobe_session::capture_monitor_values(const char *prefix, int64_t monitor_s
   if (!prefix || !*prefix) throw usage_error("monitor rows: prefix is empty");
   if (rowset < 0 || static_cast<size_t>(rowset) >= monitor_rowsets.size())
     throw usage_error(fmt::format("monitor rows of {}: no row set {}", prefix, rowset));
-  monitor_rows rows = *monitor_rowsets[static_cast<size_t>(rowset)];
+  const monitor_rows &templ = *monitor_rowsets[static_cast<size_t>(rowset)];
+  if (std::ranges::find(monitor_csv_prefixes(), std::string_view(prefix)) == monitor_csv_prefixes().end())
+    throw usage_error(fmt::format("monitor rows: prefix \"{}\" is not one of {}", prefix, fmt::join(monitor_csv_prefixes(), ", ")));
   size_t needed = 0;
-  for (const auto &r : rows.rows) needed += r.values.size();
+  for (const auto &r : templ.rows) needed += r.values.size();
   if (count != needed || (count && !values))
     throw usage_error(fmt::format("monitor rows of {} at step {}: {} numbers for a row set of {}", prefix, monitor_step,
                                   count, needed));
@@ -482,13 +485,16 @@ int tprobe_session::capture_monitor_values(const char *prefix, int64_t monitor_s
     ++counts.skipped;
     return TPROBE_SKIPPED;
   }
-  rows.step = monitor_step;
-  for (auto &r : rows.rows)
-    for (auto &v : r.values) {
-      v.value = *values++;
-      v.integer = v.integer && !std::isnan(v.value);  // the template's int column; a NaN stays a float
-    }
-  return enqueue(monitor_record_make(header(record_kind::tensor), prefix, rows), true) ? TPROBE_OK : TPROBE_SKIPPED;
+  // The rows are filled and encoded on the sender thread (pending::monitor_template): here only
+  // the numbers are copied. Not urgent: waking the sender for each of a step's prefixes cost the
+  // training thread ~50 µs a call (the wake-up, and the sender taking the CPU); the sender's next
+  // nap (sender_nap, 1 ms) sends them, so an alarm still prints within milliseconds.
+  pending_ptr p = make_pending(record_kind::tensor);
+  p->r.header.step = monitor_step;
+  p->monitor_template = &templ;
+  p->monitor_prefix.assign(prefix);
+  p->monitor_values.assign(values, values + count);
+  return enqueue(std::move(p), false) ? TPROBE_OK : TPROBE_SKIPPED;
 }
 
 int tprobe_session::capture_grad(const char *param, const grad_numbers &n, std::vector<std::byte> bits, const char *device) {

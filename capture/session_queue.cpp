@@ -3,12 +3,14 @@
 // the wake-up policy between the two; and detaching when the pipeline stops reading. Apart from
 // the captures that fill the queue (session_capture.cpp): this is the only code of the sender
 // thread.
+#include <cmath>
 #include <cstdio>
 #include <iterator>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "monitor_record.h"
 #include "session.h"
 
 using namespace tprobe;
@@ -165,6 +167,19 @@ void tprobe_session::sender_loop() {
             std::lock_guard lock(mutex);
             barriers_done = r.header.meta["barrier"].get<uint64_t>();
             has_space.notify_all();
+          } else if (batch[i]->monitor_template) {
+            // capture_monitor_values' numbers, checked there against this template.
+            monitor_rows rows = *batch[i]->monitor_template;
+            rows.step = r.header.step;
+            const double *v = batch[i]->monitor_values.data();
+            for (auto &row : rows.rows)
+              for (auto &cell : row.values) {
+                cell.value = *v++;
+                cell.integer = cell.integer && !std::isnan(cell.value);  // an int column's NaN stays a float
+              }
+            r = monitor_record_make(std::move(r.header), batch[i]->monitor_prefix, rows);
+            for (auto &s : senders) s->send(r);
+            r.header.meta = nullptr;  // the rows' tree, made on this thread, is freed on it
           } else if (!batch[i]->value_json.empty()) {
             // Checked by capture_value unless the caller vouched for it; packed from its text
             // as the record is encoded, with no tree in between.

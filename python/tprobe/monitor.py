@@ -156,11 +156,26 @@ _GRAD_BATCH_ELEMENTS = 1 << 20
 
 
 class _Cell:
-    """One tensor's statistics: row `row` of `block` (monitor_reduce's result, on the device)."""
-    __slots__ = ("block", "row", "shape", "dtype")
+    """One tensor's statistics: row `row` of `block` (monitor_reduce's result, on the device).
+    `facts` is the row's fixed part as the row set of _send holds it: (shape tuple or None, dtype
+    text or None, the columns given as ints); shared by every cell of the same shape, dtype and
+    device kind (TrainerMon._facts), so that comparing a step's rows with the registered row set
+    costs an identity check per row."""
+    __slots__ = ("block", "row", "facts")
 
-    def __init__(self, block, row, shape, dtype):
-        self.block, self.row, self.shape, self.dtype = block, row, shape, dtype
+    def __init__(self, block, row, facts):
+        self.block, self.row, self.facts = block, row, facts
+
+    @property
+    def shape(self):
+        return None if self.facts[0] is None else list(self.facts[0])
+
+    @property
+    def dtype(self):
+        return self.facts[1]
+
+
+_NO_FACTS = (None, None, ())  # a None (msprobe's non-tensor input or output): NaN in every column
 
 
 class _ModuleContext:
@@ -262,6 +277,7 @@ class TrainerMon:
         # _row_values: the columns a CPU tensor's .item() gives as ints, for float and integer tensors.
         self._int_columns = [i for i, o in enumerate(self._reduced_ops) if o == "nans"]
         self._int_columns_integral = [i for i, o in enumerate(self._reduced_ops) if o in ("nans", "min", "max", "id")]
+        self._facts = {}  # (torch.Size, torch.dtype, on the CPU) -> _Cell.facts, for these columns
 
     def set_monitor(self, model, optimizer, grad_acc_steps=1, tp_group=None, dp_group=None, start_iteration=0):
         """Hooks `model` (a module, or a list of them: virtual pipeline chunks) and wraps
@@ -328,6 +344,7 @@ class TrainerMon:
         if self._closed:
             return
         self._closed = True
+        self._drop_mv_prefetch()
         problems = []
         try:
             counts = json.loads(self._ops.monitor_close())
@@ -434,6 +451,7 @@ class TrainerMon:
         self._call_id = 0
         self._call_ids = {}
         self._exp_avg_all = {}
+        self._drop_mv_prefetch()
 
     # ---- what is collected now ----
 
@@ -467,10 +485,24 @@ class TrainerMon:
                 by_device.setdefault(None, []).append((i, None))
         return list(by_device.values())
 
-    @staticmethod
-    def _place(cells, block, items):
+    def _place(self, cells, block, items):
+        on_cpu = block.device.type == "cpu"
+        memo = self._facts
         for row, (i, t) in enumerate(items):
-            cells[i] = _Cell(block, row, None, None) if t is None else _Cell(block, row, list(t.shape), str(t.dtype))
+            if t is None:
+                cells[i] = _Cell(block, row, _NO_FACTS)
+                continue
+            key = (t.shape, t.dtype, on_cpu)
+            facts = memo.get(key)
+            if facts is None:
+                facts = memo[key] = self._facts_of(tuple(t.shape), t.dtype, on_cpu)
+            cells[i] = _Cell(block, row, facts)
+
+    def _facts_of(self, shape, dtype, on_cpu):
+        # The columns _row_values gives as ints: a CPU tensor's .item() (none for a device tensor's).
+        text = str(dtype)
+        ints = () if not on_cpu else tuple(self._int_columns_integral if text in _INTEGRAL_DTYPES else self._int_columns)
+        return (shape, text, ints)
 
     def _reduce(self, tensors):
         """Cells of the statistics of `tensors` (tensors or anything else: NaN), one reduction per
@@ -776,23 +808,36 @@ class TrainerMon:
             self._micro[param] = 0
             self._acc_tags[param] = get_summary_writer_tag_name(name, "acc_grad", self.rank)
             acc = param.expand_as(param).grad_fn.next_functions[0][0]
-            self.handles.wgrads.append(acc.register_hook(functools.partial(self._param_hook, param=param, name=name)))
+            self.handles.wgrads.append(acc.register_hook(self._param_hook_of(param, name)))
             self.grad_accs.append(acc)
         self.weight_hooked = True
 
-    def _param_hook(self, *args, param, name):
-        micro = self._micro.get(param, 0)
-        if self.monitor_mbs_grad:
-            key = get_summary_writer_tag_name(f"{name}{NAME_SEP}{micro}", "acc_grad", self.rank)
-        else:
-            key = self._acc_tags.get(param) or get_summary_writer_tag_name(name, "acc_grad", self.rank)
-        self._register_call_id(key)
-        micro += 1
-        if (self.monitor_mbs_grad or micro == self.micro_batch_number) and self._collecting():
-            grad = self._grad_of(param)
-            if grad is not None:
-                self._defer_grad(key, grad)
-        self._micro[param] = 0 if micro == self.micro_batch_number else micro
+    def _param_hook_of(self, param, name):
+        """The AccumulateGrad hook of `param`: counts its micro-steps, and at the last one (every
+        one with monitor_mbs_grad) of a collected step hands its grad to _defer_grad. It runs once
+        per parameter per backward pass, so it is one closure with what it reads at hand (its
+        share of the monitor's step time was a dozen method calls)."""
+        monitor = self
+        micro_of = self._micro
+        acc_tag = self._acc_tags[param]
+
+        def hook(*args):
+            micro = micro_of.get(param, 0)
+            if monitor.monitor_mbs_grad:
+                key = get_summary_writer_tag_name(f"{name}{NAME_SEP}{micro}", "acc_grad", monitor.rank)
+            else:
+                key = acc_tag
+            monitor._call_ids[key] = monitor._call_id
+            monitor._call_id += 1
+            micro += 1
+            last = micro == monitor.micro_batch_number
+            if (last or monitor.monitor_mbs_grad) and monitor.monitoring and monitor._writes_here \
+                    and monitor._step_selected(monitor._step):
+                grad = monitor._grad_of(param)
+                if grad is not None:
+                    monitor._defer_grad(key, grad)
+            micro_of[param] = 0 if last else micro
+        return hook
 
     def _defer_grad(self, key, grad):
         """The grad as the hook sees it is reduced while the backward pass goes on (a CPU grad on the
@@ -907,11 +952,13 @@ class TrainerMon:
         if self.mv_distribution:
             m = self._param_map("exp_avg", exp_avg)
             v = self._param_map("exp_avg_sq", exp_avg_sq)
+        prefetched = self._take_mv_prefetch(m, v) if writes and self.mv_distribution else None
         if writes:
             # Both threads read: the worker exp_avg_sq, then post_grad (which goes on during the
             # step: the optimizer reads grads, it does not write them); this thread meanwhile
-            # exp_avg, then waits for exp_avg_sq, which the step writes.
-            v_started = self._reduce_start(list(v.values())) if v else None
+            # exp_avg, then waits for exp_avg_sq, which the step writes. Unless both moments were
+            # read already, after the last step (_prefetch_mv).
+            v_started = self._reduce_start(list(v.values())) if v and prefetched is None else None
             if grads:
                 if self._post_grad_on_step_thread:
                     self._grad_post.update(self._reduce_map(grads))
@@ -919,7 +966,9 @@ class TrainerMon:
                     tags = list(grads)
                     self._post_pending = (tags, [(g, g._version) for g in grads.values()],
                                           self._reduce_start([grads[t] for t in tags]))
-            if self.mv_distribution:
+            if prefetched is not None:
+                self._exp_avg, self._exp_avg_sq = prefetched
+            elif self.mv_distribution:
                 self._exp_avg = self._reduce_map(m)
                 self._exp_avg_sq = dict(zip(v, self._reduce_finish([v_started])[0])) if v else {}
         if self.param_distribution and writes:
@@ -939,6 +988,59 @@ class TrainerMon:
             if writes:
                 self._other = self._reduce_map(m)
 
+    # Adam's moments do not change between one optimizer step and the next (forward, backward
+    # and zero_grad leave them), and msprobe reads them before the step: they are read right
+    # after a step instead, on the worker thread while the next forward and backward run, and
+    # taken at the next step if nothing changed them (the same tensors, their versions unmoved).
+
+    def _mv_by_tag(self, optimizer):
+        """({exp_avg tag: tensor}, {exp_avg_sq tag: tensor}) as _pre_step's _param_map makes
+        them, no call id registered."""
+        state = self._optimizer_state(optimizer)
+        m, v = {}, {}
+        for param, name in self._param2name.items():
+            if param not in state:
+                continue
+            s = state[param]
+            if s.get("exp_avg") is not None:
+                m[get_summary_writer_tag_name(name, "exp_avg", self.rank)] = s["exp_avg"]
+            if s.get("exp_avg_sq") is not None:
+                v[get_summary_writer_tag_name(name, "exp_avg_sq", self.rank)] = s["exp_avg_sq"]
+        return m, v
+
+    def _prefetch_mv(self, optimizer):
+        self._drop_mv_prefetch()  # one not taken (a step that did not collect)
+        if not (self.mv_distribution and self.monitoring and self.optimizer_hooked and self._writes_here
+                and self._step_selected(self._step)) or self._send_failed or self._closed:
+            return
+        m, v = self._mv_by_tag(optimizer)
+        tensors = [t for t in (*m.values(), *v.values()) if torch.is_tensor(t)]
+        if len(tensors) != len(m) + len(v) or not tensors:
+            return
+        self._mv_prefetch = (tuple(m), tuple(v), [(t, t._version) for t in tensors], self._reduce_start(tensors))
+
+    def _take_mv_prefetch(self, m, v):
+        """The prefetched cells ({exp_avg tag: cell}, {exp_avg_sq tag: cell}) when they are of the
+        tensors `m` and `v` hold now, unchanged since; else None (read again)."""
+        pre, self._mv_prefetch = self._mv_prefetch, None
+        if pre is None:
+            return None
+        tags_m, tags_v, read, handle = pre
+        (cells,) = self._reduce_finish([handle])
+        now = [*m.values(), *v.values()]
+        if tags_m != tuple(m) or tags_v != tuple(v) or len(now) != len(read) \
+                or any(t is not n or t._version != version for (t, version), n in zip(read, now)):
+            return None
+        return dict(zip(tags_m, cells[:len(tags_m)])), dict(zip(tags_v, cells[len(tags_m):]))
+
+    def _drop_mv_prefetch(self):
+        pre, self._mv_prefetch = getattr(self, "_mv_prefetch", None), None
+        if pre is not None:
+            try:
+                self._reduce_finish([pre[3]])  # its ticket must not stay in the worker's table
+            except RuntimeError:
+                pass
+
     def _param_tags(self, stage):
         return {self._name2tag[name][stage]: p for name, p in self._name2param.items() if p.numel() != 0}
 
@@ -957,6 +1059,7 @@ class TrainerMon:
         self._step += 1
         self._dynamic_monitor()
         self._control_monitor()
+        self._prefetch_mv(optimizer)
 
     def _hook_step_final(self, optimizer):
         if getattr(optimizer, "_tprobe_monitor", None) is self:
@@ -1071,14 +1174,14 @@ class TrainerMon:
         over only its numbers (monitor_send_values): no JSON written and parsed per step."""
         if self._send_failed or self._closed:
             return
-        fixed = tuple((tag, cell.shape and tuple(cell.shape), cell.dtype, self._call_ids.get(tag, -1), self._int_columns_of(cell))
-                      for tag, cell in tags.items())
+        call_ids = self._call_ids
+        fixed = (tuple(tags), tuple([cell.facts for cell in tags.values()]), tuple([call_ids.get(t, -1) for t in tags]))
         known = self._rowsets.get((prefix, micro_step))
         if known is None or known[0] != fixed:
             width = len(self._reduced_ops)
             rows = [{"tag": tag, "values": [0 if i in ints else 0.0 for i in range(width)],
-                     "shape": shape and list(shape), "dtype": dtype, "call_id": call_id}
-                    for tag, shape, dtype, call_id, ints in fixed]
+                     "shape": None if shape is None else list(shape), "dtype": dtype, "call_id": call_id}
+                    for tag, (shape, dtype, ints), call_id in zip(*fixed)]
             meta = {"step": step, "ops": self._ops_list, "micro_step": micro_step, "rows": rows}
             handle = self._call_session(step, lambda: self._ops.monitor_rowset(json.dumps(meta)))
             if handle is None:
@@ -1089,11 +1192,10 @@ class TrainerMon:
             numbers.extend(values[id(cell.block)][cell.row])
         self._call_session(step, lambda: self._ops.monitor_send_values(prefix, step, known[1], numbers), sends=True)
 
-    def _int_columns_of(self, cell):
+    @staticmethod
+    def _int_columns_of(cell):
         """The columns _row_values gives as ints for this cell (none for a device tensor's)."""
-        if cell.dtype is None or cell.block.device.type != "cpu":
-            return ()
-        return tuple(self._int_columns_integral if cell.dtype in _INTEGRAL_DTYPES else self._int_columns)
+        return cell.facts[2]
 
     def _send_meta(self, prefix, step, meta):
         if self._send_failed or self._closed:

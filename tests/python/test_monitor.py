@@ -94,6 +94,12 @@ SCRIPT = textwrap.dedent("""
             c["dynamic_on"] = True
             with open(os.environ["MONITOR_CONFIG"], "w") as f:
                 json.dump(c, f)
+        if os.environ.get("MV_POKE_AT") == str(step):  # Adam's moments changed between two steps:
+            for p in model.parameters():
+                opt.state[p]["exp_avg"].mul_(2.0)  # in place (its version moves)
+        if os.environ.get("MV_REPLACE_AT") == str(step):
+            for p in model.parameters():
+                opt.state[p]["exp_avg_sq"] = opt.state[p]["exp_avg_sq"] * 3.0  # another tensor
         for micro in range(GA):
             where["micro"] = micro
             xs = x + SHIFT * step + 0.01 * micro
@@ -326,6 +332,18 @@ class MonitorTest(MonitorCase):
         with open(glob.glob(os.path.join(mon.rank_dir(), "actv_0-0.csv"))[0], newline="") as f:
             self.assertEqual(f.readline().rstrip("\n"),
                              "vpp_stage,name,step,micro_step,min,max,norm,mean,zeros,nans,shape,dtype")
+
+    def test_moments_read_after_a_step_are_read_again_when_changed(self):
+        """Adam's moments are read right after a step, for the next one (_prefetch_mv); a moment
+        changed in place or replaced before the next step is read again there: every exp_avg and
+        exp_avg_sq row is the tensor the optimizer sees at its step."""
+        config = monitor_config(mv_distribution=True)
+        mon = self.run_monitor(config, env={"MV_POKE_AT": "2", "MV_REPLACE_AT": "3"}, steps=5)
+        refs = mon.refs()
+        for prefix in ("exp_avg", "exp_avg_sq"):
+            expected = {(n, s, None): d[n] for s, d in enumerate(refs[prefix]) for n in d}
+            self.assertEqual({s for _, s, _ in expected}, {1, 2, 3, 4})
+            self.check_rows(mon.rows(prefix), expected, config["ops"])
 
     def test_losses_bit_identical_with_and_without(self):
         config = monitor_config(xy_distribution=True, all_xy=True, wg_distribution=True, mv_distribution=True,
