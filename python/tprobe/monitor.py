@@ -495,6 +495,8 @@ class TrainerMon:
             key = (t.shape, t.dtype, on_cpu)
             facts = memo.get(key)
             if facts is None:
+                if len(memo) >= 4096:  # activations of ever new shapes (variable sequence lengths)
+                    memo.clear()
                 facts = memo[key] = self._facts_of(tuple(t.shape), t.dtype, on_cpu)
             cells[i] = _Cell(block, row, facts)
 
