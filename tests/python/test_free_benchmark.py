@@ -26,6 +26,23 @@ import unittest
 
 from tprobe_testing import PYTHON
 
+
+def bf16_gelu_rounds_once():
+    """(forward, backward): whether this torch's bfloat16 gelu and gelu_backward give the float32
+    result rounded once, the premise of "a right kernel is named by nothing". torch 1.13 on a CPU
+    without AVX-512 computes them otherwise (about a third of the elements differ), and
+    improve_precision is right to name them there."""
+    import torch
+    g = torch.Generator().manual_seed(0)
+    x, dy = torch.randn(4096, generator=g).bfloat16(), torch.randn(4096, generator=g).bfloat16()
+    aten = torch.ops.aten
+    forward = torch.equal(aten.gelu(x), aten.gelu(x.float()).bfloat16())
+    backward = torch.equal(aten.gelu_backward(dy, x), aten.gelu_backward(dy.float(), x.float()).bfloat16())
+    return forward, backward
+
+
+GELU_FORWARD_EXACT, GELU_BACKWARD_EXACT = bf16_gelu_rounds_once()
+
 HEADER = ["rank", "pert_mode", "stage", "step", "api_name", "max_rel", "dtype", "shape", "output_index"]
 
 SCRIPT = textwrap.dedent("""
@@ -204,7 +221,16 @@ class FreeBenchmark(unittest.TestCase):
                       "(torch.bfloat16, torch.Size([6, 32]))", r.stderr)
         r, _, rows = train("gelu", config(list=["gelu"]), DTYPE="bfloat16")
         self.ok(r)
-        self.assertEqual(apis(rows), [], rows)
+        self.right_kernel_rows(rows, GELU_FORWARD_EXACT, 0.3)
+
+    def right_kernel_rows(self, rows, exact, broken_max_rel):
+        """The rows of the right bfloat16 gelu: none where this torch rounds it once; else the
+        kernel's own imprecision, named, an order below the broken kernel's."""
+        if exact:
+            self.assertEqual(apis(rows), [], rows)
+        else:
+            self.assertLessEqual(set(apis(rows)), {"Functional.gelu.0.forward"}, rows)
+            self.assertTrue(all(float(x["max_rel"]) < broken_max_rel / 3 for rs in rows.values() for x in rs), rows)
 
     def test_no_change_names_the_non_deterministic_operator_only(self):
         r, _, rows = train("jitter", config(pert_mode="no_change"))
@@ -222,7 +248,7 @@ class FreeBenchmark(unittest.TestCase):
         self.assertAlmostEqual(float(row["max_rel"]), 0.1, delta=0.03)
         r, _, rows = train("gelu", config(**section), DTYPE="bfloat16")
         self.ok(r)
-        self.assertEqual(apis(rows), [], rows)
+        self.right_kernel_rows(rows, GELU_BACKWARD_EXACT, 0.1)
 
     def test_fix_repairs_the_loss_of_a_broken_bf16_api(self):
         _, reference, _ = train("gelu", config(), TOOL="0")

@@ -114,6 +114,14 @@ TEST(Replay, BackwardPairsTprobesOneGradientPerArgument) {
   }
 }
 
+// Whether this LibTorch's CPU bfloat16 gemm accumulates in bfloat16 (torch 1.13 on a CPU without
+// AVX-512: 4096 ones sum to 256, not 4096): then a linear's gradients are worse than rounding, and
+// precheck is right to call them errors.
+bool bf16_gemm_accumulates_in_bf16() {
+  const auto ones = at::ones({8, 4096}, at::kBFloat16);  // 8 rows: a 1-row product takes a dot kernel that accumulates in float32
+  return at::mm(ones, ones.t().contiguous())[0][0].item<float>() != 4096.0f;
+}
+
 TEST(Replay, AutocastStartsFromTheInputsTheKernelReceived) {
   // Under autocast(bfloat16) F.linear gets float32 tensors, casts them, returns bfloat16; its input
   // gradients are float32 carrying bfloat16 rounding. Correct kernels pass.
@@ -137,7 +145,10 @@ TEST(Replay, AutocastStartsFromTheInputsTheKernelReceived) {
     api_judgement j = judge_api(r, d);
     judge_against_rounding(j, r, d);
     EXPECT_EQ(j.result.forward, status::pass) << j.details.at(0).message;
-    EXPECT_EQ(j.result.backward, status::pass) << j.details.at(1).message;
+    if (bf16_gemm_accumulates_in_bf16())
+      EXPECT_NE(j.result.backward, status::pass) << "this torch's bf16 gemm accumulates in bf16: its gradients are worse than rounding";
+    else
+      EXPECT_EQ(j.result.backward, status::pass) << j.details.at(1).message;
   }
 }
 
