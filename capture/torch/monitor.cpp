@@ -13,8 +13,10 @@
 //     reload; the check before a direct-mode pipeline starts).
 //   monitor_reduce(Tensor?[] xs, str ops, float eps) -> Tensor
 //     msprobe's statistics (module_metric.py, features.py) of every tensor, computed where the
-//     tensors are: a float64 [len(xs), len(ops)] tensor on their device (the first tensor's; a
-//     tensor on another device is moved there; CPU when none is given). ops: comma-separated, of
+//     tensors are: a float64 [len(xs), len(ops)] tensor on their device (the first non-CPU
+//     tensor's, else the CPU; each tensor is reduced where it is and its row moved there, so a
+//     device tensor is never read to the host here). A float8 tensor is reduced as float32
+//     (msprobe's). ops: comma-separated, of
 //     min, max, norm, mean, zeros, nans, id (shape and dtype are the caller's). No host sync: the
 //     caller stacks a step's results and reads them once.
 //       min / max   torch.min / torch.max in x's dtype (NaN propagates)
@@ -28,11 +30,13 @@
 //     An op that throws (torch's RuntimeError: min of an empty tensor, abs of a bool) gives NaN,
 //     as msprobe's Metric.get_metric; a None (msprobe's non-tensor input or output) gives NaN
 //     for every op.
-//   monitor_reduce_start(Tensor?[] xs, str ops, float eps) -> int
+//   monitor_reduce_start(Tensor?[] xs, str ops, float eps, bool early=False) -> int
 //     monitor_reduce's result, begun and not waited for: a ticket for monitor_reduce_finish. CPU
 //     tensors are reduced on the monitor's worker thread, in the order started, while the training
 //     thread goes on (the backward pass, the optimizer step), unless they are fewer than 2^18
-//     elements in all (then at once, here: cheaper than the hand-over); any other device's reductions are
+//     elements in all (then at once, here: cheaper than the hand-over and the wait for it soon
+//     after) and not `early` (the caller finishes the ticket long after: the optimizer step's
+//     grads, the moments read for the next step); any other device's reductions are
 //     queued on that device now, as monitor_reduce queues them. The caller must not change the
 //     tensors until it has finished the ticket (TrainerMon finishes a backward pass's grads in the
 //     pass's final callback, and the step's grads before optimizer.step returns) and checks their
@@ -48,10 +52,12 @@
 //     session does not take it (detached, stopped by a stage). Throws on TPROBE_ERROR.
 //   monitor_rowset(str rows_json) -> int
 //     Registers a prefix's fixed rows (tprobe_monitor_rowset: monitor_send's meta whose values are
-//     templates, a JSON int marking an int column); returns its handle for monitor_send_values.
+//     templates, a JSON int marking an int column); returns its handle for monitor_send_rows.
 //     Handles live as long as the session.
-//   monitor_send_values(str prefix, int step, int rowset, float[] values) -> bool
-//     monitor_send with a row set and the step's numbers, row after row (no JSON per step).
+//   monitor_send_rows(str prefix, int step, int rowset, Tensor[] blocks, int[] spans) -> bool
+//     monitor_send with a row set and the step's numbers (no JSON per step): the rows, in order,
+//     of spans, triples (index into blocks, first row, rows); every block a contiguous float64 CPU
+//     [n, k] tensor (monitor_reduce's, read to the host). A span outside its block throws.
 //   monitor_control() -> str
 //     "off" / "on" when a stage turned the monitor off or on through the control path since the
 //     last call (tprobe_monitor_control), else "". TrainerMon asks after each optimizer step.
@@ -76,6 +82,7 @@
 #include <unordered_map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -110,6 +117,16 @@ std::vector<op> parse_ops(const std::string &text) {
     else throw std::runtime_error("tprobe: monitor_reduce: unknown op \"" + name + "\" (min, max, norm, mean, zeros, nans, id)");
   }
   return out;
+}
+
+// The tensor a statistic reads: detached, dense, and float8 (torch >= 2.1) widened to float32, as
+// msprobe's monitor does before its statistics (the name test keeps this source building on the
+// torch versions without those dtypes).
+at::Tensor readable(const at::Tensor &given) {
+  at::Tensor x = given.detach();
+  if (x.is_sparse()) x = x.to_dense();
+  if (std::string_view(c10::toString(x.scalar_type())).substr(0, 6) == "Float8") x = x.to(at::kFloat);
+  return x;
 }
 
 at::Tensor norm_of(const at::Tensor &x64) {
@@ -204,9 +221,8 @@ bool one_pass_fits(const at::Tensor &x) {
 // The CPU case: each statistic's value goes straight into the result (.item(), no sync on the host),
 // instead of a 0-dim tensor per value, its cast to float64 and one stack of them all: a CPU step's
 // small tensors cost their statistics' kernels, not twice as many allocations. The values are the
-// same: a float, half or integer scalar read as double is the cast .to(kDouble) makes. A tensor on
-// another device (the first one given is on the CPU) is reduced there and read, as the general path's
-// .to(device) of its statistics would.
+// same: a float, half or integer scalar read as double is the cast .to(kDouble) makes. Every tensor
+// given here is on the CPU (monitor_reduce sends any list with a device tensor to the general path).
 at::Tensor reduce_on_host(const c10::List<c10::optional<at::Tensor>> &xs, const std::vector<op> &ops, double eps,
                           int64_t n, int64_t k) {
   const double quiet_nan = std::numeric_limits<double>::quiet_NaN();
@@ -224,8 +240,7 @@ at::Tensor reduce_on_host(const c10::List<c10::optional<at::Tensor>> &xs, const 
       else one_pass(given->data_ptr<double>(), given->numel(), ops, eps, row);
       continue;
     }
-    at::Tensor x = given->detach();
-    if (x.is_sparse()) x = x.to_dense();
+    const at::Tensor x = readable(*given);
     at::Tensor x64;
     for (int64_t j = 0; j < k; ++j) {
       try {
@@ -243,10 +258,10 @@ at::Tensor monitor_reduce(const c10::List<c10::optional<at::Tensor>> &xs, const 
   const std::vector<op> ops = parse_ops(ops_text);
   at::DisableRecordFunctionGuard no_record;
   at::NoGradGuard no_grad;
-  c10::Device device(c10::kCPU);
+  c10::Device device(c10::kCPU);  // the first non-CPU tensor's: no device tensor read to the host here
   for (size_t i = 0; i < xs.size(); ++i) {
     const c10::optional<at::Tensor> t = xs.get(i);
-    if (t && t->defined()) {
+    if (t && t->defined() && !t->device().is_cpu()) {
       device = t->device();
       break;
     }
@@ -264,8 +279,7 @@ at::Tensor monitor_reduce(const c10::List<c10::optional<at::Tensor>> &xs, const 
       cells.insert(cells.end(), ops.size(), nan);
       continue;
     }
-    at::Tensor x = given->detach();
-    if (x.is_sparse()) x = x.to_dense();
+    const at::Tensor x = readable(*given);
     at::Tensor x64;
     for (op o : ops) {
       at::Tensor v;
@@ -347,7 +361,8 @@ reduce_worker &the_worker() {
 // Below this many elements a CPU reduction runs on the caller's thread (monitor_reduce_start).
 constexpr int64_t worker_min_elements = int64_t{1} << 18;
 
-int64_t monitor_reduce_start(const c10::List<c10::optional<at::Tensor>> &xs, const std::string &ops_text, double eps) {
+int64_t monitor_reduce_start(const c10::List<c10::optional<at::Tensor>> &xs, const std::string &ops_text, double eps,
+                             bool early) {
   (void)parse_ops(ops_text);  // a bad ops text is the caller's error, thrown on its thread
   bool on_host = true;
   int64_t elements = 0;
@@ -359,7 +374,7 @@ int64_t monitor_reduce_start(const c10::List<c10::optional<at::Tensor>> &xs, con
   // Queued on the device now (nothing for the worker to do), or so few elements that reading them
   // here costs less than handing them over (one pass reads 2^18 float32s in about 45 µs; waking the
   // worker and waiting for it costs more): a small model's grads stay on this thread.
-  if (!on_host || elements < worker_min_elements) {
+  if (!on_host || (elements < worker_min_elements && !early)) {
     reduce_result r;
     r.block = monitor_reduce(xs, ops_text, eps);
     r.done = true;
@@ -468,7 +483,23 @@ int64_t monitor_rowset(std::string rows_json) {
   return handle;
 }
 
-bool monitor_send_values(std::string prefix, int64_t step, int64_t rowset, std::vector<double> values) {
+bool monitor_send_rows(std::string prefix, int64_t step, int64_t rowset, std::vector<at::Tensor> blocks,
+                       std::vector<int64_t> spans) {
+  if (spans.size() % 3 != 0) throw std::runtime_error("tprobe: monitor_send_rows: spans are not (block, row, rows) triples");
+  for (const at::Tensor &b : blocks)
+    if (!b.device().is_cpu() || b.scalar_type() != at::kDouble || b.dim() != 2 || !b.is_contiguous())
+      throw std::runtime_error("tprobe: monitor_send_rows: a block is not a contiguous float64 CPU matrix");
+  std::vector<double> values;
+  for (size_t i = 0; i < spans.size(); i += 3) {
+    const int64_t which = spans[i], first = spans[i + 1], rows = spans[i + 2];
+    if (which < 0 || which >= static_cast<int64_t>(blocks.size()))
+      throw std::runtime_error("tprobe: monitor_send_rows: a span names no block");
+    const at::Tensor &b = blocks[static_cast<size_t>(which)];
+    if (first < 0 || rows < 0 || first + rows > b.size(0))
+      throw std::runtime_error("tprobe: monitor_send_rows: a span is outside its block");
+    const double *from = b.data_ptr<double>() + first * b.size(1);
+    values.insert(values.end(), from, from + rows * b.size(1));
+  }
   monitor_session &m = the_monitor();
   std::lock_guard lock(m.mutex);
   const int rc = tprobe_capture_monitor_values(open_session(m), prefix.c_str(), step, static_cast<int>(rowset),
@@ -477,8 +508,6 @@ bool monitor_send_values(std::string prefix, int64_t step, int64_t rowset, std::
   return rc == TPROBE_OK;
 }
 
-// "on", "off" (a stage turned the monitor on or off through the control path since the last
-// call) or "".
 std::string monitor_control() {
   monitor_session &m = the_monitor();
   std::lock_guard lock(m.mutex);
@@ -525,10 +554,10 @@ TORCH_LIBRARY_FRAGMENT(tprobe, m) {
   m.def("monitor_open(str config_path, int rank, str options) -> str", &monitor_open);
   m.def("monitor_config_check(str config_path) -> str", &monitor_config_check);
   m.def("monitor_reduce(Tensor?[] xs, str ops, float eps) -> Tensor", &monitor_reduce);
-  m.def("monitor_reduce_start(Tensor?[] xs, str ops, float eps) -> int", &monitor_reduce_start);
+  m.def("monitor_reduce_start(Tensor?[] xs, str ops, float eps, bool early=False) -> int", &monitor_reduce_start);
   m.def("monitor_reduce_finish(int[] tickets) -> Tensor[]", &monitor_reduce_finish);
   m.def("monitor_rowset(str rows_json) -> int", &monitor_rowset);
-  m.def("monitor_send_values(str prefix, int step, int rowset, float[] values) -> bool", &monitor_send_values);
+  m.def("monitor_send_rows(str prefix, int step, int rowset, Tensor[] blocks, int[] spans) -> bool", &monitor_send_rows);
   m.def("monitor_send(str prefix, int step, str meta) -> bool", &monitor_send);
   m.def("monitor_control() -> str", &monitor_control);
   m.def("monitor_counters() -> str", &monitor_counters);

@@ -36,8 +36,10 @@ Differences from msprobe, on purpose (docs/pytorch.md, "Monitor"):
 import atexit
 import functools
 import inspect
+import itertools
 import json
 import math
+import operator
 import os
 import re
 import sys
@@ -54,6 +56,8 @@ SQUASH_PATTERNS = [re.compile(p) for p in (r"^.*\.(layers?\..*)", r"^.*\.(embedd
                                            r"^.*\.(output.*)", r"^.*\.(norm.*)")]
 # torch's float8 dtypes (torch >= 2.1), reduced as float32 (msprobe's): a set, not a name test per tensor.
 _FLOAT8_DTYPES = frozenset(getattr(torch, n) for n in dir(torch) if n.startswith("float8"))
+# The types monitor_reduce takes as they are (_readable): anything else is looked at one by one.
+_PLAIN_TYPES = frozenset((torch.Tensor, torch.nn.Parameter, type(None)))
 _INTEGRAL_DTYPES = {"torch.uint8", "torch.int8", "torch.int16", "torch.int32", "torch.int64"}
 _FORWARD_HOOK_KWARGS = "with_kwargs" in inspect.signature(torch.nn.Module.register_forward_hook).parameters
 
@@ -150,31 +154,37 @@ def _stack_text():
     return "".join(lines)
 
 
-# Grads started together on the worker (TrainerMon._defer_grad): large enough that a pass of small
-# grads costs few calls, small enough that the last batch, waited for at the end of the pass, is short.
+# Grads started together on the worker (the AccumulateGrad hooks of TrainerMon._param_hook_of):
+# large enough that a pass of small grads costs few calls, small enough that the last batch,
+# waited for at the end of the pass, is short. (Smaller batches, handed to the worker as the pass
+# goes on, cost the transformer bench's step more than they moved off it: each hand-over wakes the
+# worker.)
 _GRAD_BATCH_ELEMENTS = 1 << 20
 
 
-class _Cell:
+class _Cell(tuple):
     """One tensor's statistics: row `row` of `block` (monitor_reduce's result, on the device).
     `facts` is the row's fixed part as the row set of _send holds it: (shape tuple or None, dtype
     text or None, the columns given as ints); shared by every cell of the same shape, dtype and
     device kind (TrainerMon._facts), so that comparing a step's rows with the registered row set
-    costs an identity check per row."""
-    __slots__ = ("block", "row", "facts")
-
-    def __init__(self, block, row, facts):
-        self.block, self.row, self.facts = block, row, facts
+    costs an identity check per row. A tuple (block, row, facts): a reduction's cells are made by
+    one map over its rows, no Python call per tensor."""
+    __slots__ = ()
+    block = property(operator.itemgetter(0))
+    row = property(operator.itemgetter(1))
+    facts = property(operator.itemgetter(2))
 
     @property
     def shape(self):
-        return None if self.facts[0] is None else list(self.facts[0])
+        return None if self[2][0] is None else list(self[2][0])
 
     @property
     def dtype(self):
-        return self.facts[1]
+        return self[2][1]
 
 
+_BLOCK = operator.itemgetter(0)
+_FACTS = operator.itemgetter(2)
 _NO_FACTS = (None, None, ())  # a None (msprobe's non-tensor input or output): NaN in every column
 
 
@@ -437,6 +447,8 @@ class TrainerMon:
         self._origin2squash = {}
         self._duplicate = {}
         self._name2tag = {}
+        self._post_grad_plan = []  # _register_param_name's
+        self._stage_tags = {"exp_avg": (), "exp_avg_sq": (), "mg_direction": ()}
         self._micro = {}  # param -> micro step of its AccumulateGrad hook
         self._acc_tags = {}  # param -> its acc_grad tag (without monitor_mbs_grad)
         # AccumulateGrad hooks of a backward pass hand their grads here; one reduction at the end
@@ -468,74 +480,68 @@ class TrainerMon:
         self._call_ids[tag] = self._call_id
         self._call_id += 1
 
+    def _register_call_ids(self, tags):
+        self._call_ids.update(zip(tags, itertools.count(self._call_id)))
+        self._call_id += len(tags)
+
     # ---- reductions ----
 
     @staticmethod
-    def _by_device(tensors):
-        """(device, [(index, tensor or None)]) groups of `tensors`, as monitor_reduce takes them."""
-        by_device = {}
-        for i, t in enumerate(tensors):
-            if torch.is_tensor(t):
-                if t.__class__.__name__ == "DTensor":
-                    t = t.to_local()
-                if t.dtype in _FLOAT8_DTYPES:
-                    t = t.float()
-                by_device.setdefault(t.device, []).append((i, t))
-            else:
-                by_device.setdefault(None, []).append((i, None))
-        return list(by_device.values())
+    def _readable(tensors):
+        """`tensors` as monitor_reduce takes them: a tensor, or None for anything else (NaN); a
+        DTensor's local shard. The usual list (plain tensors and None) is taken as it is, checked
+        by one pass over the types, not a Python test per tensor."""
+        if _PLAIN_TYPES.issuperset(map(type, tensors)):
+            return tensors if isinstance(tensors, list) else list(tensors)
+        return [(t.to_local() if t.__class__.__name__ == "DTensor" else t) if torch.is_tensor(t) else None
+                for t in tensors]
 
-    def _place(self, cells, block, items):
-        on_cpu = block.device.type == "cpu"
+    def _cells(self, block, xs):
+        """The cells of monitor_reduce's `block` of the tensors `xs` (_readable's list)."""
         memo = self._facts
-        for row, (i, t) in enumerate(items):
+        facts = []
+        for t in xs:
             if t is None:
-                cells[i] = _Cell(block, row, _NO_FACTS)
+                facts.append(_NO_FACTS)
                 continue
-            key = (t.shape, t.dtype, on_cpu)
-            facts = memo.get(key)
-            if facts is None:
+            key = (t.shape, t.dtype, t.is_cpu)
+            f = memo.get(key)
+            if f is None:
                 if len(memo) >= 4096:  # activations of ever new shapes (variable sequence lengths)
                     memo.clear()
-                facts = memo[key] = self._facts_of(tuple(t.shape), t.dtype, on_cpu)
-            cells[i] = _Cell(block, row, facts)
+                f = memo[key] = self._facts_of(*key)
+            facts.append(f)
+        return list(map(_Cell, zip(itertools.repeat(block), itertools.count(), facts)))
 
     def _facts_of(self, shape, dtype, on_cpu):
         # The columns _row_values gives as ints: a CPU tensor's .item() (none for a device tensor's).
-        text = str(dtype)
+        # A float8 tensor is reduced as float32 (monitor_reduce): its row reads float32, msprobe's.
+        text = str(torch.float32 if dtype in _FLOAT8_DTYPES else dtype)
         ints = () if not on_cpu else tuple(self._int_columns_integral if text in _INTEGRAL_DTYPES else self._int_columns)
-        return (shape, text, ints)
+        return (tuple(shape), text, ints)
 
     def _reduce(self, tensors):
-        """Cells of the statistics of `tensors` (tensors or anything else: NaN), one reduction per
-        device, nothing read."""
-        cells = [None] * len(tensors)
-        for items in self._by_device(tensors):
-            with torch.no_grad():
-                block = self._ops.monitor_reduce([t for _, t in items], self._reduced_text, float(self.eps))
-            self._place(cells, block, items)
-        return cells
+        """Cells of the statistics of `tensors` (tensors or anything else: NaN), one reduction,
+        nothing read to the host."""
+        xs = self._readable(tensors)
+        with torch.no_grad():
+            block = self._ops.monitor_reduce(xs, self._reduced_text, float(self.eps))
+        return self._cells(block, xs)
 
-    def _reduce_start(self, tensors):
-        """The statistics of `tensors` begun, not waited for (monitor_reduce_start: a CPU tensor's on
-        the worker thread while training goes on): a handle for _reduce_finish. The tensors must not
-        change until then."""
-        groups = self._by_device(tensors)
-        tickets = [self._ops.monitor_reduce_start([t for _, t in items], self._reduced_text, float(self.eps))
-                   for items in groups]
-        return len(tensors), groups, tickets
+    def _reduce_start(self, tensors, early=False):
+        """The statistics of `tensors` begun, not waited for (monitor_reduce_start: CPU tensors'
+        on the worker thread while training goes on; `early`: whatever their size, as the handle
+        is finished long after): a handle for _reduce_finish. The tensors must not change until
+        then."""
+        xs = self._readable(tensors)
+        return xs, self._ops.monitor_reduce_start(xs, self._reduced_text, float(self.eps), early)
 
     def _reduce_finish(self, handles):
         """The cells of each handle of _reduce_start, all waited for in one call."""
-        tickets = [t for _, _, ts in handles for t in ts]
-        blocks = iter(self._ops.monitor_reduce_finish(tickets) if tickets else [])
-        out = []
-        for n, groups, _ in handles:
-            cells = [None] * n
-            for items in groups:
-                self._place(cells, next(blocks), items)
-            out.append(cells)
-        return out
+        if not handles:
+            return []
+        blocks = self._ops.monitor_reduce_finish([ticket for _, ticket in handles])
+        return [self._cells(block, xs) for (xs, _), block in zip(handles, blocks)]
 
     def _reduce_map(self, tag2tensor):
         tags = list(tag2tensor)
@@ -543,9 +549,7 @@ class TrainerMon:
 
     def _read(self, cells):
         """The host values of `cells`: each block read once, one transfer per device."""
-        blocks = {}
-        for c in cells:
-            blocks.setdefault(id(c.block), c.block)
+        blocks = {id(b): b for b in map(_BLOCK, cells)}
         groups = {}
         for key, block in blocks.items():
             groups.setdefault((block.device, block.shape[1]), []).append((key, block))
@@ -647,7 +651,14 @@ class TrainerMon:
                 if self.dp_group is not None and dist.get_rank(group=self.dp_group) != 0:
                     self._duplicate[name] = True
                 self._name2tag[name] = {k: get_summary_writer_tag_name(name, k, self.rank)
-                                        for k in ("pre_grad", "post_grad", "param_origin", "param_updated")}
+                                        for k in ("pre_grad", "post_grad", "param_origin", "param_updated",
+                                                  "exp_avg", "exp_avg_sq", "mg_direction")}
+        # What _pre_step reads every step, in _param2name's order: (param, post_grad tag) of the
+        # params whose grads this rank writes, and each stage's tags of every param.
+        self._post_grad_plan = [(p, self._name2tag[n]["post_grad"]) for p, n in self._param2name.items()
+                                if not self._duplicate.get(n)]
+        self._stage_tags = {k: tuple(self._name2tag[n][k] for n in self._param2name.values())
+                            for k in ("exp_avg", "exp_avg_sq", "mg_direction")}
 
     def _module_target(self, module_name, vpp_stage):
         squashed = vpp_stage + squash_param_name(module_name, self.squash_name)
@@ -816,7 +827,7 @@ class TrainerMon:
 
     def _param_hook_of(self, param, name):
         """The AccumulateGrad hook of `param`: counts its micro-steps, and at the last one (every
-        one with monitor_mbs_grad) of a collected step hands its grad to _defer_grad. It runs once
+        one with monitor_mbs_grad) of a collected step hands its grad to _grad_batch. It runs once
         per parameter per backward pass, so it is one closure with what it reads at hand (its
         share of the monitor's step time was a dozen method calls)."""
         monitor = self
@@ -825,38 +836,37 @@ class TrainerMon:
 
         def hook(*args):
             micro = micro_of.get(param, 0)
-            if monitor.monitor_mbs_grad:
-                key = get_summary_writer_tag_name(f"{name}{NAME_SEP}{micro}", "acc_grad", monitor.rank)
-            else:
-                key = acc_tag
+            mbs = monitor.monitor_mbs_grad
+            key = get_summary_writer_tag_name(f"{name}{NAME_SEP}{micro}", "acc_grad", monitor.rank) if mbs else acc_tag
             monitor._call_ids[key] = monitor._call_id
             monitor._call_id += 1
             micro += 1
             last = micro == monitor.micro_batch_number
-            if (last or monitor.monitor_mbs_grad) and monitor.monitoring and monitor._writes_here \
-                    and monitor._step_selected(monitor._step):
-                grad = monitor._grad_of(param)
-                if grad is not None:
-                    monitor._defer_grad(key, grad)
             micro_of[param] = 0 if last else micro
+            if (last or mbs) and monitor.monitoring and monitor._writes_here and monitor._step_selected(monitor._step):
+                grad = monitor._grad_of(param) if monitor.params_have_main_grad else param.grad
+                if grad is not None:
+                    batch = monitor._grad_batch
+                    batch.append((key, grad, grad._version))
+                    monitor._grad_batch_elements += grad.numel()
+                    if monitor._grad_batch_elements >= _GRAD_BATCH_ELEMENTS:
+                        monitor._start_grad_batch()
+                    if not monitor._flush_queued:
+                        monitor._queue_flush()
         return hook
 
-    def _defer_grad(self, key, grad):
-        """The grad as the hook sees it is reduced while the backward pass goes on (a CPU grad on the
-        worker thread, a device grad on its device) and waited for at the end of the pass (the
-        autograd engine's final callback runs before backward() returns: before the user's code, a
-        clip_grad_norm_ say, can change a grad; an in-place change within the pass is caught by the
-        version check in _flush_grads)."""
-        self._grad_batch.append((key, grad, grad._version))
-        self._grad_batch_elements += grad.numel()
-        if self._grad_batch_elements >= _GRAD_BATCH_ELEMENTS:
-            self._start_grad_batch()
-        if not self._flush_queued:
-            try:
-                torch.autograd.Variable._execution_engine.queue_callback(self._flush_grads)
-                self._flush_queued = True
-            except RuntimeError:  # not inside a backward pass (a hook called by hand): now
-                self._flush_grads()
+    # The grad as the hook sees it is reduced while the backward pass goes on (a CPU grad on the
+    # worker thread, a device grad on its device) and waited for at the end of the pass (the
+    # autograd engine's final callback runs before backward() returns: before the user's code, a
+    # clip_grad_norm_ say, can change a grad; an in-place change within the pass is caught by the
+    # version check in _flush_grads). The hook appends (tag, grad, grad._version) to _grad_batch.
+
+    def _queue_flush(self):
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._flush_grads)
+            self._flush_queued = True
+        except RuntimeError:  # not inside a backward pass (a hook called by hand): now
+            self._flush_grads()
 
     def _start_grad_batch(self):
         batch, self._grad_batch, self._grad_batch_elements = self._grad_batch, [], 0
@@ -870,12 +880,12 @@ class TrainerMon:
         if not pending:
             return
         for (batch, _), cells in zip(pending, self._reduce_finish([handle for _, handle in pending])):
-            for (key, grad, version), cell in zip(batch, cells):
-                if grad._version != version:
-                    self._warn_once("grad_version", f"{key}: the grad changed in place between its AccumulateGrad "
-                                                    "hook and the end of the backward pass; its acc_grad row may "
-                                                    "hold the values of either")
-                self._grad_pre[key] = cell
+            moved = [key for key, grad, version in batch if grad._version != version]
+            if moved:
+                self._warn_once("grad_version", f"{moved[0]}: the grad changed in place between its AccumulateGrad "
+                                                "hook and the end of the backward pass; its acc_grad row may "
+                                                "hold the values of either")
+            self._grad_pre.update(zip([key for key, _, _ in batch], cells))
 
     def _finish_post_grad(self):
         """Waits for the post_grad statistics _pre_step began (before optimizer.step returns: before
@@ -909,13 +919,11 @@ class TrainerMon:
         return state
 
     def _param_map(self, tag, tensors):
-        out = {}
-        for name in self._param2name.values():
-            key = get_summary_writer_tag_name(name, tag, self.rank)
-            self._register_call_id(key)
-            if tensors.get(name) is not None:
-                out[key] = tensors[name]
-        return out
+        """{tag: tensor} of stage `tag` (exp_avg, exp_avg_sq, mg_direction) from {param name:
+        tensor or None}; every param's tag takes a call id, present or not (msprobe's)."""
+        tags = self._stage_tags[tag]
+        self._register_call_ids(tags)
+        return {key: t for key, t in zip(tags, map(tensors.get, self._param2name.values())) if t is not None}
 
     def _pre_step(self, optimizer):
         if self.print_struct and any(v for v in self._module_struct.values()) and not self.struct_printed:
@@ -929,24 +937,24 @@ class TrainerMon:
         if self.wg_distribution:
             # Reduced again, not taken from acc_grad's cells: an in-place change since the hook
             # (dist.all_reduce, .data) need not move the grad's version counter.
-            for param, name in self._param2name.items():
-                if self._duplicate.get(name):
-                    continue
-                grad = self._grad_of(param)
-                if grad is None:
-                    self._warn_once(("grad", name), f"grad is None: {name}, maybe something wrong happened.")
-                    continue
-                if grad.__class__.__name__ == "DTensor":
-                    grad = grad.to_local()
-                tag = self._name2tag[name]["post_grad"]
-                self._register_call_id(tag)
-                grads[tag] = grad
+            plan = self._post_grad_plan
+            if self.params_have_main_grad:
+                read = [self._grad_of(param) for param, _ in plan]
+            else:
+                read = [param.grad for param, _ in plan]
+            grads = {tag: grad for (_, tag), grad in zip(plan, read) if grad is not None}
+            if len(grads) != len(plan):
+                for (param, _), grad in zip(plan, read):
+                    if grad is None:
+                        name = self._param2name[param]
+                        self._warn_once(("grad", name), f"grad is None: {name}, maybe something wrong happened.")
+            self._register_call_ids(tuple(grads))
         exp_avg, exp_avg_sq = {}, {}
         if self.mv_distribution or self.mg_direction:
             state = self._optimizer_state(optimizer)
             for param, name in self._param2name.items():
-                if param in state:
-                    s = state[param]
+                s = state.get(param)
+                if s is not None:
                     exp_avg[name] = s.get("exp_avg")
                     if self.mv_distribution:
                         exp_avg_sq[name] = s.get("exp_avg_sq")
@@ -967,7 +975,7 @@ class TrainerMon:
                 else:
                     tags = list(grads)
                     self._post_pending = (tags, [(g, g._version) for g in grads.values()],
-                                          self._reduce_start([grads[t] for t in tags]))
+                                          self._reduce_start([grads[t] for t in tags], early=True))
             if prefetched is not None:
                 self._exp_avg, self._exp_avg_sq = prefetched
             elif self.mv_distribution:
@@ -1000,14 +1008,14 @@ class TrainerMon:
         them, no call id registered."""
         state = self._optimizer_state(optimizer)
         m, v = {}, {}
-        for param, name in self._param2name.items():
-            if param not in state:
+        for param, tag_m, tag_v in zip(self._param2name, self._stage_tags["exp_avg"], self._stage_tags["exp_avg_sq"]):
+            s = state.get(param)
+            if s is None:
                 continue
-            s = state[param]
             if s.get("exp_avg") is not None:
-                m[get_summary_writer_tag_name(name, "exp_avg", self.rank)] = s["exp_avg"]
+                m[tag_m] = s["exp_avg"]
             if s.get("exp_avg_sq") is not None:
-                v[get_summary_writer_tag_name(name, "exp_avg_sq", self.rank)] = s["exp_avg_sq"]
+                v[tag_v] = s["exp_avg_sq"]
         return m, v
 
     def _prefetch_mv(self, optimizer):
@@ -1019,7 +1027,8 @@ class TrainerMon:
         tensors = [t for t in (*m.values(), *v.values()) if torch.is_tensor(t)]
         if len(tensors) != len(m) + len(v) or not tensors:
             return
-        self._mv_prefetch = (tuple(m), tuple(v), [(t, t._version) for t in tensors], self._reduce_start(tensors))
+        self._mv_prefetch = (tuple(m), tuple(v), [(t, t._version) for t in tensors],
+                             self._reduce_start(tensors, early=True))
 
     def _take_mv_prefetch(self, m, v):
         """The prefetched cells ({exp_avg tag: cell}, {exp_avg_sq tag: cell}) when they are of the
@@ -1158,10 +1167,10 @@ class TrainerMon:
         if self._other:
             sends.append(("other", False, self._other))
         cells = [c for _, _, tags in sends for c in tags.values()]
-        values = self._read(cells) if cells else {}  # the step's one host read (per device)
+        host = self._host_blocks(cells) if cells else {}  # the step's one host read (per device)
         for prefix, micro_step, tags in sends:
             if tags:
-                self._send(prefix, step, micro_step, tags, values)
+                self._send(prefix, step, micro_step, tags, host)
         for ctx in self._fwd_ctx.values():
             ctx.actv.clear()
         self._other = {}
@@ -1170,14 +1179,15 @@ class TrainerMon:
             self.stack_info = False
             self.handles.remove("stack")
 
-    def _send(self, prefix, step, micro_step, tags, values):
+    def _send(self, prefix, step, micro_step, tags, host):
         """One prefix's rows of the step. Their fixed part (tags, shapes, dtypes, call ids, which
         columns hold ints) is registered with the session once, as a row set; each step then hands
-        over only its numbers (monitor_send_values): no JSON written and parsed per step."""
+        over only its blocks and which of their rows (monitor_send_rows): no JSON written and parsed,
+        no Python float made, per step. `host`: _host_blocks' {id(block): host block}."""
         if self._send_failed or self._closed:
             return
-        call_ids = self._call_ids
-        fixed = (tuple(tags), tuple([cell.facts for cell in tags.values()]), tuple([call_ids.get(t, -1) for t in tags]))
+        cells = list(tags.values())
+        fixed = (tuple(tags), tuple(map(_FACTS, cells)), tuple(map(self._call_ids.get, tags, itertools.repeat(-1))))
         known = self._rowsets.get((prefix, micro_step))
         if known is None or known[0] != fixed:
             width = len(self._reduced_ops)
@@ -1189,10 +1199,39 @@ class TrainerMon:
             if handle is None:
                 return
             known = self._rowsets[(prefix, micro_step)] = (fixed, handle)
-        numbers = []
-        for cell in tags.values():
-            numbers.extend(values[id(cell.block)][cell.row])
-        self._call_session(step, lambda: self._ops.monitor_send_values(prefix, step, known[1], numbers), sends=True)
+        # Spans (block, first row, rows): a reduction's cells in their order are one span.
+        blocks, spans, index = [], [], {}
+        last, following = None, -1
+        for block, row, _ in cells:
+            if block is last and row == following:
+                spans[-1] += 1
+            else:
+                i = index.get(id(block))
+                if i is None:
+                    i = index[id(block)] = len(blocks)
+                    blocks.append(host[id(block)])
+                spans += (i, row, 1)
+                last = block
+            following = row + 1
+        self._call_session(step, lambda: self._ops.monitor_send_rows(prefix, step, known[1], blocks, spans), sends=True)
+
+    @staticmethod
+    def _host_blocks(cells):
+        """{id(block): the block on the host} of the blocks of `cells`: one transfer per device."""
+        blocks = {id(b): b for b in map(_BLOCK, cells)}
+        host, by_device = {}, {}
+        for key, block in blocks.items():
+            if block.device.type == "cpu":
+                host[key] = block.contiguous()
+            else:
+                by_device.setdefault(block.device, []).append((key, block))
+        for group in by_device.values():
+            read = torch.cat([b.reshape(-1) for _, b in group]).cpu()
+            offset = 0
+            for key, block in group:
+                host[key] = read[offset:offset + block.numel()].view(block.shape)
+                offset += block.numel()
+        return host
 
     @staticmethod
     def _int_columns_of(cell):

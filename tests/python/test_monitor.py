@@ -435,6 +435,10 @@ class MonitorTest(MonitorCase):
                    [torch.randn(300, 200, generator=g, dtype=torch.float64).t(), torch.empty(0)],
                    [torch.arange(5, dtype=torch.int64)], []]
         tickets = [ops.monitor_reduce_start(b, text, 1e-8) for b in batches]
+        # early: on the worker whatever the size (a ticket finished long after: the moments).
+        small = [torch.randn(40, generator=g), torch.ones(3, dtype=torch.float64)]
+        batches.append(small)
+        tickets.append(ops.monitor_reduce_start(small, text, 1e-8, True))
         got = ops.monitor_reduce_finish(list(reversed(tickets)))[::-1]
         for b, block in zip(batches, got):
             self.assertTrue(torch.equal(block.isnan(), ops.monitor_reduce(b, text, 1e-8).isnan()))
@@ -452,6 +456,19 @@ class MonitorTest(MonitorCase):
             finally:
                 os._exit(0 if ok else 1)
         self.assertEqual(os.waitpid(pid, 0)[1], 0)
+
+    def test_send_rows_refuses_what_is_not_a_span_of_a_host_block(self):
+        """monitor_send_rows (a step's rows: spans of monitor_reduce's blocks) checks its blocks and
+        spans before it reads a number, so a wrong span is an error, never another row's values."""
+        from tprobe import _native
+        ops = _native.load()
+        block = torch.zeros(3, 2, dtype=torch.float64)
+        for blocks, spans, what in [([block], [0, 0], "triples"), ([block], [1, 0, 1], "names no block"),
+                                    ([block], [0, 2, 2], "outside its block"), ([block], [0, -1, 1], "outside"),
+                                    ([block.float()], [0, 0, 1], "float64 CPU"), ([block.t()], [0, 0, 1], "contiguous"),
+                                    ([torch.zeros(6, dtype=torch.float64)], [0, 0, 1], "matrix")]:
+            with self.assertRaisesRegex(RuntimeError, what):
+                ops.monitor_send_rows("grad_reduced", 0, 0, blocks, spans)
 
     def test_an_optimizer_that_writes_grads(self):
         """post_grad is read on the worker while optimizer.step runs. An optimizer that changes the
