@@ -33,7 +33,10 @@ written). After the warm-up the children's training threads run on the same CPU 
 thresholds in all three (bench_torch's --allocator pinned). A step is timed as the example's
 train() times it: forward, backward, optimizer.step (where both monitors do their per-step work)
 and zero_grad. msprobe writes its csv files inside optimizer.step; tprobe's stage writes them in
-its own process, whose CPU time per step is the "stage" column.
+its own process, whose CPU time per step is the "stage" column. Beside the wall-time ratio, "cpu"
+is the ratio of the child's CPU time (all its threads: tprobe's worker and sender too) and
+"thread" that of the training thread's own CPU time: what the monitor's hooks and step work cost
+the thread that trains, steadier on a shared machine than the wall time, blind to its waits.
 
 msprobe on torch 1.13 (Debian's): its monitor refuses torch < 2.0 by a string comparison at
 import (module_hook.py: torch.__version__.split('+')[0] >= '2.0'). This bench's msprobe child
@@ -235,16 +238,17 @@ class child(bt.child):
 class measurement:
     def __init__(self, model_name, config):
         self.model, self.config = model_name, config
-        self.samples = {t: [] for t in TOOLS}  # (wall, cpu, faults) of every measured step
+        self.samples = {t: [] for t in TOOLS}  # (wall, cpu, faults, thread cpu) of every measured step
         self.rounds = []  # {tool: that round's block}
         self.sustained = []  # tprobe's block until its pipeline is idle / the no-tool block
         self.error = {}  # tool -> why it has no figure
         self.stages_cpu = None  # CPU seconds of tprobe's pipeline processes
         self.tool_steps = {t: 0 for t in TOOLS}
 
-    def ratio(self, tool):
-        """(median over rounds of tool block / no-tool block, lowest, highest), or None."""
-        ratios = [bt.median_of(r[tool], 0) / bt.median_of(r["base"], 0) for r in self.rounds if tool in r]
+    def ratio(self, tool, field=0):
+        """(median over rounds of tool block / no-tool block, lowest, highest), or None; of the
+        wall time (field 0), the process's CPU (1) or the training thread's (3)."""
+        ratios = [bt.median_of(r[tool], field) / bt.median_of(r["base"], field) for r in self.rounds if tool in r]
         return (statistics.median(ratios), min(ratios), max(ratios)) if ratios else None
 
     def base_ms(self):
@@ -357,22 +361,23 @@ def report(model_name, results, block, opts):
     whats = {c[0]: c[3] for c in CONFIGS}
     print(f"\n{model_name}: {opts.rounds} rounds of {block} steps per child (no tool, tprobe, msprobe) "
           f"after {opts.warmup} warm-up steps each")
-    print(f"  {'config':<7} {'no-tool ms':>10} {'tprobe':>8} {'range':>11} {'sust.':>6} {'cpu':>6} {'stage':>9}"
-          f" {'msprobe':>8} {'range':>11} {'cpu':>6}  what")
+    print(f"  {'config':<7} {'no-tool ms':>10} {'tprobe':>8} {'range':>11} {'sust.':>6} {'cpu':>6} {'thread':>6}"
+          f" {'stage':>9} {'msprobe':>8} {'range':>11} {'cpu':>6} {'thread':>6}  what")
     for m in results:
         cells = []
         for tool in ("tprobe", "msprobe"):
             r = m.ratio(tool)
             if r is None:
-                cells.append((f"{'-':>8}", f"{'-':>11}", f"{'-':>6}"))
+                cells.append((f"{'-':>8}", f"{'-':>11}", f"{'-':>6}", f"{'-':>6}"))
                 continue
-            cpu = statistics.median(bt.median_of(x[tool], 1) / bt.median_of(x["base"], 1) for x in m.rounds if tool in x)
-            cells.append((f"{r[0]:7.3f}x", f"{r[1]:.2f}-{r[2]:.2f}", f"{cpu:5.2f}x"))
+            cpu, thread = m.ratio(tool, 1)[0], m.ratio(tool, 3)[0]
+            cells.append((f"{r[0]:7.3f}x", f"{r[1]:.2f}-{r[2]:.2f}", f"{cpu:5.2f}x", f"{thread:5.2f}x"))
         sust = f"{statistics.median(m.sustained):5.2f}x" if m.sustained and m.ratio("tprobe") else f"{'-':>6}"
         stage = (f"{m.stages_cpu / m.tool_steps['tprobe'] * 1e3:6.1f} ms" if m.stages_cpu and m.tool_steps["tprobe"]
                  else f"{'-':>9}")
-        (tr, trr, tc), (mr, mrr, mc) = cells
-        print(f"  {m.config:<7} {m.base_ms():10.1f} {tr} {trr:>11} {sust} {tc} {stage} {mr} {mrr:>11} {mc}  {whats[m.config]}")
+        (tr, trr, tc, tt), (mr, mrr, mc, mt) = cells
+        print(f"  {m.config:<7} {m.base_ms():10.1f} {tr} {trr:>11} {sust} {tc} {tt} {stage} {mr} {mrr:>11} {mc} {mt}"
+              f"  {whats[m.config]}")
         for tool, why in m.error.items():
             print(f"  {'':<7} {tool}: {why}")
 

@@ -253,19 +253,20 @@ def disk_write_bandwidth(directory, size):
 
 class step_clock:
     """Step times from the examples' train() loop: wall seconds as train() measures them (start()
-    to step()), and this process's CPU seconds (all its threads) from the batch's hand-over to
-    the end of the step. On a GPU train()'s figure is the time to enqueue the step, not to run it
+    to step()), this process's CPU seconds (all its threads) and the training thread's own CPU
+    seconds from the batch's hand-over to the end of the step. On a GPU train()'s figure is the time to enqueue the step, not to run it
     (the baseline never waits; tprobe's stop() does), so both sides synchronise the device at
     the end of each step and the wall time runs from the batch's hand-over to that point."""
 
     def __init__(self, device="cpu"):
-        self.samples = []  # (wall, cpu, minor page faults) per step
-        self.cpu0 = self.wall0 = 0.0
+        self.samples = []  # (wall, cpu, minor page faults, training thread's cpu) per step
+        self.cpu0 = self.wall0 = self.thread0 = 0.0
         self.faults0 = 0
         self.cuda = device.startswith("cuda")
 
     def mark(self):  # called by a loader just before it yields a batch
         self.cpu0 = time.process_time()
+        self.thread0 = time.thread_time()
         self.faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         self.wall0 = time.perf_counter()
 
@@ -275,7 +276,8 @@ class step_clock:
             torch.cuda.synchronize()
             seconds = time.perf_counter() - self.wall0
         self.samples.append((seconds, time.process_time() - self.cpu0,
-                             resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults0))
+                             resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults0,
+                             time.thread_time() - self.thread0))
 
     def take(self):
         samples, self.samples = self.samples, []
@@ -286,10 +288,10 @@ class step_clock:
 
 def child_main(model_name, config, dump):
     """Trains `model_name` one block at a time as told on stdin ("run N", "quit"), under
-    PrecisionDebugger unless `config` is "-". Answers "BENCH ready WALL:CPU:FAULTS ..." after each block
-    and "BENCH counters JSON" (the capture's) and "BENCH done STAGES_CPU" at the end, where WALL
-    and CPU are a step's seconds and FAULTS its minor page faults (all threads). The
-    device is the parent's --device (TPROBE_BENCH_DEVICE)."""
+    PrecisionDebugger unless `config` is "-". Answers "BENCH ready WALL:CPU:FAULTS:THREAD ..." after
+    each block and "BENCH counters JSON" (the capture's) and "BENCH done STAGES_CPU" at the end, where
+    WALL and CPU are a step's seconds and FAULTS its minor page faults (all threads), THREAD the
+    training thread's CPU seconds. The device is the parent's --device (TPROBE_BENCH_DEVICE)."""
     import torch
     module = example(model_name)
     tool = config != "-"
@@ -314,13 +316,13 @@ def child_main(model_name, config, dump):
 
 def child_batches(pool, clock, out):
     """A child's batches, the example's train() loop's loader: one block of steps at a time as the
-    parent says on stdin ("run N", "quit"), "BENCH ready WALL:CPU:FAULTS ..." (clock.take()) on
+    parent says on stdin ("run N", "quit"), "BENCH ready WALL:CPU:FAULTS:THREAD ..." (clock.take()) on
     `out` before each block; the training thread bound to TPROBE_BENCH_PIN's CPU after the warm-up
     block. bench_monitor.py's children use it too."""
     pin = os.environ.get("TPROBE_BENCH_PIN")
     i = 0
     while True:
-        out.write("BENCH ready " + " ".join(f"{w:.6f}:{c:.6f}:{f}" for w, c, f in clock.take()) + "\n")
+        out.write("BENCH ready " + " ".join(f"{w:.6f}:{c:.6f}:{f}:{t:.6f}" for w, c, f, t in clock.take()) + "\n")
         command = sys.stdin.readline().split()
         if not command or command[0] == "quit":
             return
