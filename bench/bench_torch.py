@@ -254,9 +254,10 @@ def disk_write_bandwidth(directory, size):
 class step_clock:
     """Step times from the examples' train() loop: wall seconds as train() measures them (start()
     to step()), this process's CPU seconds (all its threads) and the training thread's own CPU
-    seconds from the batch's hand-over to the end of the step. On a GPU train()'s figure is the time to enqueue the step, not to run it
-    (the baseline never waits; tprobe's stop() does), so both sides synchronise the device at
-    the end of each step and the wall time runs from the batch's hand-over to that point."""
+    seconds from the batch's hand-over to the end of the step. On a GPU train()'s figure is the
+    time to enqueue the step, not to run it (the baseline never waits; tprobe's stop() does), so
+    both sides synchronise the device at the end of each step and the wall time runs from the
+    batch's hand-over to that point."""
 
     def __init__(self, device="cpu"):
         self.samples = []  # (wall, cpu, minor page faults, training thread's cpu) per step

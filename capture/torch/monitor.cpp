@@ -485,7 +485,8 @@ int64_t monitor_rowset(std::string rows_json) {
 
 bool monitor_send_rows(std::string prefix, int64_t step, int64_t rowset, std::vector<at::Tensor> blocks,
                        std::vector<int64_t> spans) {
-  if (spans.size() % 3 != 0) throw std::runtime_error("tprobe: monitor_send_rows: spans are not (block, row, rows) triples");
+  if (spans.size() % 3 != 0)
+    throw std::runtime_error("tprobe: monitor_send_rows: spans are not (block, row, rows) triples");
   for (const at::Tensor &b : blocks)
     if (!b.device().is_cpu() || b.scalar_type() != at::kDouble || b.dim() != 2 || !b.is_contiguous())
       throw std::runtime_error("tprobe: monitor_send_rows: a block is not a contiguous float64 CPU matrix");

@@ -16,10 +16,11 @@ Where the numbers come from: every tensor is reduced where it lives, when its ho
 torch.ops.tprobe.monitor_reduce (capture/torch/monitor.cpp: msprobe's ops, a small float64
 block on the tensor's device, no host sync). A CPU grad is reduced off the training thread
 (monitor_reduce_start: the worker thread of capture/torch/monitor.cpp): acc_grad while the backward
-pass goes on, waited for in the pass's final callback; post_grad while optimizer.step runs (Adam's
-moments meanwhile on the training thread), waited for before step returns. At the end of a monitored optimizer step the step's
-blocks are concatenated per device and read to the host once, and each csv prefix's rows go to
-the monitor session as one record (torch.ops.tprobe.monitor_send). The `tprobe-monitor` stage
+pass goes on, waited for in the pass's final callback; post_grad while optimizer.step runs,
+waited for before step returns; Adam's moments right after a step, taken at the next one if
+unchanged. At the end of a monitored optimizer step the step's blocks are read to the host once
+per device, and each csv prefix's rows go to the monitor session as one record: spans of those
+blocks against a row set registered once (torch.ops.tprobe.monitor_send_rows). The `tprobe-monitor` stage
 writes the csv files, anomaly.json and TensorBoard files and prints the alarms; outside
 `tprobe run` (no TPROBE_ENDPOINT) this object starts pipelines/monitor.json itself, as
 PrecisionDebugger does, and ends it at exit.
