@@ -549,19 +549,8 @@ class TrainerMon:
         return dict(zip(tags, self._reduce([tag2tensor[t] for t in tags])))
 
     def _read(self, cells):
-        """The host values of `cells`: each block read once, one transfer per device."""
-        blocks = {id(b): b for b in map(_BLOCK, cells)}
-        groups = {}
-        for key, block in blocks.items():
-            groups.setdefault((block.device, block.shape[1]), []).append((key, block))
-        values = {}
-        for group in groups.values():
-            host = torch.cat([b for _, b in group]).cpu().tolist() if len(group) > 1 else group[0][1].cpu().tolist()
-            offset = 0
-            for key, block in group:
-                values[key] = host[offset:offset + block.shape[0]]
-                offset += block.shape[0]
-        return values
+        """The host values of `cells` as lists, by id(block): _host_blocks' one transfer per device."""
+        return {key: block.tolist() for key, block in self._host_blocks(cells).items()}
 
     def _row_values(self, cell, values):
         """The row's numbers as msprobe's writer holds them after .item(): a CPU tensor's statistics

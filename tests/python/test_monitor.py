@@ -120,6 +120,8 @@ SCRIPT = textwrap.dedent("""
         refs["exp_avg_sq"].append({n: opt.state[p]["exp_avg_sq"].clone() for n, p in model.named_parameters()
                                    if "exp_avg_sq" in opt.state.get(p, {})})
         refs["param_origin"].append({n: p.detach().clone() for n, p in model.named_parameters()})
+        if os.environ.get("METRICS") == "1":  # msprobe's API: this step's acc_grad statistics, read now
+            refs.setdefault("metrics", []).append(mon.generate_wgrad_metrics()[1])
         opt.step()
         refs["param_updated"].append({n: p.detach().clone() for n, p in model.named_parameters()})
         opt.zero_grad()
@@ -297,8 +299,18 @@ class MonitorTest(MonitorCase):
         config = monitor_config(xy_distribution=True, all_xy=True, wg_distribution=True, mv_distribution=True,
                                 param_distribution=True, mg_direction=True)
         ops = config["ops"]
-        mon = self.run_monitor(config, env={"GA": "2"}, steps=3)
+        mon = self.run_monitor(config, env={"GA": "2", "METRICS": "1"}, steps=3)
         refs = mon.refs()
+        # generate_wgrad_metrics (read to the host in the script, before each step): the same
+        # statistics as the grads the script saw.
+        for step, pre in enumerate(refs["metrics"]):
+            self.assertEqual(sorted(pre), sorted(f"0:{n}/rank0/acc_grad" for n in PARAMS))  # vpp 0
+            for tag, metric in pre.items():
+                want = reference(refs["grad"][step][tag.split("/")[0].split(":", 1)[1]], ops)
+                for op, w in zip(ops, want):
+                    got = metric[op]
+                    self.assertTrue(math.isclose(got, w, rel_tol=1e-9) or (math.isnan(got) and math.isnan(w)),
+                                    f"step {step} {tag} {op}: {got!r} != {w!r}")
         expected = {}
         for (module, step, micro), (inputs, output) in refs["actv"].items():
             self.assertEqual(len(inputs), 1)
