@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# clang compiles the statistics kernel to PTX in a test (tests/cmake/test_segment_kernel_ptx.cmake).
+. scripts/apt-ensure.sh
+apt_ensure test clang
 echo "test: running ctest"
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900 | tee ctest.log)
 echo "test: fuzzing each parser for ${FUZZ_SECONDS:-30} s (scripts/fuzz.sh)"

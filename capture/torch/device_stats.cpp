@@ -99,6 +99,76 @@ void take_segments(device_batch &b, device_record &r, int64_t numel) {
   b.arena_used += numel;
 }
 
+// The kernel's dtype of a tensor whose bytes it can read as they lie, or -1 (segment_kernel.h).
+int kernel_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return tprobe_segment_float32;
+    case at::kHalf: return tprobe_segment_float16;
+    case at::kBFloat16: return tprobe_segment_bfloat16;
+    case at::kDouble: return tprobe_segment_float64;
+    case at::kByte: return tprobe_segment_uint8;
+    case at::kChar: return tprobe_segment_int8;
+    case at::kShort: return tprobe_segment_int16;
+    case at::kInt: return tprobe_segment_int32;
+    case at::kLong: return tprobe_segment_int64;
+    case at::kBool: return tprobe_segment_bool;
+    default: return -1;
+  }
+}
+
+// TPROBE_DEVICE_STATS=kernel: `t` into the batch's byte arena at the next offset aligned to 8, as
+// its bytes if the kernel reads them as they lie (a dense tensor, in any order of its elements:
+// the statistics do not depend on it), else converted to float32 by copy_; its segments' places.
+// Returns whether the copy was raw.
+bool arena_copy_for_kernel(device_batch &b, device_record &r, const at::Tensor &t) {
+  const device_path_settings &set = device_path_settings_get();
+  if (!b.arena.defined())
+    b.arena = at::empty({set.arena_elements * 8}, at::TensorOptions().dtype(at::kByte).device(b.device));
+  const int64_t offset = (b.arena_bytes + 7) / 8 * 8;
+  unsigned char *into = b.arena.data_ptr<uint8_t>() + offset;
+  int dtype = kernel_dtype(t.scalar_type());
+  const bool raw = dtype >= 0 && t.layout() == at::kStrided && t.has_storage() && !t.is_neg() &&
+                   t.is_non_overlapping_and_dense();
+  if (raw) {
+    b.engine->copy(into, t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size(), b.stream);
+  } else {
+    // A view of the arena made without an operator, as the float32 arena's (capture_device).
+    at::for_blob(into, t.sizes())
+        .options(at::TensorOptions().dtype(at::kFloat).device(b.device))
+        .target_device(b.device)
+        .make_tensor()
+        .copy_(t);
+    dtype = tprobe_segment_float32;
+  }
+  const int64_t size = raw ? t.element_size() : static_cast<int64_t>(sizeof(float));
+  const int64_t first = static_cast<int64_t>(b.segments.size());
+  take_segments(b, r, t.numel());
+  int64_t place = offset;
+  for (int64_t k = first; k < static_cast<int64_t>(b.segments.size()); ++k) {
+    b.places.push_back({static_cast<unsigned long long>(place), static_cast<unsigned int>(b.segments[k]),
+                        static_cast<unsigned int>(dtype)});
+    place += b.segments[k] * size;
+  }
+  b.arena_bytes = place;
+  return raw;
+}
+
+// The statistics of every segment of a kernel batch's arena, [6, segments] float64 on the device:
+// the places to the device, then one launch (segment_kernel.h).
+at::Tensor kernel_statistics(device_batch &b) {
+  const auto count = static_cast<int64_t>(b.places.size());
+  const auto bytes = static_cast<int64_t>(sizeof(tprobe_segment)) * count;
+  at::Tensor places = at::empty({bytes}, host_options(b.device, at::kByte));
+  std::memcpy(places.data_ptr(), b.places.data(), static_cast<size_t>(bytes));
+  // From pinned memory, so asynchronous; torch's caching host allocator keeps the block until
+  // the copy has run.
+  if (!b.device.is_cpu()) places = places.to(b.device, /*non_blocking=*/true);
+  at::Tensor out = at::empty({6, count}, at::TensorOptions().dtype(at::kDouble).device(b.device));
+  b.engine->reduce(b.arena.data_ptr(), places.data_ptr(), static_cast<unsigned int>(count), out.data_ptr<double>(),
+                   b.stream);
+  return out;
+}
+
 // Enqueues the batch's deferred copies into its arena: one cat per dtype of all its tensors of
 // that dtype (CUDA's cat copies up to 128 inputs a launch), straight into the arena for float32,
 // else into a temporary converted by one copy_. A tensor's arena place and segments are given
@@ -168,7 +238,8 @@ void close_batch(device_queue &q, device_batch &b) {
   std::optional<c10::StreamGuard> on_stream;
   if (b.stream) on_stream.emplace(*b.stream);
   if (!b.segments.empty()) {
-    const at::Tensor stats = segment_statistics(b);
+    const at::Tensor stats = b.engine ? kernel_statistics(b) : segment_statistics(b);
+    if (b.engine) ++q.kernels;
     b.segment_host = at::empty(stats.sizes(), host_options(b.device, at::kDouble));
     b.segment_host.copy_(stats, /*non_blocking=*/true);
   }
@@ -217,6 +288,20 @@ device_record device_record_of(const std::string &entry, const std::string &slot
   return r;
 }
 
+// TPROBE_DEVICE_STATS=kernel: the engine for a device's batches, or none; why there is none is
+// said once per reason, and the batch then takes the float32 arena and ATen's reductions.
+segment_engine *kernel_engine(const at::Device &device) {
+  std::string why;
+  segment_engine *engine = segment_engine_for(device, why);
+  static std::vector<std::string> said;  // under the state's mutex, as every caller
+  if (!engine && std::find(said.begin(), said.end(), why) == said.end()) {
+    said.push_back(why);
+    std::fprintf(stderr, "tprobe: TPROBE_DEVICE_STATS=kernel: %s: %s statistics are reduced by ATen instead\n",
+                 why.c_str(), device.str().c_str());
+  }
+  return engine;
+}
+
 }  // namespace
 
 const device_path_settings &device_path_settings_get() {
@@ -229,6 +314,7 @@ const device_path_settings &device_path_settings_get() {
     const char *stats = std::getenv("TPROBE_DEVICE_STATS");
     s.direct_stats = stats && std::string(stats) == "direct";
     s.deferred_copies = stats && std::string(stats) == "deferred";
+    s.kernel_stats = stats && std::string(stats) == "kernel";
     s.on_cpu = env_number("TPROBE_DEVICE_PATH_ON_CPU") == 1;
     s.off = env_number("TPROBE_DEVICE_PATH_OFF") == 1;
     return s;
@@ -306,6 +392,7 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
     b.stream = stream;
     b.slots = at::empty({set.slots, stats_per_row}, at::TensorOptions().dtype(at::kDouble).device(dev));
     b.host = at::empty({set.slots, stats_per_row}, host_options(dev, at::kDouble));
+    if (set.kernel_stats) b.engine = kernel_engine(dev);
     batches.push_back(std::move(b));
   }
   device_batch &b = batches.back();
@@ -336,6 +423,10 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
     ++device_summaries;
     ++device.segments;
     ++device.deferred;
+  } else if (segment && b.engine) {
+    device.raw_copies += arena_copy_for_kernel(b, r, t);
+    ++device_summaries;
+    ++device.segments;
   } else if (segment) {
     if (!b.arena.defined()) b.arena = at::empty({set.arena_elements}, at::TensorOptions().dtype(at::kFloat).device(dev));
     // copy_ converts to float32 and resolves a negative view; bool becomes 0/1 (max = any, min = all).

@@ -43,6 +43,17 @@
 // closed batches are waiting (the slot buffers are full: the one wait outside a step's end). No
 // .item(), no blocking .cpu(), no stream or device synchronize on this path.
 //
+// With TPROBE_DEVICE_STATS=kernel (opt-in until it is measured on a GPU: docs/performance.md) the
+// arena holds each tensor's bytes as they lie, in its own dtype, and no ATen call is made per
+// tensor: a real, dense (non-overlapping, any strides), non-negative tensor of a dtype the kernel
+// reads (float32/16, bfloat16, float64, the integers, bool) is one raw copy of its bytes
+// (cuMemcpyAsync on torch's current stream), at an offset aligned to 8 bytes; any other arena
+// tensor is copy_'d into float32 there as before. The arena is `arena_elements` of up to 8 bytes
+// (64 MiB by default, and no temporaries at the close, where the ATen reductions take 1.25 arenas
+// more). The close launches one kernel over all the batch's segments (segment_kernel.h, compiled
+// by NVRTC at first use: segment_engine.h) instead of about 15 ATen reductions. Where there is
+// no engine (no driver or NVRTC, a failed compile, a device other than CUDA) the path says why
+// once and reduces with ATen as without the setting.
 // On a machine without a device the same path runs for CPU tensors when the process starts with
 // TPROBE_DEVICE_PATH_ON_CPU=1 (test-only, how CI runs this path without a GPU: the batches, rows,
 // staging, order and read counts are the device's; copies and reductions are synchronous, there
@@ -71,6 +82,8 @@
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 
+#include "segment_engine.h"
+#include "segment_kernel.h"
 #include "tprobe_capture.h"
 
 namespace tprobe::torch_capture {
@@ -93,6 +106,7 @@ struct device_path_settings {
   int64_t chunk_elements = int64_t{1} << 14;  // at most a quarter of the arena
   bool direct_stats = false;             // TPROBE_DEVICE_STATS=direct (test-only): no arena, every tensor a row
   bool deferred_copies = false;          // TPROBE_DEVICE_STATS=deferred: arena copies enqueued together (device_stats.h)
+  bool kernel_stats = false;             // TPROBE_DEVICE_STATS=kernel: raw copies, one kernel a batch (device_stats.h)
   size_t deferred_max = 1024;            // deferred copies of a batch before they are enqueued anyway
   size_t staging_bytes = size_t{128} << 20;  // pinned data a batch may hold before it closes
   size_t batches_in_flight = 2;          // closed batches not yet read before the host waits
@@ -153,6 +167,11 @@ struct device_batch {
   at::Tensor arena;                   // [settings.arena_elements] float32 on the device, or none
   int64_t arena_used = 0;             // elements copied in
   std::vector<int64_t> segments;      // the elements of each segment (≤ chunk_elements), in the arena's order
+  // TPROBE_DEVICE_STATS=kernel: the engine that fills and reduces the arena (bytes, any dtype), or
+  // none (a float32 arena and ATen's reductions); the bytes used, and where each segment lies.
+  segment_engine *engine = nullptr;
+  int64_t arena_bytes = 0;
+  std::vector<tprobe_segment> places;
   // Copies into the arena not yet enqueued, in capture order; the arena is reserved for them.
   std::vector<deferred_copy> deferred;
   int64_t deferred_elements = 0;
@@ -169,6 +188,8 @@ struct device_queue {
   uint64_t tensors = 0;  // device tensors captured through the queue
   uint64_t segments = 0;  // of them, statistics reduced in an arena (the others' in slot rows, or data)
   uint64_t reused = 0;    // of them, statistics those of an earlier record (nothing enqueued)
+  uint64_t raw_copies = 0;  // of the segments', bytes copied as they lie (TPROBE_DEVICE_STATS=kernel)
+  uint64_t kernels = 0;     // statistics kernels launched (TPROBE_DEVICE_STATS=kernel), one a batch
   // The statistics enqueued in this capture span, by content name, for reuse; forgotten with the
   // capture's content names (start, stop, step) and when it grows past a step's worth.
   struct known_statistics {

@@ -419,6 +419,7 @@ std::string counters() {
          {"device_capture_ns", s.device.capture_ns}, {"device_collect_ns", s.device.collect_ns},
          {"device_deferred", s.device.deferred}, {"device_flushes", s.device.flushes},
          {"device_unread", s.device.unread},   {"device_flush_ns", s.device.flush_ns},
+         {"device_raw_copies", s.device.raw_copies}, {"device_kernels", s.device.kernels},
          {"fuzz_reruns", s.fuzz_reruns}, {"fuzz_found", s.fuzz_found},
          {"fuzz_failures", s.fuzz_failures}, {"fuzz_unsupported", s.fuzz_unsupported},
          {"errors", s.errors},

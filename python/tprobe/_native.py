@@ -33,6 +33,21 @@ def library_candidates():
     return candidates
 
 
+def nvrtc_library(search_path=None, torch_lib=None):
+    """The libnvrtc a pip torch ships, which the loader does not find by its name alone: in
+    site-packages' nvidia/cuda_nvrtc/lib (CUDA 12 wheels), else bundled in torch/lib under a
+    hashed name (older wheels). None when there is none. TPROBE_DEVICE_STATS=kernel compiles its
+    statistics kernel with it (capture/torch/segment_engine.h)."""
+    import glob
+    import sys
+    torch_lib = torch_lib or os.path.join(os.path.dirname(torch.__file__), "lib")
+    candidates = []
+    for entry in sys.path if search_path is None else search_path:
+        candidates += sorted(glob.glob(os.path.join(entry, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so*")))
+    candidates += sorted(glob.glob(os.path.join(torch_lib, "libnvrtc-*.so*")))
+    return next((c for c in candidates if "builtins" not in os.path.basename(c)), None)
+
+
 def load():
     """torch.ops.tprobe, loading the library on first use. Raises RuntimeError naming the places
     searched when it is not built."""
@@ -43,6 +58,10 @@ def load():
     if env and not os.path.isfile(env):
         raise RuntimeError(f"tprobe: TPROBE_TORCH_LIBRARY={env} does not exist")
     candidates = library_candidates()
+    if getattr(torch.version, "cuda", None) and not os.environ.get("TPROBE_NVRTC_LIBRARY"):
+        nvrtc = nvrtc_library()
+        if nvrtc:
+            os.environ["TPROBE_NVRTC_LIBRARY"] = nvrtc  # read by the capture at its first CUDA batch
     for path in candidates:
         if os.path.isfile(path):
             try:

@@ -339,6 +339,62 @@ class DevicePathTest(tt.CaptureTest):
             self.assertEqual((a.shape, a.tobytes()), (b.shape, b.tobytes()), f)  # bit for bit
 
 
+class KernelDevicePathTest(DevicePathTest):
+    """Every test above with TPROBE_DEVICE_STATS=kernel: the arena takes the tensors' bytes as they
+    lie and each batch's segments are reduced by one launch of segment_kernel.h's kernel (here its
+    host twin; CudaKernelDevicePathTest runs the kernel itself on a GPU). The tests of the other
+    settings (direct, deferred) are not repeated."""
+    DEVICE_ENV = {**DevicePathTest.DEVICE_ENV, "TPROBE_DEVICE_STATS": "kernel"}
+    test_direct_reductions = None
+    test_full_slot_buffer_reads_early_and_keeps_order = None
+    test_deferred_copies_read_what_was_captured = None
+    test_write_unseen_by_the_callbacks_leaves_statistics_unread = None
+
+    def test_raw_copies_and_one_kernel_a_batch(self):
+        """No ATen copy for a dense tensor of a dtype the kernel reads: every arena tensor of the
+        script but a negative view, which copy_ resolves into float32 in the arena; one kernel
+        launch for each batch read, also in an arena of 1 KiB (many batches, tensors split into
+        segments); the engine is there (nothing said)."""
+        script = SCRIPT.replace("    debugger.stop()\n", "    negative = torch._neg_view(x)\n    debugger.stop()\n", 1)
+        config = tt.default_config(level="L1")
+        host = self.run_script(script, config=config, steps=STEPS, name="kernel-host", env=self.HOST_ENV)
+        for env in ({}, {"TPROBE_DEVICE_ARENA_KIB": "1"}):
+            device = self.run_script(script, config=config, steps=STEPS, name="kernel" + "".join(env.values()),
+                                     env={**self.DEVICE_ENV, "TPROBE_REUSE_STATS": "off", **env})
+            self.assert_same_dump(host, device)
+            self.assertNotIn("reduced by ATen instead", device.result.stderr)
+            negative = [e for e in host.data(0) if "._neg_view." in e]
+            self.assertEqual(len(negative), 1, list(host.data(0)))
+            got = counters(device)
+            segments, raw = per_step(got, "device_segments"), per_step(got, "device_raw_copies")
+            self.assertEqual(raw, [n - 1 for n in segments], env)  # the negative view's output
+            kernels, reads = per_step(got, "device_kernels"), per_step(got, "device_reads")
+            self.assertEqual(kernels, reads, env)
+            if env:
+                self.assertTrue(all(r > 2 for r in reads), reads)
+
+
+class NvrtcLocationTest(unittest.TestCase):
+    """Where python/tprobe finds the NVRTC a pip torch ships, for the kernel's compile on a GPU."""
+
+    def test_pip_layouts(self):
+        import os
+        import tempfile
+        from tprobe import _native
+        with tempfile.TemporaryDirectory() as root:
+            site, torch_lib, empty = (os.path.join(root, d) for d in ("site", "torch_lib", "empty"))
+            nvrtc_dir = os.path.join(site, "nvidia", "cuda_nvrtc", "lib")
+            for d in (nvrtc_dir, torch_lib, empty):
+                os.makedirs(d)
+            self.assertIsNone(_native.nvrtc_library([empty], torch_lib))
+            for name in ("libnvrtc-builtins-1a2b3c.so.11.8", "libnvrtc-5e6f7a8b.so.11.2"):  # torch/lib, hashed
+                open(os.path.join(torch_lib, name), "w").close()
+            self.assertEqual(_native.nvrtc_library([empty], torch_lib), os.path.join(torch_lib, "libnvrtc-5e6f7a8b.so.11.2"))
+            for name in ("libnvrtc-builtins.so.12.4", "libnvrtc.so.12"):  # nvidia-cuda-nvrtc-cu12, first
+                open(os.path.join(nvrtc_dir, name), "w").close()
+            self.assertEqual(_native.nvrtc_library([empty, site], torch_lib), os.path.join(nvrtc_dir, "libnvrtc.so.12"))
+
+
 @unittest.skipUnless(tt.torch.cuda.is_available(), "no CUDA device: scripts/cuda-check.sh runs these on a GPU")
 class CudaDevicePathTest(DevicePathTest):
     HOST_ENV = {"TEST_DEVICE": "cuda", "TPROBE_DEVICE_PATH_OFF": "1"}
@@ -350,6 +406,14 @@ class CudaDevicePathTest(DevicePathTest):
                               env={**self.HOST_ENV, "TEST_SYNC_GUARD": "1"})
         self.assertIn("synchronizing CUDA operation", run.result.stderr)  # torch's words, through the capture
         self.assertIn("tprobe: capture failed", run.result.stderr)
+
+
+@unittest.skipUnless(tt.torch.cuda.is_available(), "no CUDA device: scripts/cuda-check.sh runs these on a GPU")
+class CudaKernelDevicePathTest(KernelDevicePathTest):
+    """KernelDevicePathTest on a GPU: the kernel NVRTC compiled, launched through the driver, under
+    the sync guard, against blocking per-tensor reads."""
+    HOST_ENV = CudaDevicePathTest.HOST_ENV
+    DEVICE_ENV = {**CudaDevicePathTest.DEVICE_ENV, "TPROBE_DEVICE_STATS": "kernel"}
 
 
 if __name__ == "__main__":
