@@ -144,6 +144,10 @@ CONFIGS = [
     # The arena's copies deferred and enqueued together, one cat per dtype (capture/torch/device_stats.h).
     ("statistics_L1_deferred", "statistics_L1", {"resnet18": 1.25, "*": 1.3},
      "statistics, L1, arena copies deferred (TPROBE_DEVICE_STATS=deferred)"),
+    # Raw copies into the arena and one NVRTC-compiled kernel a batch, no ATen call per tensor
+    # (capture/torch/segment_engine.h; issue 67's goal: at most 5 µs a tensor on the training thread).
+    ("statistics_L1_kernel", "statistics_L1", {"resnet18": 1.25, "*": 1.3},
+     "statistics, L1, raw copies and one statistics kernel a batch (TPROBE_DEVICE_STATS=kernel)"),
     ("statistics_L0", "statistics_L0", 1.05, "statistics, L0 (modules)"),
     ("statistics_mix", "statistics_mix", 1.3, "statistics, mix"),
     # What the step barrier costs (step() waits until the writer wrote the step's files): the
@@ -521,7 +525,7 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
         base = start_child(model_name, "-", dump, log, measurement("baseline"))
         if base is None:
             raise SystemExit(f"bench_torch: the baseline child failed; see {log_path}")
-        device_stats = next((mode for mode in ("direct", "deferred") if name.endswith("_" + mode)), None)
+        device_stats = next((mode for mode in ("direct", "deferred", "kernel") if name.endswith("_" + mode)), None)
         extra_env = {"TPROBE_DEVICE_STATS": device_stats} if device_stats else None
         tool = None if m.error else start_child(model_name, config, dump, log, m, extra_env)
         other = None
@@ -722,7 +726,7 @@ def report(model_name, results, block, opts):
             per = {k: c.get(k, 0) / m.tool_steps
                    for k in ("device_tensors", "device_segments", "device_reused", "device_reads", "device_waits", "device_bytes",
                              "device_capture_ns", "device_collect_ns", "device_deferred", "device_flushes",
-                             "device_flush_ns", "device_unread")}
+                             "device_flush_ns", "device_unread", "device_raw_copies", "device_kernels", "device_copy_ns")}
             print(f"  {'':<15} device path per step: {per['device_tensors']:.0f} tensors "
                   f"({per['device_segments']:.0f} reduced in arenas, {per['device_reused']:.0f} reused), "
                   f"{per['device_reads']:.2f} host reads, "
@@ -730,6 +734,14 @@ def report(model_name, results, block, opts):
             print(f"  {'':<15} training thread in the device path per step: enqueueing "
                   f"{per['device_capture_ns'] / 1e6:.2f} ms ({per['device_capture_ns'] / 1e3 / max(per['device_tensors'], 1):.1f} µs "
                   f"a tensor), closing and reading batches {per['device_collect_ns'] / 1e6:.2f} ms")
+            if per["device_kernels"]:
+                # The training thread's time a tensor outside the copies: the bookkeeping issue 67
+                # bounds (with the copy's own launch, at most 5 µs a tensor on a GPU).
+                print(f"  {'':<15} statistics kernel per step: {per['device_raw_copies']:.0f} raw copies, "
+                      f"{per['device_kernels']:.2f} launches; enqueueing a tensor "
+                      f"{(per['device_capture_ns'] - per['device_copy_ns']) / 1e3 / max(per['device_tensors'], 1):.1f} µs "
+                      f"besides {per['device_copy_ns'] / 1e3 / max(per['device_segments'], 1):.1f} µs "
+                      f"an arena copy")
             if per["device_deferred"]:
                 print(f"  {'':<15} deferred copies per step: {per['device_deferred']:.0f} tensors in "
                       f"{per['device_flushes']:.1f} flushes, {per['device_flush_ns'] / 1e6:.2f} ms flushing (any thread), "

@@ -85,7 +85,7 @@ if [ "${CUDA_SUITE:-1}" = 1 ]; then
 fi
 
 say "device-path tests on the GPU (test.log)"
-read -r -a gpu_tests <<< "${CUDA_TESTS:-test_device_path.CudaDevicePathTest}"
+read -r -a gpu_tests <<< "${CUDA_TESTS:-test_device_path.CudaDevicePathTest test_device_path.CudaKernelDevicePathTest}"
 if [ "${gpu_tests[*]}" = - ]; then
   say "skipped (CUDA_TESTS=-)"
 else
@@ -101,7 +101,7 @@ if [ -n "$suite_pid" ]; then
 fi
 
 say "benchmark (bench.log)"
-read -r -a bench_args <<< "${CUDA_BENCH_ARGS:---model resnet18 --configs control,statistics_L1,md5,tensor --rounds 4}"
+read -r -a bench_args <<< "${CUDA_BENCH_ARGS:---model resnet18 --configs control,statistics_L1,statistics_L1_kernel,md5,tensor --rounds 4}"
 timeout "${CUDA_BENCH_SECONDS:-300}" "$python" bench/bench_torch.py --device cuda "${bench_args[@]}" > "$logs/bench.log" 2>&1 \
   || failed=1
 cat "$logs/bench.log"

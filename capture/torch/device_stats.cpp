@@ -117,10 +117,11 @@ int kernel_dtype(at::ScalarType type) {
 }
 
 // TPROBE_DEVICE_STATS=kernel: `t` into the batch's byte arena at the next offset aligned to 8, as
-// its bytes if the kernel reads them as they lie (a dense tensor, in any order of its elements:
-// the statistics do not depend on it), else converted to float32 by copy_; its segments' places.
+// its bytes if the kernel reads them as they lie (a dense tensor, whatever the order of its
+// elements in memory: only the sums' last bits depend on it), else converted to float32 by copy_;
+// its segments' places.
 // Returns whether the copy was raw.
-bool arena_copy_for_kernel(device_batch &b, device_record &r, const at::Tensor &t) {
+bool arena_copy_for_kernel(device_batch &b, device_record &r, const at::Tensor &t, uint64_t &copy_ns) {
   const device_path_settings &set = device_path_settings_get();
   if (!b.arena.defined())
     b.arena = at::empty({set.arena_elements * 8}, at::TensorOptions().dtype(at::kByte).device(b.device));
@@ -129,6 +130,7 @@ bool arena_copy_for_kernel(device_batch &b, device_record &r, const at::Tensor &
   int dtype = kernel_dtype(t.scalar_type());
   const bool raw = dtype >= 0 && t.layout() == at::kStrided && t.has_storage() && !t.is_neg() &&
                    t.is_non_overlapping_and_dense();
+  const elapsed_into timer(copy_ns);
   if (raw) {
     b.engine->copy(into, t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size(), b.stream);
   } else {
@@ -424,7 +426,7 @@ bool state::capture_device(const std::string &entry, const std::string &slot, co
     ++device.segments;
     ++device.deferred;
   } else if (segment && b.engine) {
-    device.raw_copies += arena_copy_for_kernel(b, r, t);
+    device.raw_copies += arena_copy_for_kernel(b, r, t, device.copy_ns);
     ++device_summaries;
     ++device.segments;
   } else if (segment) {

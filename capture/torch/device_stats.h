@@ -214,6 +214,7 @@ struct device_queue {
   uint64_t unread = 0;    // deferred tensors found changed at their flush: reported without statistics
   uint64_t flush_ns = 0;  // the time in flush_deferred (any thread)
   uint64_t capture_ns = 0;  // the training thread's time in capture_device (enqueueing a tensor)
+  uint64_t copy_ns = 0;     // of it, in the arena copies of TPROBE_DEVICE_STATS=kernel (raw or copy_)
   uint64_t collect_ns = 0;  // and in collect_device (closing batches, reading them, handing records over)
 };
 

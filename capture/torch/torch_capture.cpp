@@ -420,6 +420,7 @@ std::string counters() {
          {"device_deferred", s.device.deferred}, {"device_flushes", s.device.flushes},
          {"device_unread", s.device.unread},   {"device_flush_ns", s.device.flush_ns},
          {"device_raw_copies", s.device.raw_copies}, {"device_kernels", s.device.kernels},
+         {"device_copy_ns", s.device.copy_ns},
          {"fuzz_reruns", s.fuzz_reruns}, {"fuzz_found", s.fuzz_found},
          {"fuzz_failures", s.fuzz_failures}, {"fuzz_unsupported", s.fuzz_unsupported},
          {"errors", s.errors},
