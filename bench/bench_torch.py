@@ -53,7 +53,11 @@ where DIR has one, this tree's otherwise), its block
 taking its turn beside the other two in every round (base, this build, that build; then the
 reverse), and the configuration's line is followed by that build's ratio and, per round, this
 build's median step over that build's: a paired comparison, which a drift of the machine's speed
-between two whole runs does not reach.
+between two whole runs does not reach. --against msprobe makes that third child msprobe's own
+PrecisionDebugger (8.3.3, run from source: `. /tmp/msprobe-src/env.sh` after
+../shared/tools/msprobe-setup.sh, or any install the children's Python imports) with the same
+config.json and model, so each row reads tprobe / msprobe / no tool (issue 67 item 1); msprobe's
+log lines go to the child's log, not its protocol.
 """
 import argparse
 import importlib
@@ -305,9 +309,16 @@ def child_main(model_name, config, dump):
     device = os.environ.get("TPROBE_BENCH_DEVICE", "cpu")
     model = module.build_model(args).to(device)
     pool = [tuple(t.to(device) for t in batch) for batch in module.batches(args, 8)]
-    debugger = module.make_debugger(args)
-    clock = step_clock(device)
     out = os.fdopen(os.dup(1), "w", buffering=1)
+    if tool and os.environ.get("TPROBE_BENCH_TOOL") == "msprobe":
+        # --against msprobe: its PrecisionDebugger, which logs to stdout, on the child's stderr.
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        from msprobe.pytorch import PrecisionDebugger
+        debugger = PrecisionDebugger(config_path=config, dump_path=dump)
+    else:
+        debugger = module.make_debugger(args)
+    clock = step_clock(device)
 
     module.train(args, model, debugger, child_batches(pool, clock, out), clock.on_step)
     # The pipeline's processes (launcher and stages) are this process's children: once the
@@ -531,8 +542,10 @@ def bench_config(model_name, name, example_config, opts, tmp, block):
         other = None
         if tool and opts.against and example_config:
             other_m = measurement("against")
-            other = start_child(model_name, config_against, dump + "-against", log, other_m,
-                                {**(extra_env or {}), **opts.against_env})
+            other_m.error = opts.against_error
+            if not other_m.error:
+                other = start_child(model_name, config_against, dump + "-against", log, other_m,
+                                    {**(extra_env or {}), **opts.against_env})
             m.against_error = other_m.error
         base.run(opts.warmup)
         if tool:
@@ -897,7 +910,8 @@ def main():
     p.add_argument("--keep", action="store_true", help="keep the dumps and the children's logs")
     p.add_argument("--against", metavar="DIR",
                    help="a second build to measure in the same rounds: DIR/lib/libtprobe_torch.so and "
-                        "DIR/bin (e.g. a copy of build/ from before a change); see above")
+                        "DIR/bin (e.g. a copy of build/ from before a change), or msprobe: msprobe's "
+                        "PrecisionDebugger; see above")
     p.add_argument("--child", nargs=3, metavar=("MODEL", "CONFIG", "DUMP"), help=argparse.SUPPRESS)
     opts = p.parse_args()
     if opts.child:
@@ -928,7 +942,16 @@ def main():
     if unknown:
         p.error(f"unknown configurations: {', '.join(sorted(unknown))}")
     opts.against_env = {}
-    if opts.against:
+    opts.against_error = None
+    if opts.against == "msprobe":
+        opts.against_env = {"TPROBE_BENCH_TOOL": "msprobe"}
+        check = subprocess.run([sys.executable, "-c", "from msprobe.pytorch import PrecisionDebugger"],
+                               capture_output=True, text=True)
+        if check.returncode != 0:
+            lines = check.stderr.strip().splitlines()
+            opts.against_error = ("msprobe not importable (" + (lines[-1] if lines else f"status {check.returncode}")
+                                  + "): `. /tmp/msprobe-src/env.sh` after ../shared/tools/msprobe-setup.sh")
+    elif opts.against:
         opts.against = os.path.abspath(opts.against)
         library = os.path.join(opts.against, "lib", "libtprobe_torch.so")
         launcher = os.path.join(opts.against, "bin", "tprobe")
@@ -961,7 +984,8 @@ def main():
           + (f", training threads on CPU {PIN_CPU} after the warm-up" if PIN_CPU is not None
              else ", training threads placed by the scheduler")
           + (f", model arguments {opts.model_args!r}" if opts.model_args else "")
-          + (f", against the build in {opts.against}" if opts.against else "")
+          + (", against msprobe's PrecisionDebugger" if opts.against == "msprobe"
+             else f", against the build in {opts.against}" if opts.against else "")
           + (" with its own Python package" if "TPROBE_BENCH_PYTHON" in opts.against_env else ""))
     if opts.tool_error:
         print(f"warning: {opts.tool_error}; only the baseline is measured")

@@ -137,6 +137,65 @@ class BenchTorchSmokeTest(tt.CaptureTest):
         self.assertEqual(bad.returncode, 2, bad.stdout + bad.stderr)
         self.assertIn(f"--against {missing}: {missing}/lib/libtprobe_torch.so does not exist", bad.stderr)
 
+    def test_against_msprobe_runs_its_debugger_in_the_same_rounds(self):
+        """--against msprobe: the third child trains under msprobe.pytorch's PrecisionDebugger
+        (here a stand-in that records its calls and, as msprobe does, logs to stdout) with the
+        row's config.json and its own dump path, started, stopped and stepped each step; its
+        ratio follows the row. Where msprobe cannot be imported, each row says so and the rest runs."""
+        fake = os.path.join(self.tmp, "fake-msprobe")
+        os.makedirs(os.path.join(fake, "msprobe", "pytorch"))
+        open(os.path.join(fake, "msprobe", "__init__.py"), "w").close()
+        calls = os.path.join(self.tmp, "msprobe-calls.txt")
+        with open(os.path.join(fake, "msprobe", "pytorch", "__init__.py"), "w") as f:
+            f.write(f"""import json
+CALLS = {calls!r}
+class PrecisionDebugger:
+    def __init__(self, config_path=None, dump_path=None):
+        with open(config_path) as f:
+            task = json.load(f)["task"]
+        self.log("init", task, config_path.endswith("-against.json"), dump_path.endswith("-against"))
+    def log(self, *what):
+        print("[INFO] msprobe: " + " ".join(map(str, what)), flush=True)  # msprobe's logger writes to stdout
+        with open(CALLS, "a") as f:
+            f.write(" ".join(map(str, what)) + "\\n")
+    def start(self, model=None):
+        self.log("start", type(model).__name__)
+    def stop(self):
+        self.log("stop")
+    def step(self):
+        self.log("step")
+""")
+
+        def run(pythonpath):
+            env = {**os.environ, "PYTHONPATH": pythonpath + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            result = subprocess.run([sys.executable, BENCH, "--quick", "--model", "tiny", "--configs",
+                                     "control,statistics_L1", "--tmp", self.tmp, "--against", "msprobe"],
+                                    capture_output=True, text=True, timeout=300, env=env)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            lines = result.stdout.splitlines()
+            self.assertIn("against msprobe's PrecisionDebugger", lines[0])
+            return lines, next(i for i, l in enumerate(lines) if l.startswith("  statistics_L1 "))
+
+        lines, row = run(fake)
+        self.assertNotIn("FAILED", lines[row])
+        self.assertRegex(lines[row + 1], r"^ {18}against msprobe: \d+\.\d{3}x \(\d+\.\d\d-\d+\.\d\d\); "
+                                         r"this build / that one, per round: ")
+        with open(calls) as f:
+            logged = f.read().splitlines()
+        self.assertEqual(logged[0], "init statistics True True")  # the row's config, its own dump
+        starts = [c for c in logged if c.startswith("start ")]
+        # --quick: 1 warm-up step and 2 rounds of 2 steps, each started, stopped and stepped.
+        self.assertEqual(len(starts), 5, logged)
+        self.assertEqual(logged[1:4], [starts[0], "stop", "step"])
+        self.assertEqual(logged.count("step"), 5)
+        broken = os.path.join(self.tmp, "broken-msprobe")
+        os.makedirs(os.path.join(broken, "msprobe"))
+        with open(os.path.join(broken, "msprobe", "__init__.py"), "w") as f:
+            f.write("raise ImportError('no msprobe here')\n")
+        lines, row = run(broken)
+        self.assertNotIn("FAILED", lines[row])
+        self.assertIn("against msprobe: FAILED: msprobe not importable (ImportError: no msprobe here)", lines[row + 1])
+
     def test_allocator_default_leaves_glibc_alone(self):
         """--allocator default pins nothing: the first line says glibc runs as it comes."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
