@@ -4,10 +4,12 @@
 #   1. builds tprobe against that torch into build-cuda/ (the capture is compiled against torch 2.x
 #      here, against Debian's 1.13 everywhere else);
 #   2. runs the device-path tests on the GPU (tests/python/test_device_path.py CudaDevicePathTest:
-#      the device path's dump against blocking per-tensor reads, under torch's sync guard; the
-#      same file's CPU tests run in ctest everywhere);
+#      the device path's dump against blocking per-tensor reads, under torch's sync guard; with
+#      TPROBE_DEVICE_STATS=kernel, CudaKernelDevicePathTest; the same file's CPU tests run in ctest
+#      everywhere) and the monitor's (test_monitor.py CudaMonitorTest);
 #   3. runs bench/bench_torch.py --device cuda (CUDA_BENCH_ARGS, resnet18's statistics, md5 and
-#      tensor rows by default), which prints the step ratios and the device path's own account;
+#      tensor rows by default), which prints the step ratios and the device path's own account,
+#      and msprobe's ratio beside each row where .msprobe-src/ (msprobe-setup.sh's tree) was carried;
 #   4. runs the other Python tests against this torch on the CPU, beside step 2 (CUDA_SUITE=0 skips
 #      them);
 #   5. (first, after the build) pip installs the package from build-cuda/ into build-cuda/venv and
@@ -17,7 +19,9 @@
 # machine without apt, run scripts/gpu-deps-fetch.sh here first, carry .devdeps/, and there
 # `. scripts/gpu-deps-install.sh` before this script.
 # Usage: scripts/cuda-check.sh [LOG_DIR]   (default build-cuda/logs; PYTHON, default python3;
-#        CUDA_TESTS: the unittest names of phase 2, default test_device_path.CudaDevicePathTest; - skips it)
+#        CUDA_TESTS: the unittest names of phase 2, default test_device_path's CudaDevicePathTest and
+#        CudaKernelDevicePathTest, and test_monitor's CudaMonitorTest (the monitor's device path);
+#        - skips it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -85,7 +89,7 @@ if [ "${CUDA_SUITE:-1}" = 1 ]; then
 fi
 
 say "device-path tests on the GPU (test.log)"
-read -r -a gpu_tests <<< "${CUDA_TESTS:-test_device_path.CudaDevicePathTest test_device_path.CudaKernelDevicePathTest}"
+read -r -a gpu_tests <<< "${CUDA_TESTS:-test_device_path.CudaDevicePathTest test_device_path.CudaKernelDevicePathTest test_monitor.CudaMonitorTest}"
 if [ "${gpu_tests[*]}" = - ]; then
   say "skipped (CUDA_TESTS=-)"
 else
@@ -100,9 +104,16 @@ if [ -n "$suite_pid" ]; then
   grep -E "^(PASS|FAIL) " "$logs/suite.log"
 fi
 
-say "benchmark (bench.log)"
+# msprobe 8.3.3 beside tprobe in every bench row (issue 67 item 1): the tree
+# ../shared/tools/msprobe-setup.sh makes, copied into .msprobe-src/ and carried with the call.
+against=()
+if [ -d "$root/.msprobe-src/debug/accuracy_tools/msprobe" ]; then
+  export PYTHONPATH=$PYTHONPATH:$root/.msprobe-src/debug/accuracy_tools:$root/.msprobe-src/deps
+  against=(--against msprobe)
+fi
+say "benchmark (bench.log)${against:+, against msprobe}"
 read -r -a bench_args <<< "${CUDA_BENCH_ARGS:---model resnet18 --configs control,statistics_L1,statistics_L1_kernel,md5,tensor --rounds 4}"
-timeout "${CUDA_BENCH_SECONDS:-300}" "$python" bench/bench_torch.py --device cuda "${bench_args[@]}" > "$logs/bench.log" 2>&1 \
+timeout "${CUDA_BENCH_SECONDS:-300}" "$python" bench/bench_torch.py --device cuda "${against[@]}" "${bench_args[@]}" > "$logs/bench.log" 2>&1 \
   || failed=1
 cat "$logs/bench.log"
 

@@ -25,6 +25,8 @@ SCRIPT = textwrap.dedent("""
     import json, os, torch, torch.nn.functional as F
     from model import make
     model, x, y = make()
+    DEVICE = os.environ.get("TEST_DEVICE", "cpu")  # CudaMonitorTest: cuda
+    model, x, y = model.to(DEVICE), x.to(DEVICE), y.to(DEVICE)
     GA = int(os.environ.get("GA", "1"))
     N_TRAIN = int(os.environ.get("N_TRAIN", "3"))
     MONITOR = os.environ.get("MONITOR", "1") == "1"
@@ -204,10 +206,13 @@ class MonitorRun:
         return sorted(os.listdir(self.rank_dir(rank)))
 
     def refs(self):
-        return torch.load(os.path.join(self.run.dir, "refs.pt"))
+        # The reference statistics are the host's, whatever device the script trained on.
+        return torch.load(os.path.join(self.run.dir, "refs.pt"), map_location="cpu")
 
 
 class MonitorCase(tt.CaptureTest):
+    RUN_ENV = {}  # of every run of the class's tests
+
     def run_monitor(self, config, env=None, steps=3, script=SCRIPT, expect_ok=True, name=None):
         """Runs `script` (direct mode) with its monitor config in MONITOR_CONFIG, the files under
         the run's monitor_output."""
@@ -218,6 +223,7 @@ class MonitorCase(tt.CaptureTest):
         directory = os.path.join(self.tmp, name)
         full = {"N_TRAIN": str(steps), "MONITOR_CONFIG": config_path,
                 "MONITOR_OUTPUT_DIR": os.path.join(directory, "monitor_output")}
+        full.update(self.RUN_ENV)
         full.update(env or {})
         run = self.run_script(script, env=full, expect_ok=expect_ok, name=name)
         run.config_path = config_path
@@ -521,6 +527,18 @@ class MonitorTest(MonitorCase):
         self.assertNotEqual(mon.run.result.returncode, 0)
         self.assertIn("ops", mon.run.result.stderr)
         self.assertIn("-monitor.json", mon.run.result.stderr)
+
+
+@unittest.skipUnless(torch.cuda.is_available(), "no CUDA device: scripts/cuda-check.sh runs these on a GPU")
+class CudaMonitorTest(MonitorCase):
+    """The monitor's device path (issue 67 item 4): the model, its grads, activations and Adam's
+    moments on the GPU, reduced where they are (monitor_reduce) and read once per device; each csv
+    against the host's statistics of the same tensors, the anomaly and NaN rules as on the CPU."""
+    RUN_ENV = {"TEST_DEVICE": "cuda"}
+    test_every_csv_equals_the_tensors = MonitorTest.test_every_csv_equals_the_tensors
+    test_gradient_spike_is_the_anomaly = MonitorTest.test_gradient_spike_is_the_anomaly
+    test_nan_rule = MonitorTest.test_nan_rule
+    test_losses_bit_identical_with_and_without = MonitorTest.test_losses_bit_identical_with_and_without
 
 
 DDP = textwrap.dedent("""
