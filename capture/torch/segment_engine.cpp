@@ -45,10 +45,12 @@ constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 using nvrtcResult = int;
 using nvrtcProgram = struct _nvrtcProgram *;
 
-void *symbol(void *library, const char *library_name, const char *name) {
-  void *f = dlsym(library, name);
-  if (!f) throw std::runtime_error(std::string(library_name) + " has no " + name);
-  return f;
+// Points `f` at `library`'s entry point `name`; throws naming both if it has none.
+template <class F>
+void bind(F &f, void *library, const char *library_name, const char *name) {
+  void *entry = dlsym(library, name);
+  if (!entry) throw std::runtime_error(std::string(library_name) + " has no " + name);
+  f = reinterpret_cast<F>(entry);
 }
 
 // The first of `names` that is already loaded, else the first the loader finds.
@@ -138,18 +140,17 @@ class cuda_engine final : public segment_engine {
     std::string tried;
     void *driver_library = open_first({"libcuda.so.1", "libcuda.so"}, tried);
     if (!driver_library) throw std::runtime_error("no CUDA driver library (" + tried + ")");
-    const auto get = [&](const char *name) { return symbol(driver_library, "libcuda", name); };
-    driver_.init = reinterpret_cast<decltype(driver_.init)>(get("cuInit"));
-    driver_.device_get = reinterpret_cast<decltype(driver_.device_get)>(get("cuDeviceGet"));
-    driver_.device_attribute = reinterpret_cast<decltype(driver_.device_attribute)>(get("cuDeviceGetAttribute"));
-    driver_.primary_context = reinterpret_cast<decltype(driver_.primary_context)>(get("cuDevicePrimaryCtxRetain"));
-    driver_.context_current = reinterpret_cast<decltype(driver_.context_current)>(get("cuCtxGetCurrent"));
-    driver_.context_set = reinterpret_cast<decltype(driver_.context_set)>(get("cuCtxSetCurrent"));
-    driver_.module_load = reinterpret_cast<decltype(driver_.module_load)>(get("cuModuleLoadData"));
-    driver_.module_function = reinterpret_cast<decltype(driver_.module_function)>(get("cuModuleGetFunction"));
-    driver_.launch = reinterpret_cast<decltype(driver_.launch)>(get("cuLaunchKernel"));
-    driver_.copy = reinterpret_cast<decltype(driver_.copy)>(get("cuMemcpyAsync"));
-    driver_.error_string = reinterpret_cast<decltype(driver_.error_string)>(get("cuGetErrorString"));
+    bind(driver_.init, driver_library, "libcuda", "cuInit");
+    bind(driver_.device_get, driver_library, "libcuda", "cuDeviceGet");
+    bind(driver_.device_attribute, driver_library, "libcuda", "cuDeviceGetAttribute");
+    bind(driver_.primary_context, driver_library, "libcuda", "cuDevicePrimaryCtxRetain");
+    bind(driver_.context_current, driver_library, "libcuda", "cuCtxGetCurrent");
+    bind(driver_.context_set, driver_library, "libcuda", "cuCtxSetCurrent");
+    bind(driver_.module_load, driver_library, "libcuda", "cuModuleLoadData");
+    bind(driver_.module_function, driver_library, "libcuda", "cuModuleGetFunction");
+    bind(driver_.launch, driver_library, "libcuda", "cuLaunchKernel");
+    bind(driver_.copy, driver_library, "libcuda", "cuMemcpyAsync");
+    bind(driver_.error_string, driver_library, "libcuda", "cuGetErrorString");
     driver_.check(driver_.init(0), "cuInit");
 
     // torch's cudaStream_t of a c10::Stream: c10::cuda::CUDAStream::stream(), a const member
@@ -158,7 +159,7 @@ class cuda_engine final : public segment_engine {
     tried.clear();
     void *c10_cuda = open_first({"libc10_cuda.so"}, tried);
     if (!c10_cuda) throw std::runtime_error("torch's libc10_cuda.so is not loaded");
-    stream_of_ = reinterpret_cast<stream_of_fn>(symbol(c10_cuda, "libc10_cuda.so", "_ZNK3c104cuda10CUDAStream6streamEv"));
+    bind(stream_of_, c10_cuda, "libc10_cuda.so", "_ZNK3c104cuda10CUDAStream6streamEv");
 
     std::vector<std::string> nvrtc_names;
     if (const char *env = std::getenv("TPROBE_NVRTC_LIBRARY"); env && *env) nvrtc_names.emplace_back(env);
@@ -168,15 +169,14 @@ class cuda_engine final : public segment_engine {
     if (!nvrtc_library)
       throw std::runtime_error("no NVRTC library (" + tried + "; TPROBE_NVRTC_LIBRARY names one: a pip torch's is "
                                "nvidia/cuda_nvrtc/lib/libnvrtc.so.* in site-packages)");
-    const auto nv = [&](const char *name) { return symbol(nvrtc_library, "libnvrtc", name); };
-    nvrtc_.create = reinterpret_cast<decltype(nvrtc_.create)>(nv("nvrtcCreateProgram"));
-    nvrtc_.compile = reinterpret_cast<decltype(nvrtc_.compile)>(nv("nvrtcCompileProgram"));
-    nvrtc_.log_size = reinterpret_cast<decltype(nvrtc_.log_size)>(nv("nvrtcGetProgramLogSize"));
-    nvrtc_.log = reinterpret_cast<decltype(nvrtc_.log)>(nv("nvrtcGetProgramLog"));
-    nvrtc_.ptx_size = reinterpret_cast<decltype(nvrtc_.ptx_size)>(nv("nvrtcGetPTXSize"));
-    nvrtc_.ptx = reinterpret_cast<decltype(nvrtc_.ptx)>(nv("nvrtcGetPTX"));
-    nvrtc_.destroy = reinterpret_cast<decltype(nvrtc_.destroy)>(nv("nvrtcDestroyProgram"));
-    nvrtc_.error_string = reinterpret_cast<decltype(nvrtc_.error_string)>(nv("nvrtcGetErrorString"));
+    bind(nvrtc_.create, nvrtc_library, "libnvrtc", "nvrtcCreateProgram");
+    bind(nvrtc_.compile, nvrtc_library, "libnvrtc", "nvrtcCompileProgram");
+    bind(nvrtc_.log_size, nvrtc_library, "libnvrtc", "nvrtcGetProgramLogSize");
+    bind(nvrtc_.log, nvrtc_library, "libnvrtc", "nvrtcGetProgramLog");
+    bind(nvrtc_.ptx_size, nvrtc_library, "libnvrtc", "nvrtcGetPTXSize");
+    bind(nvrtc_.ptx, nvrtc_library, "libnvrtc", "nvrtcGetPTX");
+    bind(nvrtc_.destroy, nvrtc_library, "libnvrtc", "nvrtcDestroyProgram");
+    bind(nvrtc_.error_string, nvrtc_library, "libnvrtc", "nvrtcGetErrorString");
     nvrtc_.cubin_size = reinterpret_cast<decltype(nvrtc_.cubin_size)>(dlsym(nvrtc_library, "nvrtcGetCUBINSize"));
     nvrtc_.cubin = reinterpret_cast<decltype(nvrtc_.cubin)>(dlsym(nvrtc_library, "nvrtcGetCUBIN"));
     if (!nvrtc_.cubin_size) nvrtc_.cubin = nullptr;
