@@ -384,6 +384,10 @@ class PrecisionDebugger:
             mode = os.environ.get("TPROBE_STATS_MODE", "auto")
             if mode not in ("auto", "copy"):
                 raise ValueError(f"tprobe: TPROBE_STATS_MODE must be auto or copy, not {mode!r}")
+            device_stats = os.environ.get("TPROBE_DEVICE_STATS", "")
+            if device_stats not in ("", "kernel", "deferred", "direct"):
+                raise ValueError("tprobe: TPROBE_DEVICE_STATS must be kernel, deferred or direct (or unset), "
+                                 f"not {device_stats!r}")
             options = {"endpoint": endpoint, "op_depth": int(depth), "stats_copy": mode == "copy",
                        "stacks": True, "exclude_dir": _native.PACKAGE_DIR + "/", "watch_pid": watch_pid}
             self._config = json.loads(self._ops.open(path, _rank(), json.dumps(options)))

@@ -350,6 +350,13 @@ class KernelDevicePathTest(DevicePathTest):
     test_deferred_copies_read_what_was_captured = None
     test_write_unseen_by_the_callbacks_leaves_statistics_unread = None
 
+    def test_an_unknown_setting_is_refused_before_training(self):
+        run = self.run_script(SCRIPT, config=tt.default_config(level="L1"), steps=1, expect_ok=False,
+                              env={**self.DEVICE_ENV, "TPROBE_DEVICE_STATS": "kernal"})
+        self.assertIn("TPROBE_DEVICE_STATS must be kernel, deferred or direct (or unset), not 'kernal'",
+                      run.result.stderr)
+        self.assertNotIn("COUNTERS", run.result.stdout)
+
     def test_raw_copies_and_one_kernel_a_batch(self):
         """No ATen copy for a dense tensor of a dtype the kernel reads: every arena tensor of the
         script but a negative view, which copy_ resolves into float32 in the arena; one kernel
