@@ -54,8 +54,8 @@ taking its turn beside the other two in every round (base, this build, that buil
 reverse), and the configuration's line is followed by that build's ratio and, per round, this
 build's median step over that build's: a paired comparison, which a drift of the machine's speed
 between two whole runs does not reach. --against msprobe makes that third child msprobe's own
-PrecisionDebugger (8.3.3, run from source: `. /tmp/msprobe-src/env.sh` after
-../shared/tools/msprobe-setup.sh, or any install the children's Python imports) with the same
+PrecisionDebugger (8.3.3 run from its source, `. /tmp/msprobe-src/env.sh`, or any install the
+children's Python imports) with the same
 config.json and model, so each row reads tprobe / msprobe / no tool (issue 67 item 1); msprobe's
 log lines go to the child's log, not its protocol.
 """
@@ -950,7 +950,7 @@ def main():
         if check.returncode != 0:
             lines = check.stderr.strip().splitlines()
             opts.against_error = ("msprobe not importable (" + (lines[-1] if lines else f"status {check.returncode}")
-                                  + "): `. /tmp/msprobe-src/env.sh` after ../shared/tools/msprobe-setup.sh")
+                                  + "): run from its source, `. /tmp/msprobe-src/env.sh`")
     elif opts.against:
         opts.against = os.path.abspath(opts.against)
         library = os.path.join(opts.against, "lib", "libtprobe_torch.so")

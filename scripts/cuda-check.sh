@@ -9,7 +9,7 @@
 #      everywhere) and the monitor's (test_monitor.py CudaMonitorTest);
 #   3. runs bench/bench_torch.py --device cuda (CUDA_BENCH_ARGS, resnet18's statistics, md5 and
 #      tensor rows by default), which prints the step ratios and the device path's own account,
-#      and msprobe's ratio beside each row where .msprobe-src/ (msprobe-setup.sh's tree) was carried;
+#      and msprobe's ratio beside each row where .msprobe-src/ (msprobe's source tree) was carried;
 #   4. runs the other Python tests against this torch on the CPU, beside step 2 (CUDA_SUITE=0 skips
 #      them);
 #   5. (first, after the build) pip installs the package from build-cuda/ into build-cuda/venv and
@@ -104,8 +104,8 @@ if [ -n "$suite_pid" ]; then
   grep -E "^(PASS|FAIL) " "$logs/suite.log"
 fi
 
-# msprobe 8.3.3 beside tprobe in every bench row (issue 67 item 1): the tree
-# ../shared/tools/msprobe-setup.sh makes, copied into .msprobe-src/ and carried with the call.
+# msprobe 8.3.3 beside tprobe in every bench row (issue 67 item 1): its source tree as
+# /tmp/msprobe-src holds it, copied into .msprobe-src/ and carried with the call.
 against=()
 if [ -d "$root/.msprobe-src/debug/accuracy_tools/msprobe" ]; then
   export PYTHONPATH=$PYTHONPATH:$root/.msprobe-src/debug/accuracy_tools:$root/.msprobe-src/deps
