@@ -10,7 +10,8 @@ scripts/cuda-check.sh runs them there): the model trains on the device, the refe
 device tensor with a blocking .cpu() (TPROBE_DEVICE_PATH_OFF=1), and the device path's run goes
 from start() to stop() under torch.cuda.set_sync_debug_mode("error"), so any synchronising call the
 capture makes on the training thread (.item(), a blocking copy to the host, a stream synchronize)
-raises and fails the run."""
+raises and fails the run. KernelDevicePathTest and CudaKernelDevicePathTest run the same tests with
+TPROBE_DEVICE_STATS=kernel (raw copies, one statistics kernel a batch: segment_kernel.h)."""
 
 import json
 import math
