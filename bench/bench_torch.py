@@ -485,6 +485,14 @@ class measurement:
         self.against_error = None
 
 
+def import_failure(check):
+    """Why an import check (a finished `python -c`) failed: its last line on stderr; None if it did not."""
+    if check.returncode == 0:
+        return None
+    lines = check.stderr.strip().splitlines()
+    return lines[-1] if lines else f"status {check.returncode}"
+
+
 def start_child(model_name, config, dump, log, m, extra_env=None):
     try:
         return child(model_name, config, dump, log, extra_env)
@@ -945,12 +953,10 @@ def main():
     opts.against_error = None
     if opts.against == "msprobe":
         opts.against_env = {"TPROBE_BENCH_TOOL": "msprobe"}
-        check = subprocess.run([sys.executable, "-c", "from msprobe.pytorch import PrecisionDebugger"],
-                               capture_output=True, text=True)
-        if check.returncode != 0:
-            lines = check.stderr.strip().splitlines()
-            opts.against_error = ("msprobe not importable (" + (lines[-1] if lines else f"status {check.returncode}")
-                                  + "): run from its source, `. /tmp/msprobe-src/env.sh`")
+        why = import_failure(subprocess.run([sys.executable, "-c", "from msprobe.pytorch import PrecisionDebugger"],
+                                            capture_output=True, text=True))
+        if why:
+            opts.against_error = f"msprobe not importable ({why}): run from its source, `. /tmp/msprobe-src/env.sh`"
     elif opts.against:
         opts.against = os.path.abspath(opts.against)
         library = os.path.join(opts.against, "lib", "libtprobe_torch.so")
@@ -969,10 +975,8 @@ def main():
                            capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "python") + os.pathsep
                                 + os.environ.get("PYTHONPATH", "")})
-    opts.tool_error = None
-    if check.returncode != 0:
-        lines = check.stderr.strip().splitlines()
-        opts.tool_error = "tprobe not importable (" + (lines[-1] if lines else f"status {check.returncode}") + ")"
+    why = import_failure(check)
+    opts.tool_error = f"tprobe not importable ({why})" if why else None
 
     tmp = opts.tmp or tempfile.mkdtemp(prefix="tprobe-bench-torch-")
     os.makedirs(tmp, exist_ok=True)

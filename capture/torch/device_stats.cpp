@@ -42,17 +42,21 @@ at::TensorOptions host_options(const at::Device &d, at::ScalarType type) {
   return at::TensorOptions().dtype(type).pinned_memory(d.is_cuda());
 }
 
+// `count` values of `type` from host memory, on `b`'s device: staged in pinned memory, so the
+// copy is asynchronous (torch's caching host allocator keeps the block until it has run).
+at::Tensor on_device(const device_batch &b, const void *values, int64_t count, at::ScalarType type) {
+  at::Tensor staged = at::empty({count}, host_options(b.device, type));
+  std::memcpy(staged.data_ptr(), values, static_cast<size_t>(count) * staged.element_size());
+  return b.device.is_cpu() ? staged : staged.to(b.device, /*non_blocking=*/true);
+}
+
 // The statistics of every segment of the arena, [6, segments] float64 on the device: max, min,
 // sum, sum of squares, NaN count, Inf count, each reduced in float32 by one thread block per
 // segment (a segment has at most `chunk_elements`: its sums stay within float32's rounding of a
 // short sum, and the host adds a tensor's segments in float64).
 at::Tensor segment_statistics(const device_batch &b) {
   const auto count = static_cast<int64_t>(b.segments.size());
-  at::Tensor lengths = at::empty({count}, host_options(b.device, at::kLong));
-  std::memcpy(lengths.data_ptr<int64_t>(), b.segments.data(), sizeof(int64_t) * b.segments.size());
-  // From pinned memory, so asynchronous; torch's caching host allocator keeps the block until
-  // the copy has run.
-  if (!b.device.is_cpu()) lengths = lengths.to(b.device, /*non_blocking=*/true);
+  const at::Tensor lengths = on_device(b, b.segments.data(), count, at::kLong);
   const at::Tensor used = b.arena.narrow(0, 0, b.arena_used);
   // unsafe: the lengths are ours and sum to the data's size; the check would read them back (a sync).
   const auto reduce = [&](const at::Tensor &x, const char *how) {
@@ -159,12 +163,8 @@ bool arena_copy_for_kernel(device_batch &b, device_record &r, const at::Tensor &
 // the places to the device, then one launch (segment_kernel.h).
 at::Tensor kernel_statistics(device_batch &b) {
   const auto count = static_cast<int64_t>(b.places.size());
-  const auto bytes = static_cast<int64_t>(sizeof(tprobe_segment)) * count;
-  at::Tensor places = at::empty({bytes}, host_options(b.device, at::kByte));
-  std::memcpy(places.data_ptr(), b.places.data(), static_cast<size_t>(bytes));
-  // From pinned memory, so asynchronous; torch's caching host allocator keeps the block until
-  // the copy has run.
-  if (!b.device.is_cpu()) places = places.to(b.device, /*non_blocking=*/true);
+  const at::Tensor places =
+      on_device(b, b.places.data(), static_cast<int64_t>(sizeof(tprobe_segment)) * count, at::kByte);
   at::Tensor out = at::empty({6, count}, at::TensorOptions().dtype(at::kDouble).device(b.device));
   b.engine->reduce(b.arena.data_ptr(), places.data_ptr(), static_cast<unsigned int>(count), out.data_ptr<double>(),
                    b.stream);
